@@ -1,0 +1,25 @@
+// The CPU device: tensors in host memory, kernels on the host, OpenBLAS for
+// floating-point matrix products.
+// Thread-safety: as Device.
+#ifndef TENSORD_CORE_CPU_CPU_DEVICE_H_
+#define TENSORD_CORE_CPU_CPU_DEVICE_H_
+
+#include <memory>
+#include <string>
+
+#include "core/device.h"
+
+namespace tensord::core {
+
+struct CpuDeviceOptions {
+  std::string name = "cpu";  // canonical name: "cpu" or "cpu:<index>"
+  int index = 0;
+  // Memory this device reports as its total; 0 = the machine's RAM.
+  uint64_t total_memory = 0;
+};
+
+std::unique_ptr<Device> CreateCpuDevice(const CpuDeviceOptions& options);
+
+}  // namespace tensord::core
+
+#endif  // TENSORD_CORE_CPU_CPU_DEVICE_H_

@@ -1,0 +1,177 @@
+// Runtime: the one entry point the server calls.
+//
+// Owns the devices, their memory budgets and the session-scoped handle
+// table. Every method validates its input completely (device names, dtypes,
+// shapes, byte sizes with overflow-checked arithmetic, the same-device rule,
+// budgets) before any device work, and reports failures as absl::Status with
+// the code DESIGN.md assigns:
+//   INVALID_ARGUMENT     bad dtype/shape/size/device name, shape mismatch
+//   NOT_FOUND            unknown session, unknown or foreign handle, absent
+//                        device (message lists the available devices)
+//   FAILED_PRECONDITION  operands on different devices (PyTorch's message),
+//                        op not defined for the dtype on the device
+//   RESOURCE_EXHAUSTED   device budget exceeded (requested / held / left)
+//   INTERNAL             a bug
+// A failed call leaves no tensor and no memory behind.
+//
+// Thread-safety: all methods are safe to call concurrently. Calls on
+// different sessions do not serialize on one another except briefly on the
+// session map.
+#ifndef TENSORD_CORE_RUNTIME_H_
+#define TENSORD_CORE_RUNTIME_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/shape.h"
+
+namespace tensord::core {
+
+// Metadata of a live tensor as clients see it.
+struct TensorMeta {
+  uint64_t handle = 0;
+  std::string device;  // canonical device name
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  uint64_t nbytes = 0;
+  std::string tag;
+  int64_t age_ms = 0;   // since creation
+  int64_t idle_ms = 0;  // since last use
+};
+
+// A device with its accounting, for ListDevices.
+struct DeviceStatus {
+  std::string name;
+  DeviceKind kind = DeviceKind::kCpu;
+  DeviceProperties properties;
+  uint64_t held_bytes = 0;    // by live tensors (and in-flight temporaries)
+  uint64_t budget_bytes = 0;  // most tensord may hold
+  uint64_t live_tensors = 0;
+};
+
+struct SessionCloseStats {
+  uint64_t released_tensors = 0;
+  uint64_t released_bytes = 0;
+};
+
+struct RuntimeOptions {
+  // Number of host devices: 1 gives "cpu"; N > 1 gives "cpu:0".."cpu:N-1".
+  int host_devices = 1;
+  // Budget of each host device in bytes; 0 = default: 80% of the machine's
+  // RAM divided among the host devices.
+  uint64_t host_memory_budget = 0;
+  // Extra devices (e.g. CUDA), created by the caller; the Runtime takes
+  // ownership. Their budget is `accelerator_memory_budget`, or when that is
+  // 0 the device's total memory less a reserve of 5% (at least 256 MiB).
+  std::vector<std::unique_ptr<Device>> extra_devices;
+  uint64_t accelerator_memory_budget = 0;
+};
+
+class Runtime {
+ public:
+  // INVALID_ARGUMENT for inconsistent options (host_devices < 1 or > 64).
+  static absl::StatusOr<std::unique_ptr<Runtime>> Create(RuntimeOptions options);
+
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+  ~Runtime();  // frees every session's tensors
+
+  // --- Devices --------------------------------------------------------------
+  std::vector<DeviceStatus> ListDevices() const;
+  // Resolves "cpu", "cpu:1", "cuda", "cuda:0" ("" = "cpu") to a device.
+  // INVALID_ARGUMENT for a malformed name ("expected 'cpu', 'cpu:<i>',
+  // 'cuda' or 'cuda:<i>'"); NOT_FOUND naming the available devices for a
+  // well-formed name this server lacks.
+  absl::StatusOr<Device*> FindDevice(std::string_view name) const;
+
+  // --- Sessions -------------------------------------------------------------
+  // Returns a new unguessable session id (128 random bits, hex).
+  absl::StatusOr<std::string> OpenSession(std::string_view client_name);
+  // Frees every tensor of the session. NOT_FOUND for an unknown session.
+  absl::StatusOr<SessionCloseStats> CloseSession(std::string_view session);
+  size_t session_count() const;
+
+  // --- Creating tensors -----------------------------------------------------
+  // From host bytes; data.size() must equal numel x dtype size.
+  absl::StatusOr<TensorMeta> CreateFromData(std::string_view session,
+                                            std::string_view device,
+                                            DType dtype,
+                                            std::span<const int64_t> dims,
+                                            std::span<const uint8_t> data,
+                                            std::string_view tag);
+  // From a fill. For kArange, `dims` may be empty, giving 1-D
+  // ceil((end - start) / step) elements; `arange_end` is used only then.
+  absl::StatusOr<TensorMeta> CreateFilled(std::string_view session,
+                                          std::string_view device, DType dtype,
+                                          std::span<const int64_t> dims,
+                                          const FillSpec& fill,
+                                          double arange_end,
+                                          std::string_view tag);
+
+  // A tensor written in pieces (streamed upload). The device memory is
+  // allocated (and admitted against the budget) by BeginUpload; destroying
+  // the Upload without a successful Finish frees it.
+  class Upload {
+   public:
+    virtual ~Upload() = default;
+    // Appends bytes at the current end. INVALID_ARGUMENT past the size.
+    virtual absl::Status Append(std::span<const uint8_t> data) = 0;
+    // INVALID_ARGUMENT if fewer bytes than the size arrived; registers the
+    // tensor in the session otherwise.
+    virtual absl::StatusOr<TensorMeta> Finish() = 0;
+    virtual uint64_t expected_bytes() const = 0;
+    virtual uint64_t received_bytes() const = 0;
+  };
+  absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(
+      std::string_view session, std::string_view device, DType dtype,
+      std::span<const int64_t> dims, std::string_view tag);
+
+  // --- Moving ---------------------------------------------------------------
+  // Same handle when already on `device` and !copy; else a new tensor.
+  absl::StatusOr<TensorMeta> To(std::string_view session, uint64_t handle,
+                                std::string_view device, bool copy);
+
+  // --- Compute --------------------------------------------------------------
+  absl::StatusOr<TensorMeta> Binary(std::string_view session, BinaryOp op,
+                                    uint64_t lhs, uint64_t rhs);
+  absl::StatusOr<TensorMeta> MatMul(std::string_view session, uint64_t lhs,
+                                    uint64_t rhs);
+
+  // --- Handles --------------------------------------------------------------
+  absl::StatusOr<TensorMeta> GetTensor(std::string_view session,
+                                       uint64_t handle);
+  absl::StatusOr<std::vector<TensorMeta>> ListTensors(std::string_view session);
+  absl::Status Release(std::string_view session, uint64_t handle);
+
+  // --- Reading back ---------------------------------------------------------
+  // A snapshot of one tensor for fetching: it keeps the tensor's memory alive
+  // even if the handle is released meanwhile.
+  class Reader {
+   public:
+    virtual ~Reader() = default;
+    virtual const TensorMeta& meta() const = 0;
+    // Copies dst.size() bytes starting at `offset` to host memory.
+    // OUT_OF_RANGE if offset + dst.size() > nbytes.
+    virtual absl::Status Read(uint64_t offset, std::span<uint8_t> dst) = 0;
+  };
+  absl::StatusOr<std::unique_ptr<Reader>> OpenReader(std::string_view session,
+                                                     uint64_t handle);
+
+ private:
+  class Impl;
+  explicit Runtime(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tensord::core
+
+#endif  // TENSORD_CORE_RUNTIME_H_

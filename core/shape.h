@@ -1,0 +1,64 @@
+// Tensor shapes: validated dimensions, overflow-checked sizes, broadcasting.
+//
+// A Shape is always valid once constructed through Make(): rank 0..kMaxRank,
+// every dim >= 0, element count and byte size representable (checked for a
+// given dtype by ByteSize()). Thread-safety: immutable value type.
+#ifndef TENSORD_CORE_SHAPE_H_
+#define TENSORD_CORE_SHAPE_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/dtype.h"
+
+namespace tensord::core {
+
+inline constexpr int kMaxRank = 8;
+// Largest byte size of one tensor tensord accepts (2^48 bytes = 256 TiB):
+// far above any device, far below overflow of int64/size_t arithmetic.
+inline constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 48;
+
+class Shape {
+ public:
+  Shape() = default;  // 0-d (scalar) shape, one element.
+
+  // Validates rank (<= kMaxRank), dims (>= 0) and that the element count
+  // does not overflow. INVALID_ARGUMENT naming the offending dim otherwise.
+  static absl::StatusOr<Shape> Make(std::span<const int64_t> dims);
+
+  int rank() const { return static_cast<int>(dims_.size()); }
+  int64_t dim(int i) const { return dims_[i]; }
+  const std::vector<int64_t>& dims() const { return dims_; }
+  int64_t NumElements() const { return num_elements_; }
+
+  // numel x DTypeSize(dtype), INVALID_ARGUMENT if over kMaxTensorBytes.
+  absl::StatusOr<uint64_t> ByteSize(DType dtype) const;
+
+  // "[2, 3]"; "[]" for 0-d.
+  std::string ToString() const;
+
+  bool operator==(const Shape& other) const { return dims_ == other.dims_; }
+  bool operator!=(const Shape& other) const { return !(*this == other); }
+
+ private:
+  std::vector<int64_t> dims_;
+  int64_t num_elements_ = 1;
+};
+
+// NumPy/PyTorch broadcasting of two shapes. INVALID_ARGUMENT naming both
+// shapes and the first incompatible dimension otherwise, e.g.
+// "shapes [2, 3] and [4] cannot be broadcast: the size of tensor a (3) must
+// match the size of tensor b (4) at non-singleton dimension 1".
+absl::StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b);
+
+// Element strides (row-major, contiguous) that read `in` as if it had shape
+// `out` under broadcasting: 0 for broadcast dims. Result has out.rank()
+// entries. Precondition: BroadcastShapes(in, out) == out.
+std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out);
+
+}  // namespace tensord::core
+
+#endif  // TENSORD_CORE_SHAPE_H_
