@@ -1,0 +1,86 @@
+// TensorServiceImpl: the gRPC callback-API adapter over core::Runtime.
+//
+// Handlers are thin: read the proto, call the Runtime, fill the reply, finish
+// through FinishRpc() (the one status mapping). Upload and Fetch are
+// reactors that move one chunk at a time, so memory per stream is one chunk.
+// Compute runs on gRPC's callback threads for now (ops are short on this
+// service's scale; a dedicated executor is a later step).
+// Thread-safety: the Runtime is thread-safe; the service holds no other
+// mutable state except an atomic request counter and the draining flag.
+#ifndef TENSORD_SERVER_GRPC_SERVICE_H_
+#define TENSORD_SERVER_GRPC_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "core/runtime.h"
+#include "tensord/v1/tensord.grpc.pb.h"
+
+namespace tensord::server {
+
+inline constexpr uint32_t kDefaultFetchChunkBytes = 1 << 20;
+inline constexpr uint32_t kMaxFetchChunkBytes = 4 << 20;
+
+class TensorServiceImpl final : public v1::TensorService::CallbackService {
+ public:
+  // `runtime` is borrowed and must outlive the service.
+  explicit TensorServiceImpl(core::Runtime* runtime) : runtime_(runtime) {}
+
+  // After this, new RPCs fail with UNAVAILABLE ("server is shutting down").
+  void StartDraining() { draining_.store(true); }
+
+  grpc::ServerUnaryReactor* ListDevices(grpc::CallbackServerContext* ctx,
+                                        const v1::ListDevicesRequest* req,
+                                        v1::ListDevicesResponse* resp) override;
+  grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* ctx,
+                                        const v1::OpenSessionRequest* req,
+                                        v1::OpenSessionResponse* resp) override;
+  grpc::ServerUnaryReactor* CloseSession(
+      grpc::CallbackServerContext* ctx, const v1::CloseSessionRequest* req,
+      v1::CloseSessionResponse* resp) override;
+  grpc::ServerUnaryReactor* Create(grpc::CallbackServerContext* ctx,
+                                   const v1::CreateRequest* req,
+                                   v1::TensorResponse* resp) override;
+  grpc::ServerReadReactor<v1::UploadRequest>* Upload(
+      grpc::CallbackServerContext* ctx, v1::TensorResponse* resp) override;
+  grpc::ServerUnaryReactor* To(grpc::CallbackServerContext* ctx,
+                               const v1::ToRequest* req,
+                               v1::TensorResponse* resp) override;
+  grpc::ServerUnaryReactor* Binary(grpc::CallbackServerContext* ctx,
+                                   const v1::BinaryRequest* req,
+                                   v1::TensorResponse* resp) override;
+  grpc::ServerUnaryReactor* MatMul(grpc::CallbackServerContext* ctx,
+                                   const v1::MatMulRequest* req,
+                                   v1::TensorResponse* resp) override;
+  grpc::ServerWriteReactor<v1::FetchChunk>* Fetch(
+      grpc::CallbackServerContext* ctx, const v1::FetchRequest* req) override;
+  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx,
+                                    const v1::ReleaseRequest* req,
+                                    v1::ReleaseResponse* resp) override;
+  grpc::ServerUnaryReactor* GetTensor(grpc::CallbackServerContext* ctx,
+                                      const v1::GetTensorRequest* req,
+                                      v1::TensorResponse* resp) override;
+  grpc::ServerUnaryReactor* ListTensors(
+      grpc::CallbackServerContext* ctx, const v1::ListTensorsRequest* req,
+      v1::ListTensorsResponse* resp) override;
+
+ private:
+  // Runs `body` (returning absl::Status) unless draining, and finishes the
+  // default reactor with the mapped status.
+  template <typename Body>
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx,
+                                  const char* method, Body&& body);
+  absl::Status CheckServing() const;
+  uint64_t NextRequestId() { return next_request_id_.fetch_add(1) + 1; }
+
+  core::Runtime* runtime_;  // borrowed
+  std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> next_request_id_{0};
+
+  friend class UploadReactor;
+  friend class FetchReactor;
+};
+
+}  // namespace tensord::server
+
+#endif  // TENSORD_SERVER_GRPC_SERVICE_H_

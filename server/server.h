@@ -1,0 +1,68 @@
+// tensord::server::Server: the gRPC TensorService bound to a Runtime.
+//
+// Used by the `tensord` daemon, by tests (in-process channel or loopback)
+// and by benchmarks. Start() builds the Runtime, registers the service and
+// binds the listen address; the server serves until Shutdown().
+// Thread-safety: Shutdown() and Wait() may be called from any thread.
+#ifndef TENSORD_SERVER_SERVER_H_
+#define TENSORD_SERVER_SERVER_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/runtime.h"
+
+namespace grpc {
+class Channel;
+class Server;
+}  // namespace grpc
+
+namespace tensord::server {
+
+struct ServerOptions {
+  // "host:port" (port 0 picks a free one), or "" for no listening socket
+  // (in-process channel only).
+  std::string listen = "127.0.0.1:50051";
+  core::RuntimeOptions runtime;
+};
+
+class TensorServiceImpl;
+
+class Server {
+ public:
+  // Starts serving. INVALID_ARGUMENT for bad options, UNAVAILABLE when the
+  // address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Server>> Start(ServerOptions options);
+  ~Server();  // Shutdown() with no grace, then frees everything.
+
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // The bound TCP port (0 when not listening).
+  int port() const { return port_; }
+  // "127.0.0.1:<port>" style address a client on this host can dial.
+  const std::string& address() const { return address_; }
+  // A channel to this server that bypasses the network stack.
+  std::shared_ptr<grpc::Channel> InProcessChannel();
+  core::Runtime& runtime() { return *runtime_; }
+
+  // Stops accepting RPCs, lets in-flight ones finish within `grace`, then
+  // cancels the rest. Idempotent.
+  void Shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
+  // Blocks until the server has shut down.
+  void Wait();
+
+ private:
+  Server() = default;
+  std::unique_ptr<core::Runtime> runtime_;
+  std::unique_ptr<TensorServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::string address_;
+};
+
+}  // namespace tensord::server
+
+#endif  // TENSORD_SERVER_SERVER_H_
