@@ -20,7 +20,7 @@ build_pkgs=(
   libabsl-dev libspdlog-dev libfmt-dev libopenblas-dev zlib1g-dev libssl-dev
   libgtest-dev libgmock-dev
   # The cross-language test generates Python stubs from our proto.
-  python3 python3-grpcio python3-grpc-tools python3-protobuf python3-numpy
+  python3 python3-grpcio python3-protobuf python3-numpy
 )
 
 pkgs=("${runtime_pkgs[@]}")

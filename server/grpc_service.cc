@@ -1,6 +1,7 @@
 #include "server/grpc_service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
@@ -25,6 +26,33 @@ absl::Status FillTensor(const absl::StatusOr<core::TensorMeta>& meta,
 
 }  // namespace
 
+// One RPC's bookkeeping: its request id, its start time, and the one exit
+// through which its status is mapped, logged and counted.
+class RpcScope {
+ public:
+  RpcScope(TensorServiceImpl* service, const char* method)
+      : service_(service),
+        method_(method),
+        request_id_(service->NextRequestId()),
+        start_(std::chrono::steady_clock::now()) {}
+
+  grpc::Status Finish(const absl::Status& status) {
+    grpc::Status mapped = FinishRpc(method_, request_id_, status);
+    const double seconds = std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - start_)
+                               .count();
+    service_->metrics_->RecordRpc(
+        method_, absl::StatusCodeToString(status.code()), seconds);
+    return mapped;
+  }
+
+ private:
+  TensorServiceImpl* service_;  // borrowed
+  const char* method_;
+  const uint64_t request_id_;
+  const std::chrono::steady_clock::time_point start_;
+};
+
 absl::Status TensorServiceImpl::CheckServing() const {
   if (draining_.load()) {
     return absl::UnavailableError("server is shutting down");
@@ -35,10 +63,11 @@ absl::Status TensorServiceImpl::CheckServing() const {
 template <typename Body>
 grpc::ServerUnaryReactor* TensorServiceImpl::Unary(
     grpc::CallbackServerContext* ctx, const char* method, Body&& body) {
+  RpcScope scope(this, method);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   absl::Status status = CheckServing();
   if (status.ok()) status = body();
-  reactor->Finish(FinishRpc(method, NextRequestId(), status));
+  reactor->Finish(scope.Finish(status));
   return reactor;
 }
 
@@ -113,7 +142,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Create(
 class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
  public:
   UploadReactor(TensorServiceImpl* service, v1::TensorResponse* resp)
-      : service_(service), resp_(resp), request_id_(service->NextRequestId()) {
+      : service_(service), resp_(resp), scope_(service, "Upload") {
     absl::Status serving = service_->CheckServing();
     if (!serving.ok()) {
       Fail(serving);
@@ -167,17 +196,17 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
     }
     absl::Status status = FillTensor(upload_->Finish(), resp_);
     upload_.reset();
-    Finish(FinishRpc("Upload", request_id_, status));
+    Finish(scope_.Finish(status));
   }
 
   void Fail(const absl::Status& status) {
     upload_.reset();
-    Finish(FinishRpc("Upload", request_id_, status));
+    Finish(scope_.Finish(status));
   }
 
   TensorServiceImpl* service_;  // borrowed
   v1::TensorResponse* resp_;    // owned by gRPC
-  const uint64_t request_id_;
+  RpcScope scope_;
   v1::UploadRequest message_;
   std::unique_ptr<core::Runtime::Upload> upload_;
 };
@@ -222,10 +251,10 @@ grpc::ServerUnaryReactor* TensorServiceImpl::MatMul(
 class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchChunk> {
  public:
   FetchReactor(TensorServiceImpl* service, const v1::FetchRequest& req)
-      : request_id_(service->NextRequestId()) {
+      : scope_(service, "Fetch") {
     absl::Status status = Open(service, req);
     if (!status.ok()) {
-      Finish(FinishRpc("Fetch", request_id_, status));
+      Finish(scope_.Finish(status));
       return;
     }
     WriteNext();
@@ -233,12 +262,11 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchChunk> {
 
   void OnWriteDone(bool ok) override {
     if (!ok) {  // client went away; nothing more to do
-      Finish(FinishRpc("Fetch", request_id_,
-                       absl::CancelledError("client cancelled the fetch")));
+      Finish(scope_.Finish(absl::CancelledError("client cancelled the fetch")));
       return;
     }
     if (offset_ >= end_) {
-      Finish(grpc::Status::OK);
+      Finish(scope_.Finish(absl::OkStatus()));
       return;
     }
     WriteNext();
@@ -276,7 +304,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchChunk> {
     auto* bytes = reinterpret_cast<uint8_t*>(data->data());
     absl::Status status = reader_->Read(offset_, {bytes, n});
     if (!status.ok()) {
-      Finish(FinishRpc("Fetch", request_id_, status));
+      Finish(scope_.Finish(status));
       return;
     }
     chunk_.set_offset(offset_);
@@ -290,7 +318,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchChunk> {
     }
   }
 
-  const uint64_t request_id_;
+  RpcScope scope_;
   std::unique_ptr<core::Runtime::Reader> reader_;
   uint64_t offset_ = 0;
   uint64_t end_ = 0;

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "core/runtime.h"
+#include "server/metrics.h"
 #include "tensord/v1/tensord.grpc.pb.h"
 
 namespace tensord::server {
@@ -23,8 +24,9 @@ inline constexpr uint32_t kMaxFetchChunkBytes = 4 << 20;
 
 class TensorServiceImpl final : public v1::TensorService::CallbackService {
  public:
-  // `runtime` is borrowed and must outlive the service.
-  explicit TensorServiceImpl(core::Runtime* runtime) : runtime_(runtime) {}
+  // `runtime` and `metrics` are borrowed and must outlive the service.
+  TensorServiceImpl(core::Runtime* runtime, Metrics* metrics)
+      : runtime_(runtime), metrics_(metrics) {}
 
   // After this, new RPCs fail with UNAVAILABLE ("server is shutting down").
   void StartDraining() { draining_.store(true); }
@@ -74,9 +76,11 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
   uint64_t NextRequestId() { return next_request_id_.fetch_add(1) + 1; }
 
   core::Runtime* runtime_;  // borrowed
+  Metrics* metrics_;        // borrowed
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_request_id_{0};
 
+  friend class RpcScope;
   friend class UploadReactor;
   friend class FetchReactor;
 };

@@ -1,10 +1,14 @@
 // tensord: the daemon. Owns this machine's devices and serves TensorService.
 //
-//   tensord [--listen 127.0.0.1:50051] [--host-devices N]
-//           [--memory-limit 8GiB] [--log-level info] [--port-file PATH]
+//   tensord [--config /etc/tensord/tensord.toml] [--listen 127.0.0.1:50051]
+//           [--host-devices N] [--memory-limit 8GiB] [--log-level info]
+//           [--metrics-listen 127.0.0.1:9100] [--port-file PATH]
 //
-// SIGINT/SIGTERM shut it down cleanly: new RPCs are refused, in-flight ones
-// get a grace period, then every tensor is freed.
+// Settings: defaults < config file < TENSORD_* env < flags (server/config.h).
+// SIGINT/SIGTERM shut it down cleanly: health turns NOT_SERVING, new RPCs
+// are refused, in-flight ones get a grace period, then every tensor is
+// freed. SIGHUP re-reads log_level from the config file. Under systemd
+// (Type=notify) it reports READY=1 once serving and STOPPING=1 on shutdown.
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -17,8 +21,11 @@
 #include "absl/strings/str_join.h"
 #include "core/device_registry.h"
 #include "server/byte_size.h"
+#include "server/config.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
+
+#include <systemd/sd-daemon.h>
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "address to serve on, host:port (port 0 picks a free port)");
@@ -36,12 +43,52 @@ ABSL_FLAG(std::string, port_file, "",
           "if set, write the bound port to this file once serving");
 ABSL_FLAG(int, shutdown_grace_ms, 5000,
           "how long in-flight RPCs may run after SIGINT/SIGTERM");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "serve Prometheus metrics on http://HOST:PORT/metrics (off if empty)");
+ABSL_FLAG(std::string, config, "",
+          "TOML config file (default /etc/tensord/tensord.toml if present); "
+          "keys are these flags' names, e.g. listen = \"0.0.0.0:50051\"");
+
+constexpr char kDefaultConfigPath[] = "/etc/tensord/tensord.toml";
 
 namespace {
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "tensord: %s\n", message.c_str());
   return 2;
+}
+
+// Applies a log level name; false if it is not one.
+// The host part of a host:port address.
+std::string MetricsHost(const std::string& listen) {
+  return listen.substr(0, listen.rfind(':'));
+}
+
+bool SetLogLevel(const std::string& name) {
+  const spdlog::level::level_enum level = spdlog::level::from_str(name);
+  if (level == spdlog::level::off && name != "off") return false;
+  spdlog::set_level(level);
+  return true;
+}
+
+// SIGHUP: re-read the config file and apply its log level.
+void Reload(const std::string& config_path) {
+  if (config_path.empty()) {
+    spdlog::info("SIGHUP: no config file to re-read");
+    return;
+  }
+  auto values = tensord::server::ReadConfigFile(config_path);
+  if (!values.ok()) {
+    spdlog::error("SIGHUP: {}", std::string(values.status().message()));
+    return;
+  }
+  auto it = values->find("log_level");
+  const std::string level = it == values->end() ? "info" : it->second;
+  if (!SetLogLevel(level)) {
+    spdlog::error("SIGHUP: invalid log_level '{}' in {}", level, config_path);
+    return;
+  }
+  spdlog::info("SIGHUP: log level is now {}", level);
 }
 
 }  // namespace
@@ -51,19 +98,39 @@ int main(int argc, char** argv) {
       "tensord: serves tensors on this machine's devices over gRPC.\n"
       "Usage: tensord [--listen HOST:PORT] [--host-devices N] "
       "[--memory-limit SIZE] [--log-level LEVEL]");
+  // Accept --host-devices as well as absl's --host_devices spelling.
+  std::vector<std::string> args =
+      tensord::server::NormalizeFlagSpelling(argc, argv);
+  std::vector<char*> arg_ptrs;
+  for (std::string& a : args) arg_ptrs.push_back(a.data());
+  argc = static_cast<int>(arg_ptrs.size());
+  argv = arg_ptrs.data();
+
+  // Layers below the command line: the config file, then the environment.
+  const std::string config_path =
+      tensord::server::FindConfigPath(argc, argv, kDefaultConfigPath);
+  if (!config_path.empty()) {
+    auto values = tensord::server::ReadConfigFile(config_path);
+    if (!values.ok()) return Fail(std::string(values.status().message()));
+    absl::Status applied = tensord::server::ApplyToFlags(*values, config_path);
+    if (!applied.ok()) return Fail(std::string(applied.message()));
+  }
+  absl::Status env = tensord::server::ApplyToFlags(
+      tensord::server::ReadEnvironment(), "environment");
+  if (!env.ok()) return Fail(std::string(env.message()));
   absl::ParseCommandLine(argc, argv);
 
   const std::string level_name = absl::GetFlag(FLAGS_log_level);
-  const spdlog::level::level_enum level = spdlog::level::from_str(level_name);
-  if (level == spdlog::level::off && level_name != "off") {
+  if (!SetLogLevel(level_name)) {
     return Fail("invalid --log-level '" + level_name +
                 "': expected trace, debug, info, warn, error or off");
   }
-  spdlog::set_level(level);
+  if (!config_path.empty()) spdlog::info("config file: {}", config_path);
 
   tensord::server::ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.runtime.host_devices = absl::GetFlag(FLAGS_host_devices);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   for (auto [flag, target] :
        {std::pair{absl::GetFlag(FLAGS_memory_limit),
                   &options.runtime.host_memory_budget},
@@ -86,6 +153,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   auto server = tensord::server::Server::Start(std::move(options));
@@ -98,12 +166,23 @@ int main(int argc, char** argv) {
   spdlog::info("tensord {} serving on {} with devices: {}", TENSORD_VERSION,
                (*server)->address(), absl::StrJoin(names, ", "));
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if ((*server)->metrics_port() != 0) {
+    spdlog::info("metrics on http://{}:{}/metrics",
+                 MetricsHost(absl::GetFlag(FLAGS_metrics_listen)),
+                 (*server)->metrics_port());
+  }
   if (!port_file.empty()) {
     std::ofstream(port_file) << (*server)->port() << "\n";
   }
+  sd_notify(0, "READY=1");
 
   int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  while (true) {
+    sigwait(&signals, &signal_number);
+    if (signal_number != SIGHUP) break;
+    Reload(config_path);
+  }
+  sd_notify(0, "STOPPING=1");
   spdlog::info("received {}, shutting down (grace {} ms)",
                signal_number == SIGINT ? "SIGINT" : "SIGTERM",
                absl::GetFlag(FLAGS_shutdown_grace_ms));

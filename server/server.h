@@ -1,8 +1,10 @@
 // tensord::server::Server: the gRPC TensorService bound to a Runtime.
 //
 // Used by the `tensord` daemon, by tests (in-process channel or loopback)
-// and by benchmarks. Start() builds the Runtime, registers the service and
-// binds the listen address; the server serves until Shutdown().
+// and by benchmarks. Start() builds the Runtime, registers TensorService,
+// the standard gRPC health service (grpc.health.v1; NOT_SERVING once
+// draining) and server reflection, binds the listen address and, if asked,
+// the metrics endpoint; the server serves until Shutdown().
 // Thread-safety: Shutdown() and Wait() may be called from any thread.
 #ifndef TENSORD_SERVER_SERVER_H_
 #define TENSORD_SERVER_SERVER_H_
@@ -26,9 +28,13 @@ struct ServerOptions {
   // (in-process channel only).
   std::string listen = "127.0.0.1:50051";
   core::RuntimeOptions runtime;
+  // "host:port" for Prometheus metrics over HTTP (GET /metrics); "" = off.
+  std::string metrics_listen;
 };
 
 class TensorServiceImpl;
+class Metrics;
+class MetricsHttpServer;
 
 class Server {
  public:
@@ -42,14 +48,16 @@ class Server {
 
   // The bound TCP port (0 when not listening).
   int port() const { return port_; }
+  // The bound metrics port (0 when metrics are off).
+  int metrics_port() const;
   // "127.0.0.1:<port>" style address a client on this host can dial.
   const std::string& address() const { return address_; }
   // A channel to this server that bypasses the network stack.
   std::shared_ptr<grpc::Channel> InProcessChannel();
   core::Runtime& runtime() { return *runtime_; }
 
-  // Stops accepting RPCs, lets in-flight ones finish within `grace`, then
-  // cancels the rest. Idempotent.
+  // Marks health NOT_SERVING, stops accepting RPCs, lets in-flight ones
+  // finish within `grace`, then cancels the rest. Idempotent.
   void Shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
   // Blocks until the server has shut down.
   void Wait();
@@ -57,8 +65,10 @@ class Server {
  private:
   Server() = default;
   std::unique_ptr<core::Runtime> runtime_;
+  std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<TensorServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<MetricsHttpServer> metrics_http_;
   int port_ = 0;
   std::string address_;
 };

@@ -1,11 +1,13 @@
 """The proto is the cross-language contract: a Python program using stubs
-generated from tensord.proto (python3-grpcio, grpc_tools) runs the
+generated from tensord.proto (Debian's protoc + grpc_python_plugin, run with
+python3-grpcio and python3-protobuf) runs the
 create -> mul -> fetch loop, a matmul checked against numpy, and sees the
 same-device rule, against a real tensord daemon.
 
   test_proto_client.py TENSORD PROTO_ROOT
 """
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -13,16 +15,17 @@ import zlib
 
 import grpc
 import numpy as np
-from grpc_tools import protoc
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "e2e"))
 from daemon import Daemon  # noqa: E402
 
 TENSORD, PROTO_ROOT = sys.argv[1], sys.argv[2]
 GEN = tempfile.mkdtemp(prefix="tensord-pystubs-")
-rc = protoc.main(["protoc", f"-I{PROTO_ROOT}", f"--python_out={GEN}",
-                  f"--grpc_python_out={GEN}", "tensord/v1/tensord.proto"])
-assert rc == 0, "protoc failed"
+# The system protoc (3.21) understands proto3 `optional`; grpc_tools' bundled
+# one on Debian 12 is too old.
+subprocess.run(["protoc", f"-I{PROTO_ROOT}", f"--python_out={GEN}",
+                f"--grpc_out={GEN}", "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin",
+                "tensord/v1/tensord.proto"], check=True)
 sys.path.insert(0, GEN)
 from tensord.v1 import tensord_pb2 as pb  # noqa: E402
 from tensord.v1 import tensord_pb2_grpc as pb_grpc  # noqa: E402

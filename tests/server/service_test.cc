@@ -268,13 +268,20 @@ TEST_F(ServiceTest, CreateRejectsBadInput) {
          r.set_data(std::string(8, '\0'));
        },
        grpc::StatusCode::INVALID_ARGUMENT, "rank"},
-      {"byte size overflows",
+      {"element count overflows",
        [](v1::CreateRequest& r) {
          r.clear_shape();
          r.add_shape(int64_t{1} << 40);
          r.add_shape(int64_t{1} << 40);
        },
-       grpc::StatusCode::INVALID_ARGUMENT, "too large"},
+       grpc::StatusCode::INVALID_ARGUMENT, "too many elements"},
+      {"byte size overflows",
+       [](v1::CreateRequest& r) {
+         r.clear_shape();
+         r.add_shape(int64_t{1} << 31);
+         r.add_shape(int64_t{1} << 31);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "[2147483648, 2147483648]"},
       {"unknown dtype",
        [](v1::CreateRequest& r) { r.set_dtype(static_cast<v1::DType>(42)); },
        grpc::StatusCode::INVALID_ARGUMENT, "unknown dtype 42"},
@@ -322,6 +329,7 @@ TEST_F(ServiceTest, EmptyAndScalarTensors) {
   req.set_dtype(v1::FLOAT32);
   req.add_shape(0);
   req.add_shape(3);
+  req.set_data("");  // zero bytes, present
   v1::TensorInfo empty;
   ASSERT_TRUE(Create(req, &empty).ok());
   EXPECT_EQ(empty.nbytes(), 0u);
