@@ -56,6 +56,8 @@ struct DeviceStatus {
   uint64_t held_bytes = 0;    // by live tensors (and in-flight temporaries)
   uint64_t budget_bytes = 0;  // most tensord may hold
   uint64_t live_tensors = 0;
+  // Allocations refused by the budget or by the device, since start.
+  uint64_t allocation_failures = 0;
 };
 
 struct SessionCloseStats {

@@ -1,0 +1,226 @@
+#include "core/cpu/cpu_device.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "core/cpu/cpu_kernels.h"
+#include "core/op_checks.h"
+#include "core/status.h"
+
+namespace tensord::core {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+// Host memory aligned for vector loads. A zero-byte buffer still owns a
+// (minimal) allocation so data() is never null.
+class HostBuffer final : public Buffer {
+ public:
+  static std::unique_ptr<HostBuffer> Create(size_t bytes) {
+    const size_t rounded =
+        bytes == 0 ? kAlignment
+                   : (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    if (rounded < bytes) return nullptr;  // wrapped around
+    void* p =
+        ::operator new(rounded, std::align_val_t(kAlignment), std::nothrow);
+    if (p == nullptr) return nullptr;
+    return std::unique_ptr<HostBuffer>(new HostBuffer(p, bytes));
+  }
+  ~HostBuffer() override {
+    ::operator delete(data_, std::align_val_t(kAlignment));
+  }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+
+  void* data() override { return data_; }
+  const void* data() const override { return data_; }
+  size_t size() const override { return size_; }
+
+ private:
+  HostBuffer(void* data, size_t size) : data_(data), size_(size) {}
+  void* data_;
+  size_t size_;
+};
+
+// First "model name" line of /proc/cpuinfo, or "unknown CPU".
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "model name")) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) {
+        return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+      }
+    }
+  }
+  return "unknown CPU";
+}
+
+uint64_t PhysicalMemory() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return 0;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+}
+
+// MemAvailable from /proc/meminfo in bytes; 0 when unreadable.
+uint64_t AvailableMemory() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    absl::string_view rest = line;
+    if (absl::ConsumePrefix(&rest, "MemAvailable:")) {
+      rest = absl::StripAsciiWhitespace(rest);
+      absl::ConsumeSuffix(&rest, "kB");
+      uint64_t kib = 0;
+      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(rest), &kib)) {
+        return kib * 1024;
+      }
+    }
+  }
+  return 0;
+}
+
+absl::Status CheckRange(const Buffer& buffer, size_t offset, size_t bytes) {
+  if (offset > buffer.size() || bytes > buffer.size() - offset) {
+    return absl::OutOfRangeError(
+        absl::StrCat("copy of ", bytes, " bytes at offset ", offset,
+                     " is outside a buffer of ", buffer.size(), " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(const CpuDeviceOptions& options)
+      : name_(options.name),
+        index_(options.index),
+        model_(CpuModel()),
+        total_memory_(options.total_memory != 0 ? options.total_memory
+                                                : PhysicalMemory()) {}
+
+  const std::string& name() const override { return name_; }
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
+  int index() const override { return index_; }
+
+  DeviceProperties Properties() const override {
+    DeviceProperties p;
+    p.model = model_;
+    p.total_memory = total_memory_;
+    p.free_memory = std::min(AvailableMemory(), total_memory_);
+    return p;
+  }
+
+  absl::Status Supports(OpKind op, DType dtype) const override {
+    const bool half = dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+    bool ok = true;
+    switch (op) {
+      case OpKind::kFill:
+        ok = true;
+        break;
+      case OpKind::kRandomFill:
+        ok = dtype == DType::kFloat32 || dtype == DType::kFloat64;
+        break;
+      case OpKind::kCast:
+      case OpKind::kBinary:
+        ok = !half;
+        break;
+      case OpKind::kMatMul:
+        ok = !half && dtype != DType::kBool;
+        break;
+    }
+    return ok ? absl::OkStatus()
+              : NotImplementedError(OpKindName(op), dtype, name_);
+  }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
+    std::unique_ptr<Buffer> buffer = HostBuffer::Create(bytes);
+    if (buffer == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(name_, ": host allocation of ", bytes, " bytes failed"));
+    }
+    return buffer;
+  }
+
+  absl::Status CopyFromHost(const void* src, Buffer& dst, size_t offset,
+                            size_t bytes) override {
+    RETURN_IF_ERROR(CheckRange(dst, offset, bytes));
+    if (bytes > 0)
+      std::memcpy(static_cast<char*>(dst.data()) + offset, src, bytes);
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyToHost(const Buffer& src, size_t offset, void* dst,
+                          size_t bytes) override {
+    RETURN_IF_ERROR(CheckRange(src, offset, bytes));
+    if (bytes > 0) {
+      std::memcpy(dst, static_cast<const char*>(src.data()) + offset, bytes);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyFromDevice(Device& src_device, const Buffer& src,
+                              Buffer& dst, size_t bytes) override {
+    RETURN_IF_ERROR(CheckRange(dst, 0, bytes));
+    // Our memory is host memory, so any source device can write straight
+    // into it (a plain memcpy when it is another CPU device).
+    return src_device.CopyToHost(src, 0, dst.data(), bytes);
+  }
+
+  absl::Status Fill(const FillSpec& spec, const TensorRef& out) override {
+    const bool random = spec.kind == FillSpec::Kind::kRand ||
+                        spec.kind == FillSpec::Kind::kRandn;
+    RETURN_IF_ERROR(
+        Supports(random ? OpKind::kRandomFill : OpKind::kFill, out.dtype));
+    return cpu::FillKernel(spec, out.dtype, out.shape.NumElements(),
+                           out.buffer->data());
+  }
+
+  absl::Status Cast(const TensorRef& in, const TensorRef& out) override {
+    RETURN_IF_ERROR(Supports(OpKind::kCast, in.dtype));
+    RETURN_IF_ERROR(Supports(OpKind::kCast, out.dtype));
+    return cpu::CastKernel(in.dtype, in.buffer->data(), out.dtype,
+                           out.buffer->data(), in.shape.NumElements());
+  }
+
+  absl::Status Binary(BinaryOp op, const TensorRef& a, const TensorRef& b,
+                      const TensorRef& out) override {
+    RETURN_IF_ERROR(Supports(OpKind::kBinary, out.dtype));
+    return cpu::BinaryKernel(op, out.dtype, a.buffer->data(), a.shape,
+                             b.buffer->data(), b.shape, out.buffer->data(),
+                             out.shape);
+  }
+
+  absl::Status MatMul(const MatMulDims& dims, const TensorRef& a,
+                      const TensorRef& b, const TensorRef& out) override {
+    RETURN_IF_ERROR(Supports(OpKind::kMatMul, out.dtype));
+    return cpu::MatMulKernel(dims, out.dtype, a.buffer->data(),
+                             b.buffer->data(), out.buffer->data());
+  }
+
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+ private:
+  const std::string name_;
+  const int index_;
+  const std::string model_;
+  const uint64_t total_memory_;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> CreateCpuDevice(const CpuDeviceOptions& options) {
+  return std::make_unique<CpuDevice>(options);
+}
+
+}  // namespace tensord::core

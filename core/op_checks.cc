@@ -1,0 +1,55 @@
+#include "core/op_checks.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
+
+namespace tensord::core {
+
+absl::Status ValidateDType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+    case DType::kFloat64:
+    case DType::kInt32:
+    case DType::kInt64:
+    case DType::kBool:
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("invalid dtype value ", static_cast<int>(dtype)));
+}
+
+absl::Status CheckBinaryOpDType(BinaryOp op, DType dtype) {
+  if (op == BinaryOp::kSub && dtype == DType::kBool) {
+    return absl::FailedPreconditionError(
+        "Subtraction, the `-` operator, with two bool tensors is not "
+        "supported. Use the `^` or `logical_xor()` operator instead.");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NotImplementedError(std::string_view op, DType dtype,
+                                 std::string_view device) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("\"", ToAbsl(op), "\" not implemented for '",
+                   ToAbsl(DTypeName(dtype)), "' on ", ToAbsl(device)));
+}
+
+std::string_view OpKindName(OpKind op) {
+  switch (op) {
+    case OpKind::kFill:
+      return "fill";
+    case OpKind::kRandomFill:
+      return "random fill";
+    case OpKind::kCast:
+      return "cast";
+    case OpKind::kBinary:
+      return "binary";
+    case OpKind::kMatMul:
+      return "matmul";
+  }
+  return "unknown";
+}
+
+}  // namespace tensord::core

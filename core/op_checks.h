@@ -1,0 +1,32 @@
+// Internal: dtype and op checks shared by the Runtime and the devices, so
+// that a rule and its message live in one place.
+// Thread-safety: stateless.
+#ifndef TENSORD_CORE_OP_CHECKS_H_
+#define TENSORD_CORE_OP_CHECKS_H_
+
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "core/device.h"
+#include "core/dtype.h"
+
+namespace tensord::core {
+
+// INVALID_ARGUMENT unless `dtype` is one of the DType enumerators (the value
+// may come from a cast integer).
+absl::Status ValidateDType(DType dtype);
+
+// Dtype rules of the binary ops that hold on every device (PyTorch's):
+// FAILED_PRECONDITION for bool subtraction, OK otherwise.
+absl::Status CheckBinaryOpDType(BinaryOp op, DType dtype);
+
+// FAILED_PRECONDITION: "\"<op>\" not implemented for '<dtype>' on <device>".
+absl::Status NotImplementedError(std::string_view op, DType dtype,
+                                 std::string_view device);
+
+// The name NotImplementedError uses for an OpKind ("fill", "matmul", ...).
+std::string_view OpKindName(OpKind op);
+
+}  // namespace tensord::core
+
+#endif  // TENSORD_CORE_OP_CHECKS_H_

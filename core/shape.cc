@@ -1,0 +1,103 @@
+#include "core/shape.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/absl_compat.h"
+
+namespace tensord::core {
+namespace {
+
+std::string DimsToString(std::span<const int64_t> dims) {
+  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
+}
+
+}  // namespace
+
+absl::StatusOr<Shape> Shape::Make(std::span<const int64_t> dims) {
+  if (dims.size() > static_cast<size_t>(kMaxRank)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", dims.size(), " exceeds the maximum rank ", kMaxRank));
+  }
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dimension ", i, " is ", dims[i], "; dims must be >= 0"));
+    }
+  }
+  int64_t numel = 1;
+  bool overflow = false;
+  for (int64_t d : dims) {
+    // A zero dim makes the product 0 whatever else overflows: such a shape
+    // is valid (PyTorch accepts torch.empty(0, 2**62, 2**62)).
+    if (d == 0) {
+      numel = 0;
+      overflow = false;
+      break;
+    }
+    if (!overflow) overflow = __builtin_mul_overflow(numel, d, &numel);
+  }
+  if (overflow) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shape ", DimsToString(dims),
+                     " has too many elements: the element count overflows "
+                     "a 64-bit integer"));
+  }
+  Shape shape;
+  shape.dims_.assign(dims.begin(), dims.end());
+  shape.num_elements_ = numel;
+  return shape;
+}
+
+absl::StatusOr<uint64_t> Shape::ByteSize(DType dtype) const {
+  uint64_t bytes = 0;
+  const bool overflow = __builtin_mul_overflow(
+      static_cast<uint64_t>(num_elements_), DTypeSize(dtype), &bytes);
+  if (overflow || bytes > kMaxTensorBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shape ", ToString(), " with dtype ", ToAbsl(DTypeName(dtype)),
+        " is too large (", num_elements_, " elements of ", DTypeSize(dtype),
+        " bytes; at most ", kMaxTensorBytes, " bytes per tensor)"));
+  }
+  return bytes;
+}
+
+std::string Shape::ToString() const { return DimsToString(dims_); }
+
+absl::StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b) {
+  const int rank = std::max(a.rank(), b.rank());
+  std::vector<int64_t> dims(rank);
+  for (int i = 0; i < rank; ++i) {
+    // Dimensions align from the right; missing leading dims are 1.
+    const int ai = i - (rank - a.rank());
+    const int bi = i - (rank - b.rank());
+    const int64_t da = ai >= 0 ? a.dim(ai) : 1;
+    const int64_t db = bi >= 0 ? b.dim(bi) : 1;
+    if (da != db && da != 1 && db != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shapes ", a.ToString(), " and ", b.ToString(),
+                       " cannot be broadcast: the size of tensor a (", da,
+                       ") must match the size of tensor b (", db,
+                       ") at non-singleton dimension ", i));
+    }
+    dims[i] = da == 1 ? db : da;
+  }
+  // Cannot fail: every dim is one of the (valid) input dims.
+  return Shape::Make(dims);
+}
+
+std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
+  std::vector<int64_t> strides(out.rank(), 0);
+  int64_t stride = 1;
+  for (int i = in.rank() - 1; i >= 0; --i) {
+    const int oi = i + (out.rank() - in.rank());
+    strides[oi] = (in.dim(i) == 1 && out.dim(oi) != 1) ? 0 : stride;
+    stride *= in.dim(i);
+  }
+  return strides;
+}
+
+}  // namespace tensord::core

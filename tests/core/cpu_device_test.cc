@@ -1,0 +1,395 @@
+// CPU device kernels against hand-computed values.
+#include "core/cpu/cpu_device.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace tensord::core {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+
+Shape S(std::vector<int64_t> dims) { return Shape::Make(dims).value(); }
+
+// A host tensor on the CPU device: a buffer plus dtype and shape.
+struct HostTensor {
+  std::unique_ptr<Buffer> buffer;
+  DType dtype;
+  Shape shape;
+  TensorRef ref() const { return TensorRef{buffer.get(), dtype, shape}; }
+  template <typename T>
+  std::vector<T> values() const {
+    std::vector<T> v(shape.NumElements());
+    std::memcpy(v.data(), buffer->data(), v.size() * sizeof(T));
+    return v;
+  }
+};
+
+class CpuDeviceTest : public ::testing::Test {
+ protected:
+  CpuDeviceTest() : device_(CreateCpuDevice({})) {}
+
+  HostTensor Empty(DType dtype, std::vector<int64_t> dims) {
+    Shape shape = S(dims);
+    auto buffer = device_->Allocate(shape.ByteSize(dtype).value()).value();
+    return HostTensor{std::move(buffer), dtype, shape};
+  }
+  template <typename T>
+  HostTensor From(DType dtype, std::vector<int64_t> dims,
+                  const std::vector<T>& values) {
+    HostTensor t = Empty(dtype, dims);
+    EXPECT_EQ(values.size(), static_cast<size_t>(t.shape.NumElements()));
+    EXPECT_TRUE(device_
+                    ->CopyFromHost(values.data(), *t.buffer, 0,
+                                   values.size() * sizeof(T))
+                    .ok());
+    return t;
+  }
+  HostTensor Filled(DType dtype, std::vector<int64_t> dims,
+                    const FillSpec& spec) {
+    HostTensor t = Empty(dtype, dims);
+    absl::Status s = device_->Fill(spec, t.ref());
+    EXPECT_TRUE(s.ok()) << s;
+    return t;
+  }
+  HostTensor Bin(BinaryOp op, const HostTensor& a, const HostTensor& b) {
+    HostTensor out = Empty(a.dtype, BroadcastShapes(a.shape, b.shape)->dims());
+    absl::Status s = device_->Binary(op, a.ref(), b.ref(), out.ref());
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+
+  std::unique_ptr<Device> device_;
+};
+
+FillSpec Spec(FillSpec::Kind kind) {
+  FillSpec f;
+  f.kind = kind;
+  return f;
+}
+
+TEST_F(CpuDeviceTest, Identity) {
+  EXPECT_EQ(device_->name(), "cpu");
+  EXPECT_EQ(device_->kind(), DeviceKind::kCpu);
+  DeviceProperties p = device_->Properties();
+  EXPECT_FALSE(p.model.empty());
+  EXPECT_GT(p.total_memory, 0u);
+  EXPECT_GT(p.free_memory, 0u);
+  EXPECT_LE(p.free_memory, p.total_memory);
+  auto named =
+      CreateCpuDevice({.name = "cpu:1", .index = 1, .total_memory = 1 << 30});
+  EXPECT_EQ(named->name(), "cpu:1");
+  EXPECT_EQ(named->index(), 1);
+  EXPECT_EQ(named->Properties().total_memory, 1u << 30);
+}
+
+TEST_F(CpuDeviceTest, AllocationIsAligned) {
+  for (size_t bytes : {0, 1, 63, 64, 1000}) {
+    auto b = device_->Allocate(bytes).value();
+    EXPECT_EQ(b->size(), bytes);
+    EXPECT_NE(b->data(), nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data()) % 64, 0u);
+  }
+}
+
+TEST_F(CpuDeviceTest, CopiesAndRangeChecks) {
+  HostTensor t = From<int32_t>(DType::kInt32, {4}, {1, 2, 3, 4});
+  int32_t two[2];
+  ASSERT_TRUE(device_->CopyToHost(*t.buffer, 8, two, 8).ok());
+  EXPECT_EQ(two[0], 3);
+  EXPECT_EQ(two[1], 4);
+  EXPECT_EQ(device_->CopyToHost(*t.buffer, 12, two, 8).code(),
+            absl::StatusCode::kOutOfRange);
+  auto other = CreateCpuDevice({.name = "cpu:1", .index = 1});
+  auto dst = other->Allocate(16).value();
+  ASSERT_TRUE(other->CopyFromDevice(*device_, *t.buffer, *dst, 16).ok());
+  EXPECT_EQ(std::memcmp(dst->data(), t.buffer->data(), 16), 0);
+}
+
+TEST_F(CpuDeviceTest, Supports) {
+  EXPECT_TRUE(device_->Supports(OpKind::kMatMul, DType::kFloat32).ok());
+  absl::Status s = device_->Supports(OpKind::kMatMul, DType::kBool);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), "\"matmul\" not implemented for 'bool' on cpu");
+  EXPECT_EQ(device_->Supports(OpKind::kRandomFill, DType::kInt64).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(device_->Supports(OpKind::kRandomFill, DType::kFloat64).ok());
+  for (DType half : {DType::kFloat16, DType::kBFloat16}) {
+    EXPECT_TRUE(device_->Supports(OpKind::kFill, half).ok());
+    for (OpKind op : {OpKind::kRandomFill, OpKind::kCast, OpKind::kBinary,
+                      OpKind::kMatMul}) {
+      EXPECT_EQ(device_->Supports(op, half).code(),
+                absl::StatusCode::kFailedPrecondition);
+    }
+  }
+}
+
+TEST_F(CpuDeviceTest, FillConstantsAllDtypes) {
+  FillSpec full = Spec(FillSpec::Kind::kFull);
+  full.value = 2.5;
+  EXPECT_THAT(Filled(DType::kFloat32, {3}, full).values<float>(),
+              ElementsAre(2.5f, 2.5f, 2.5f));
+  EXPECT_THAT(Filled(DType::kFloat64, {2}, Spec(FillSpec::Kind::kOnes))
+                  .values<double>(),
+              ElementsAre(1.0, 1.0));
+  EXPECT_THAT(Filled(DType::kInt64, {2}, full).values<int64_t>(),
+              ElementsAre(2, 2));
+  EXPECT_THAT(Filled(DType::kInt32, {2}, Spec(FillSpec::Kind::kZeros))
+                  .values<int32_t>(),
+              ElementsAre(0, 0));
+  EXPECT_THAT(Filled(DType::kBool, {2}, full).values<uint8_t>(),
+              ElementsAre(1, 1));
+  EXPECT_THAT(
+      Filled(DType::kBool, {1}, Spec(FillSpec::Kind::kZeros)).values<uint8_t>(),
+      ElementsAre(0));
+  // Half types: bit patterns of 1.0 and 2.5.
+  EXPECT_THAT(Filled(DType::kFloat16, {2}, Spec(FillSpec::Kind::kOnes))
+                  .values<uint16_t>(),
+              ElementsAre(0x3c00, 0x3c00));
+  EXPECT_THAT(Filled(DType::kBFloat16, {1}, full).values<uint16_t>(),
+              ElementsAre(0x4020));
+  EXPECT_THAT(Filled(DType::kFloat16, {1}, full).values<uint16_t>(),
+              ElementsAre(0x4100));
+  // Out-of-range values saturate instead of being undefined behaviour.
+  full.value = 1e30;
+  EXPECT_THAT(Filled(DType::kInt32, {1}, full).values<int32_t>(),
+              ElementsAre(std::numeric_limits<int32_t>::max()));
+}
+
+TEST_F(CpuDeviceTest, Arange) {
+  FillSpec a = Spec(FillSpec::Kind::kArange);
+  a.start = 1;
+  a.step = 0.5;
+  EXPECT_THAT(Filled(DType::kFloat32, {4}, a).values<float>(),
+              ElementsAre(1.0f, 1.5f, 2.0f, 2.5f));
+  EXPECT_THAT(Filled(DType::kInt32, {4}, a).values<int32_t>(),
+              ElementsAre(1, 1, 2, 2));
+  a.start = 10;
+  a.step = -3;
+  EXPECT_THAT(Filled(DType::kInt64, {2, 2}, a).values<int64_t>(),
+              ElementsAre(10, 7, 4, 1));
+  a.start = 0;
+  a.step = 1;
+  EXPECT_THAT(Filled(DType::kBool, {3}, a).values<uint8_t>(),
+              ElementsAre(0, 1, 1));
+  // Exact beyond 2^53 for integer dtypes.
+  a.start = 9007199254740992.0;  // 2^53
+  EXPECT_THAT(Filled(DType::kInt64, {2}, a).values<int64_t>(),
+              ElementsAre(int64_t{1} << 53, (int64_t{1} << 53) + 1));
+}
+
+TEST_F(CpuDeviceTest, SeededRandIsReproducibleAndInRange) {
+  FillSpec r = Spec(FillSpec::Kind::kRand);
+  r.low = -2;
+  r.high = 3;
+  r.seed = 42;
+  std::vector<float> a = Filled(DType::kFloat32, {1000}, r).values<float>();
+  std::vector<float> b = Filled(DType::kFloat32, {1000}, r).values<float>();
+  EXPECT_EQ(a, b);
+  for (float v : a) {
+    EXPECT_GE(v, -2.0f);
+    EXPECT_LT(v, 3.0f);
+  }
+  // Element i depends only on (seed, i): a prefix is a prefix.
+  std::vector<float> prefix = Filled(DType::kFloat32, {10}, r).values<float>();
+  EXPECT_THAT(prefix, ElementsAreArray(a.begin(), a.begin() + 10));
+  r.seed = 43;
+  EXPECT_NE(Filled(DType::kFloat32, {1000}, r).values<float>(), a);
+  r.seed.reset();
+  EXPECT_NE(Filled(DType::kFloat64, {100}, r).values<double>(),
+            Filled(DType::kFloat64, {100}, r).values<double>());
+}
+
+TEST_F(CpuDeviceTest, RandnMoments) {
+  FillSpec r = Spec(FillSpec::Kind::kRandn);
+  r.mean = 3;
+  r.stddev = 2;
+  r.seed = 7;
+  const int n = 100000;
+  std::vector<double> v = Filled(DType::kFloat64, {n}, r).values<double>();
+  double sum = 0, sq = 0;
+  for (double x : v) sum += x;
+  const double mean = sum / n;
+  for (double x : v) sq += (x - mean) * (x - mean);
+  const double stddev = std::sqrt(sq / (n - 1));
+  EXPECT_NEAR(mean, 3.0, 0.03);
+  EXPECT_NEAR(stddev, 2.0, 0.03);
+  EXPECT_EQ(Filled(DType::kFloat64, {n}, r).values<double>(), v);
+}
+
+TEST_F(CpuDeviceTest, RandomFillRejectsIntegers) {
+  FillSpec r = Spec(FillSpec::Kind::kRand);
+  HostTensor t = Empty(DType::kInt32, {3});
+  absl::Status s = device_->Fill(r, t.ref());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("'int32'"));
+}
+
+TEST_F(CpuDeviceTest, Casts) {
+  HostTensor f =
+      From<float>(DType::kFloat32, {5}, {-1.5f, 0.0f, 2.7f, NAN, 3e10f});
+  HostTensor i = Empty(DType::kInt32, {5});
+  ASSERT_TRUE(device_->Cast(f.ref(), i.ref()).ok());
+  EXPECT_THAT(i.values<int32_t>(),
+              ElementsAre(-1, 0, 2, 0, std::numeric_limits<int32_t>::max()));
+  HostTensor b = Empty(DType::kBool, {5});
+  ASSERT_TRUE(device_->Cast(f.ref(), b.ref()).ok());
+  EXPECT_THAT(b.values<uint8_t>(), ElementsAre(1, 0, 1, 1, 1));
+  HostTensor d = Empty(DType::kFloat64, {5});
+  ASSERT_TRUE(device_->Cast(b.ref(), d.ref()).ok());
+  EXPECT_THAT(d.values<double>(), ElementsAre(1, 0, 1, 1, 1));
+  HostTensor l =
+      From<int64_t>(DType::kInt64, {2}, {(int64_t{1} << 32) + 5, -7});
+  HostTensor i2 = Empty(DType::kInt32, {2});
+  ASSERT_TRUE(device_->Cast(l.ref(), i2.ref()).ok());
+  EXPECT_THAT(i2.values<int32_t>(), ElementsAre(5, -7));
+  // Any nonzero byte is true.
+  HostTensor raw = From<uint8_t>(DType::kBool, {2}, {0, 7});
+  HostTensor r64 = Empty(DType::kInt64, {2});
+  ASSERT_TRUE(device_->Cast(raw.ref(), r64.ref()).ok());
+  EXPECT_THAT(r64.values<int64_t>(), ElementsAre(0, 1));
+}
+
+TEST_F(CpuDeviceTest, BinarySameShape) {
+  HostTensor a = From<float>(DType::kFloat32, {4}, {1, 2, 3, 4});
+  HostTensor b = From<float>(DType::kFloat32, {4}, {4, 3, 2, 0});
+  EXPECT_THAT(Bin(BinaryOp::kAdd, a, b).values<float>(),
+              ElementsAre(5, 5, 5, 4));
+  EXPECT_THAT(Bin(BinaryOp::kSub, a, b).values<float>(),
+              ElementsAre(-3, -1, 1, 4));
+  EXPECT_THAT(Bin(BinaryOp::kMul, a, b).values<float>(),
+              ElementsAre(4, 6, 6, 0));
+  std::vector<float> q = Bin(BinaryOp::kDiv, a, b).values<float>();
+  EXPECT_FLOAT_EQ(q[0], 0.25f);
+  EXPECT_TRUE(std::isinf(q[3]));
+}
+
+TEST_F(CpuDeviceTest, BinaryBroadcasting) {
+  HostTensor m = From<int64_t>(DType::kInt64, {2, 3}, {1, 2, 3, 4, 5, 6});
+  HostTensor row = From<int64_t>(DType::kInt64, {3}, {10, 20, 30});
+  HostTensor col = From<int64_t>(DType::kInt64, {2, 1}, {100, 200});
+  HostTensor scalar = From<int64_t>(DType::kInt64, {}, {2});
+  EXPECT_THAT(Bin(BinaryOp::kAdd, m, row).values<int64_t>(),
+              ElementsAre(11, 22, 33, 14, 25, 36));
+  EXPECT_THAT(Bin(BinaryOp::kSub, col, m).values<int64_t>(),
+              ElementsAre(99, 98, 97, 196, 195, 194));
+  EXPECT_THAT(Bin(BinaryOp::kMul, scalar, m).values<int64_t>(),
+              ElementsAre(2, 4, 6, 8, 10, 12));
+  // Outer product through broadcasting: [2, 1] x [3] -> [2, 3].
+  EXPECT_THAT(Bin(BinaryOp::kMul, col, row).values<int64_t>(),
+              ElementsAre(1000, 2000, 3000, 2000, 4000, 6000));
+  // Rank 3 with broadcasting in a middle dim.
+  HostTensor x = From<double>(DType::kFloat64, {2, 1, 2}, {1, 2, 3, 4});
+  HostTensor y = From<double>(DType::kFloat64, {3, 1}, {10, 20, 30});
+  EXPECT_THAT(Bin(BinaryOp::kAdd, x, y).values<double>(),
+              ElementsAre(11, 12, 21, 22, 31, 32, 13, 14, 23, 24, 33, 34));
+  // Empty result.
+  HostTensor e = Empty(DType::kInt64, {0, 3});
+  EXPECT_EQ(Bin(BinaryOp::kAdd, e, row).shape, S({0, 3}));
+}
+
+TEST_F(CpuDeviceTest, IntegerWraparound) {
+  constexpr int32_t kMax = std::numeric_limits<int32_t>::max();
+  constexpr int32_t kMin = std::numeric_limits<int32_t>::min();
+  HostTensor a = From<int32_t>(DType::kInt32, {3}, {kMax, kMin, 65536});
+  HostTensor b = From<int32_t>(DType::kInt32, {3}, {1, 1, 65536});
+  EXPECT_THAT(Bin(BinaryOp::kAdd, a, b).values<int32_t>(),
+              ElementsAre(kMin, kMin + 1, 131072));
+  EXPECT_THAT(Bin(BinaryOp::kSub, a, b).values<int32_t>(),
+              ElementsAre(kMax - 1, kMax, 0));
+  EXPECT_THAT(Bin(BinaryOp::kMul, a, b).values<int32_t>(),
+              ElementsAre(kMax, kMin, 0));  // 2^32 wraps to 0
+  constexpr int64_t kMax64 = std::numeric_limits<int64_t>::max();
+  HostTensor c = From<int64_t>(DType::kInt64, {1}, {kMax64});
+  EXPECT_THAT(Bin(BinaryOp::kAdd, c, c).values<int64_t>(), ElementsAre(-2));
+}
+
+TEST_F(CpuDeviceTest, BoolOps) {
+  HostTensor a = From<uint8_t>(DType::kBool, {4}, {0, 0, 1, 5});
+  HostTensor b = From<uint8_t>(DType::kBool, {4}, {0, 1, 0, 1});
+  EXPECT_THAT(Bin(BinaryOp::kAdd, a, b).values<uint8_t>(),
+              ElementsAre(0, 1, 1, 1));
+  EXPECT_THAT(Bin(BinaryOp::kMul, a, b).values<uint8_t>(),
+              ElementsAre(0, 0, 0, 1));
+  HostTensor out = Empty(DType::kBool, {4});
+  absl::Status s = device_->Binary(BinaryOp::kSub, a.ref(), b.ref(), out.ref());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(),
+            "Subtraction, the `-` operator, with two bool tensors is not "
+            "supported. Use the `^` or `logical_xor()` operator instead.");
+}
+
+TEST_F(CpuDeviceTest, MatMulSmall) {
+  // [2, 3] x [3, 2]
+  HostTensor a = From<float>(DType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6});
+  HostTensor b = From<float>(DType::kFloat32, {3, 2}, {7, 8, 9, 10, 11, 12});
+  HostTensor out = Empty(DType::kFloat32, {2, 2});
+  Device::MatMulDims dims{.batch = 1, .m = 2, .n = 2, .k = 3};
+  ASSERT_TRUE(device_->MatMul(dims, a.ref(), b.ref(), out.ref()).ok());
+  EXPECT_THAT(out.values<float>(), ElementsAre(58, 64, 139, 154));
+
+  HostTensor ai = From<int64_t>(DType::kInt64, {2, 3}, {1, 2, 3, 4, 5, 6});
+  HostTensor bi = From<int64_t>(DType::kInt64, {3, 2}, {7, 8, 9, 10, 11, 12});
+  HostTensor oi = Empty(DType::kInt64, {2, 2});
+  ASSERT_TRUE(device_->MatMul(dims, ai.ref(), bi.ref(), oi.ref()).ok());
+  EXPECT_THAT(oi.values<int64_t>(), ElementsAre(58, 64, 139, 154));
+
+  HostTensor bb = Empty(DType::kBool, {2, 2});
+  EXPECT_EQ(device_->MatMul(dims, bb.ref(), bb.ref(), bb.ref()).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CpuDeviceTest, MatMulIntWraps) {
+  constexpr int32_t kMax = std::numeric_limits<int32_t>::max();
+  HostTensor a = From<int32_t>(DType::kInt32, {1, 2}, {kMax, 1});
+  HostTensor b = From<int32_t>(DType::kInt32, {2, 1}, {2, 2});
+  HostTensor out = Empty(DType::kInt32, {1, 1});
+  Device::MatMulDims dims{.batch = 1, .m = 1, .n = 1, .k = 2};
+  ASSERT_TRUE(device_->MatMul(dims, a.ref(), b.ref(), out.ref()).ok());
+  EXPECT_THAT(out.values<int32_t>(), ElementsAre(0));  // 2*(2^31-1)+2 = 2^32
+}
+
+TEST_F(CpuDeviceTest, BatchedSgemmMatchesNaiveLoop) {
+  const int64_t batch = 3, m = 37, n = 29, k = 53;
+  std::mt19937 gen(1);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> av(batch * m * k), bv(k * n);
+  for (float& x : av) x = dist(gen);
+  for (float& x : bv) x = dist(gen);
+  HostTensor a = From<float>(DType::kFloat32, {batch, m, k}, av);
+  HostTensor b = From<float>(DType::kFloat32, {k, n}, bv);  // broadcast
+  HostTensor out = Empty(DType::kFloat32, {batch, m, n});
+  Device::MatMulDims dims{.batch = batch,
+                          .m = m,
+                          .n = n,
+                          .k = k,
+                          .a_batch_stride = m * k,
+                          .b_batch_stride = 0,
+                          .out_batch_stride = m * n};
+  ASSERT_TRUE(device_->MatMul(dims, a.ref(), b.ref(), out.ref()).ok());
+  std::vector<float> got = out.values<float>();
+  for (int64_t p = 0; p < batch; ++p) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          want += double{av[p * m * k + i * k + kk]} * bv[kk * n + j];
+        }
+        ASSERT_NEAR(got[p * m * n + i * n + j], want, 1e-4)
+            << p << "," << i << "," << j;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tensord::core
