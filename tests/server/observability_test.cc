@@ -1,0 +1,158 @@
+// Health, reflection and /metrics on a real server.
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "server/server.h"
+#include "tensord/v1/tensord.grpc.pb.h"
+
+namespace tensord::server {
+namespace {
+
+using ::testing::HasSubstr;
+using HealthResponse = grpc::health::v1::HealthCheckResponse;
+
+class ObservabilityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.metrics_listen = "127.0.0.1:0";
+    auto server = Server::Start(std::move(options));
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    channel_ = grpc::CreateChannel(server_->address(),
+                                   grpc::InsecureChannelCredentials());
+  }
+
+  HealthResponse::ServingStatus Health(const std::string& service) {
+    auto stub = grpc::health::v1::Health::NewStub(channel_);
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(service);
+    HealthResponse resp;
+    grpc::Status s = stub->Check(&ctx, req, &resp);
+    if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+      return HealthResponse::UNKNOWN;  // the service name is not registered
+    }
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.status();
+  }
+
+  std::string Scrape() {
+    httplib::Client http("127.0.0.1", server_->metrics_port());
+    auto res = http.Get("/metrics");
+    EXPECT_TRUE(res) << "no response from /metrics";
+    if (!res) return "";
+    EXPECT_EQ(res->status, 200);
+    return res->body;
+  }
+
+  std::unique_ptr<Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+TEST_F(ObservabilityTest, HealthServingThenNotServingWhileDraining) {
+  EXPECT_EQ(Health(""), HealthResponse::SERVING);
+  EXPECT_EQ(Health("tensord.v1.TensorService"), HealthResponse::SERVING);
+  EXPECT_EQ(Health("no.such.Service"), HealthResponse::UNKNOWN);
+
+  // A watcher (what load balancers and probes use) sees SERVING, then
+  // NOT_SERVING when the server starts draining.
+  auto stub = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext ctx;
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service("tensord.v1.TensorService");
+  auto watch = stub->Watch(&ctx, req);
+  HealthResponse resp;
+  ASSERT_TRUE(watch->Read(&resp));
+  EXPECT_EQ(resp.status(), HealthResponse::SERVING);
+  std::thread shutdown([this] { server_->Shutdown(std::chrono::seconds(2)); });
+  ASSERT_TRUE(watch->Read(&resp));
+  EXPECT_EQ(resp.status(), HealthResponse::NOT_SERVING);
+  ctx.TryCancel();
+  shutdown.join();
+}
+
+TEST_F(ObservabilityTest, ReflectionListsTheService) {
+  // grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo with
+  // list_services = "" (field 7), sent as raw bytes: no reflection stubs
+  // are needed to prove the service answers.
+  grpc::GenericStub stub(channel_);
+  grpc::ClientContext ctx;
+  grpc::CompletionQueue cq;
+  auto call = stub.PrepareCall(
+      &ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      &cq);
+  void* tag = nullptr;
+  bool ok = false;
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  const char request[] = {0x3a, 0x00};  // field 7 (list_services), empty
+  grpc::Slice slice(request, sizeof request);
+  grpc::ByteBuffer out(&slice, 1);
+  call->Write(out, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  grpc::ByteBuffer in;
+  call->Read(&in, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(in.Dump(&slices).ok());
+  std::string body;
+  for (const auto& s : slices) body.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_THAT(body, HasSubstr("tensord.v1.TensorService"));
+  ctx.TryCancel();
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(4));
+  while (cq.Next(&tag, &ok)) {
+    if (tag == reinterpret_cast<void*>(4)) break;
+  }
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+}
+
+TEST_F(ObservabilityTest, MetricsMoveWithRpcs) {
+  const std::string before = Scrape();
+  EXPECT_THAT(before, HasSubstr("tensord_sessions 0"));
+  EXPECT_THAT(before, HasSubstr("tensord_device_live_tensors{device=\"cpu\"} 0"));
+
+  auto stub = v1::TensorService::NewStub(channel_);
+  grpc::ClientContext c1;
+  v1::OpenSessionResponse session;
+  ASSERT_TRUE(stub->OpenSession(&c1, {}, &session).ok());
+  grpc::ClientContext c2;
+  v1::CreateRequest create;
+  create.set_session(session.session());
+  create.set_dtype(v1::FLOAT32);
+  create.add_shape(256);
+  create.mutable_fill()->set_kind(v1::Fill::ONES);
+  v1::TensorResponse created;
+  ASSERT_TRUE(stub->Create(&c2, create, &created).ok());
+  grpc::ClientContext c3;
+  create.set_device("cuda:7");
+  EXPECT_FALSE(stub->Create(&c3, create, &created).ok());
+
+  const std::string after = Scrape();
+  EXPECT_THAT(after, HasSubstr("tensord_sessions 1"));
+  EXPECT_THAT(after, HasSubstr("tensord_device_live_tensors{device=\"cpu\"} 1"));
+  EXPECT_THAT(after, HasSubstr("tensord_device_held_bytes{device=\"cpu\"} 1024"));
+  EXPECT_THAT(after,
+              HasSubstr("tensord_rpcs_total{method=\"Create\",code=\"OK\"} 1"));
+  EXPECT_THAT(after, HasSubstr(
+                         "tensord_rpcs_total{method=\"Create\",code=\"NOT_FOUND\"} 1"));
+  EXPECT_THAT(after, HasSubstr(
+                         "tensord_rpc_duration_seconds_count{method=\"Create\"} 2"));
+  EXPECT_THAT(after, HasSubstr("# TYPE tensord_rpc_duration_seconds histogram"));
+}
+
+}  // namespace
+}  // namespace tensord::server
