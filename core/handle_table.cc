@@ -92,6 +92,34 @@ std::vector<HandleEntry> HandleTable::CloseAll() {
   return out;
 }
 
+std::vector<SessionSummary> HandleTable::ListSessions() const {
+  std::vector<std::pair<std::string, std::shared_ptr<Session>>> sessions;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, session] : sessions_) {
+      sessions.emplace_back(id, session);
+    }
+  }
+  std::vector<SessionSummary> out;
+  for (const auto& [id, session] : sessions) {
+    SessionSummary summary;
+    summary.id_prefix = id.substr(0, 8);
+    summary.client_name = session->client_name;
+    summary.created = session->created;
+    absl::MutexLock lock(&session->mu);
+    for (const auto& [handle, entry] : session->entries) {
+      ++summary.tensors;
+      summary.bytes += entry.tensor->nbytes;
+    }
+    out.push_back(std::move(summary));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const SessionSummary& a, const SessionSummary& b) {
+              return a.created < b.created;
+            });
+  return out;
+}
+
 size_t HandleTable::session_count() const {
   absl::MutexLock lock(&mu_);
   return sessions_.size();

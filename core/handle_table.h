@@ -50,6 +50,16 @@ struct HandleEntry {
   Clock::time_point last_used;
 };
 
+// One session as an operator sees it; never carries the full session id
+// (which is the session's only credential).
+struct SessionSummary {
+  std::string id_prefix;  // first 8 hex digits of the id
+  std::string client_name;
+  uint64_t tensors = 0;
+  uint64_t bytes = 0;
+  HandleEntry::Clock::time_point created;
+};
+
 class HandleTable {
  public:
   HandleTable();
@@ -67,6 +77,8 @@ class HandleTable {
   // Closes every session; returns all entries. For shutdown.
   std::vector<HandleEntry> CloseAll();
   size_t session_count() const;
+  // Every open session, oldest first.
+  std::vector<SessionSummary> ListSessions() const;
 
   // Registers `tensor` under a new handle. NOT_FOUND for an unknown (or
   // concurrently closed) session.
@@ -83,8 +95,10 @@ class HandleTable {
 
  private:
   struct Session {
-    explicit Session(std::string_view client) : client_name(client) {}
+    explicit Session(std::string_view client)
+        : client_name(client), created(HandleEntry::Clock::now()) {}
     const std::string client_name;
+    const HandleEntry::Clock::time_point created;
     mutable absl::Mutex mu;
     bool closed ABSL_GUARDED_BY(mu) = false;
     absl::flat_hash_map<uint64_t, HandleEntry> entries ABSL_GUARDED_BY(mu);

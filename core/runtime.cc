@@ -494,6 +494,23 @@ absl::StatusOr<SessionCloseStats> Runtime::CloseSession(
 
 size_t Runtime::session_count() const { return impl_->table().session_count(); }
 
+std::vector<SessionInfo> Runtime::ListSessions() const {
+  const auto now = HandleEntry::Clock::now();
+  std::vector<SessionInfo> out;
+  for (const SessionSummary& s : impl_->table().ListSessions()) {
+    SessionInfo info;
+    info.id_prefix = s.id_prefix;
+    info.client_name = s.client_name;
+    info.tensors = s.tensors;
+    info.bytes = s.bytes;
+    info.age_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      now - s.created)
+                      .count();
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
 absl::StatusOr<TensorMeta> Runtime::CreateFromData(
     std::string_view session, std::string_view device, DType dtype,
     std::span<const int64_t> dims, std::span<const uint8_t> data,

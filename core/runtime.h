@@ -60,6 +60,16 @@ struct DeviceStatus {
   uint64_t allocation_failures = 0;
 };
 
+// An open session, for operators (tensorctl sessions). The id is shortened:
+// a full session id is that session's credential.
+struct SessionInfo {
+  std::string id_prefix;
+  std::string client_name;
+  uint64_t tensors = 0;
+  uint64_t bytes = 0;
+  int64_t age_ms = 0;
+};
+
 struct SessionCloseStats {
   uint64_t released_tensors = 0;
   uint64_t released_bytes = 0;
@@ -101,6 +111,8 @@ class Runtime {
   // Frees every tensor of the session. NOT_FOUND for an unknown session.
   absl::StatusOr<SessionCloseStats> CloseSession(std::string_view session);
   size_t session_count() const;
+  // Every open session, oldest first.
+  std::vector<SessionInfo> ListSessions() const;
 
   // --- Creating tensors -----------------------------------------------------
   // From host bytes; data.size() must equal numel x dtype size.

@@ -364,4 +364,41 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ListTensors(
   });
 }
 
+grpc::ServerUnaryReactor* TensorServiceImpl::ListSessions(
+    grpc::CallbackServerContext* ctx, const v1::ListSessionsRequest* req,
+    v1::ListSessionsResponse* resp) {
+  return Unary(ctx, "ListSessions", [&] {
+    for (const core::SessionInfo& s : runtime_->ListSessions()) {
+      v1::SessionInfo* out = resp->add_sessions();
+      out->set_id_prefix(s.id_prefix);
+      out->set_client_name(s.client_name);
+      out->set_tensors(s.tensors);
+      out->set_bytes(s.bytes);
+      out->set_age_ms(s.age_ms);
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* TensorServiceImpl::GetStats(
+    grpc::CallbackServerContext* ctx, const v1::GetStatsRequest* req,
+    v1::GetStatsResponse* resp) {
+  return Unary(ctx, "GetStats", [&] {
+    resp->set_server_version(TENSORD_VERSION);
+    resp->set_uptime_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - started_)
+                            .count());
+    resp->set_sessions(runtime_->session_count());
+    uint64_t tensors = 0, bytes = 0;
+    for (const core::DeviceStatus& d : runtime_->ListDevices()) {
+      tensors += d.live_tensors;
+      bytes += d.held_bytes;
+      ToProto(d, resp->add_devices());
+    }
+    resp->set_tensors(tensors);
+    resp->set_held_bytes(bytes);
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace tensord::server

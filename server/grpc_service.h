@@ -11,6 +11,7 @@
 #define TENSORD_SERVER_GRPC_SERVICE_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 
 #include "core/runtime.h"
@@ -65,6 +66,12 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
   grpc::ServerUnaryReactor* ListTensors(
       grpc::CallbackServerContext* ctx, const v1::ListTensorsRequest* req,
       v1::ListTensorsResponse* resp) override;
+  grpc::ServerUnaryReactor* ListSessions(
+      grpc::CallbackServerContext* ctx, const v1::ListSessionsRequest* req,
+      v1::ListSessionsResponse* resp) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx,
+                                     const v1::GetStatsRequest* req,
+                                     v1::GetStatsResponse* resp) override;
 
  private:
   // Runs `body` (returning absl::Status) unless draining, and finishes the
@@ -79,6 +86,8 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
   Metrics* metrics_;        // borrowed
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_request_id_{0};
+  const std::chrono::steady_clock::time_point started_ =
+      std::chrono::steady_clock::now();
 
   friend class RpcScope;
   friend class UploadReactor;

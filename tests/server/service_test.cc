@@ -572,6 +572,31 @@ TEST_F(ServiceTest, UnknownBinaryOpIsInvalid) {
   EXPECT_THAT(s.error_message(), HasSubstr("77"));
 }
 
+TEST_F(ServiceTest, OperatorViewsCountEverySession) {
+  CreateInt64({1, 2, 3});
+  const std::string other = OpenSession();
+  {
+    grpc::ClientContext ctx;
+    v1::ListSessionsResponse resp;
+    ASSERT_TRUE(stub_->ListSessions(&ctx, {}, &resp).ok());
+    ASSERT_EQ(resp.sessions_size(), 2);
+    EXPECT_EQ(resp.sessions(0).id_prefix(), session_.substr(0, 8));
+    EXPECT_EQ(resp.sessions(0).tensors(), 1u);
+    EXPECT_EQ(resp.sessions(0).bytes(), 24u);
+    EXPECT_EQ(resp.sessions(1).tensors(), 0u);
+    // The full id is a credential and never listed.
+    EXPECT_EQ(resp.DebugString().find(session_), std::string::npos);
+  }
+  grpc::ClientContext ctx;
+  v1::GetStatsResponse stats;
+  ASSERT_TRUE(stub_->GetStats(&ctx, {}, &stats).ok());
+  EXPECT_EQ(stats.sessions(), 2u);
+  EXPECT_EQ(stats.tensors(), 1u);
+  EXPECT_EQ(stats.held_bytes(), 24u);
+  EXPECT_EQ(stats.devices_size(), 2);
+  EXPECT_GE(stats.uptime_ms(), 0);
+}
+
 TEST_F(ServiceTest, InProcessChannelServesToo) {
   auto stub = v1::TensorService::NewStub(server_->InProcessChannel());
   grpc::ClientContext ctx;
