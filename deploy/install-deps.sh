@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package that building, testing and running tensord
-# need. Idempotent: installs only what is missing, and needs root (or sudo)
-# only when something is missing. Used by the Makefile, .ci/run and the
+# Installs every package that building, testing and running tensord need, on
+# Debian 12 (developers' machines, CI) or Ubuntu 24.04 (the Dockerfile's CUDA
+# images). Idempotent: installs only what is missing, and needs root (or
+# sudo) only when something is missing. Used by the Makefile, .ci/run and the
 # Dockerfile, so there is one list of dependencies.
 #
 #   deploy/install-deps.sh            build + test + run dependencies
@@ -11,16 +12,37 @@
 # when nvcc is on PATH the build picks it up (TENSORD_CUDA=AUTO).
 set -euo pipefail
 
-runtime_pkgs=(
-  libgrpc++1.51 libprotobuf32 libspdlog1.10 libopenblas0-pthread
-)
+# Shared-library packages are named after their soname, and Ubuntu 24.04
+# renamed many for the 64-bit time_t transition (t64), so these differ by
+# release; every -dev and tool package name below is the same on both.
+. /etc/os-release
+case "${ID}:${VERSION_ID:-}" in
+  ubuntu:24.04)
+    runtime_pkgs=(
+      libgrpc++1.51t64 libprotobuf32t64 libspdlog1.12-fmt9 libopenblas0-pthread
+      libcpp-httplib0.14t64 libtomlplusplus3t64 libsystemd0
+    ) ;;
+  *)
+    if [[ "${ID}:${VERSION_ID:-}" != debian:12 ]]; then
+      echo "install-deps: ${PRETTY_NAME:-this OS} is neither Debian 12 nor Ubuntu 24.04;" \
+           "trying Debian 12's package names" >&2
+    fi
+    runtime_pkgs=(
+      libgrpc++1.51 libprotobuf32 libspdlog1.10 libopenblas0-pthread
+      libcpp-httplib0.11 libtomlplusplus3 libsystemd0
+    ) ;;
+esac
 build_pkgs=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev libspdlog-dev libfmt-dev libopenblas-dev zlib1g-dev libssl-dev
   libgtest-dev libgmock-dev
+  # /metrics, the config file, sd_notify.
+  libcpp-httplib-dev libtomlplusplus-dev libsystemd-dev
   # The cross-language test generates Python stubs from our proto.
   python3 python3-grpcio python3-protobuf python3-numpy
+  # tests/deploy parses the Kubernetes and Compose YAML.
+  python3-yaml
 )
 
 pkgs=("${runtime_pkgs[@]}")
