@@ -1,7 +1,7 @@
 // latency_bench: the round-trip cost of a remote tensor op next to the floor.
 //
 // In one run, on loopback TCP:
-//   bare_unary         an empty gRPC unary call (bench/proto Echo.Ping)
+//   bare_unary         an empty gRPC unary call (bench/tensord_bench Echo.Ping)
 //   create_mul_fetch   client.tensor({1,2,3}), client.tensor({5,8,1}), x * y,
 //                      fetch of the 3-element result, and the releases the
 //                      RAII handles make — the whole PyTorch-like loop

@@ -265,11 +265,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchChunk> {
       Finish(scope_.Finish(absl::CancelledError("client cancelled the fetch")));
       return;
     }
-    if (offset_ >= end_) {
-      Finish(scope_.Finish(absl::OkStatus()));
-      return;
-    }
-    WriteNext();
+    WriteNext();  // the last chunk finished the call in WriteNext()
   }
 
   void OnDone() override { delete this; }
@@ -312,7 +308,11 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchChunk> {
         crc32(crc32(0L, Z_NULL, 0), bytes, static_cast<uInt>(n))));
     offset_ += n;
     if (offset_ >= end_) {
-      StartWriteLast(&chunk_, grpc::WriteOptions());
+      // The last chunk and the status go out together. (StartWriteLast
+      // would hold the chunk back until Finish, which we would only call
+      // from its OnWriteDone: a stall that only other traffic unblocks.)
+      StartWriteAndFinish(&chunk_, grpc::WriteOptions(),
+                          scope_.Finish(absl::OkStatus()));
     } else {
       StartWrite(&chunk_);
     }

@@ -436,6 +436,29 @@ TEST_F(ServiceTest, FetchResumesAndChunks) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+// Regression: the last chunk used to be held back until unrelated traffic
+// flushed it, so a lone fetch on a quiet connection could stall for good.
+TEST_F(ServiceTest, LoneFetchesCompleteOnAQuietConnection) {
+  // One generous deadline for all 20 (they take ~10 ms in all; with the bug
+  // they took ~6 s or never finished).
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(3);
+  v1::TensorInfo t = CreateInt64({5, 16, 3});
+  for (int i = 0; i < 20; ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline);
+    v1::FetchRequest req;
+    req.set_session(session_);
+    req.set_handle(t.handle());
+    auto reader = stub_->Fetch(&ctx, req);
+    v1::FetchChunk chunk;
+    int chunks = 0;
+    while (reader->Read(&chunk)) ++chunks;
+    grpc::Status s = reader->Finish();
+    ASSERT_TRUE(s.ok()) << "fetch " << i << ": " << s.error_message();
+    EXPECT_EQ(chunks, 1);
+  }
+}
+
 TEST_F(ServiceTest, UploadStreamsAndValidates) {
   std::vector<float> values(300000);  // 1.2 MB, several messages
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f;

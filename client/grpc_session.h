@@ -1,0 +1,129 @@
+// Internal: the client's session state and its RPC plumbing.
+//
+// A Session is shared (std::shared_ptr) by the Client that opened it and by
+// every TensorState it made, so the remote session outlives whichever of
+// them goes last. All RPCs of the client library go through this file:
+// Call() for unary RPCs, Upload() and Fetch() for the streams, and
+// ThrowStatus() is the one place where a failed grpc::Status becomes a
+// tensord::Error.
+//
+// Not part of the public API: only the library's .cc files include it (it
+// pulls in the generated protobuf headers that client.h keeps out).
+// Thread-safety: a Session is immutable after Open() and its stub is
+// thread-safe, so every method may be called concurrently.
+#ifndef TENSORD_CLIENT_GRPC_SESSION_H_
+#define TENSORD_CLIENT_GRPC_SESSION_H_
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/support/status.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "tensord/client.h"
+#include "tensord/v1/tensord.grpc.pb.h"
+#include "tensord/v1/tensord.pb.h"
+
+namespace tensord::client::internal {
+
+namespace v1 = ::tensord::v1;
+
+// Throws the Error that carries `status`'s code and message. `status` must
+// not be OK.
+[[noreturn]] void ThrowStatus(const grpc::Status& status);
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  // Opens a session on `channel`. Throws Error (UNAVAILABLE when the server
+  // cannot be reached).
+  static std::shared_ptr<Session> Open(std::shared_ptr<grpc::Channel> channel);
+
+  // Closes the remote session (freeing whatever it still holds); a failure
+  // is ignored since there is nobody left to tell.
+  ~Session();
+
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const std::string& id() const { return id_; }
+
+  // Performs the unary RPC `method` with `request`, filling in the session
+  // id when the request has one. Returns the response; throws Error.
+  template <typename Request, typename Response>
+  Response Call(grpc::Status (v1::TensorService::Stub::*method)(
+                    grpc::ClientContext*, const Request&, Response*),
+                Request request) const {
+    if constexpr (requires { request.set_session(id_); }) {
+      request.set_session(id_);
+    }
+    grpc::ClientContext context;
+    Response response;
+    grpc::Status status = (stub_.get()->*method)(&context, request, &response);
+    if (!status.ok()) ThrowStatus(status);
+    return response;
+  }
+
+  // Makes a tensor from `bytes`: inline in Create when they fit in one
+  // message of kUploadChunkBytes, else streamed through Upload in chunks of
+  // that size. Returns the new tensor's metadata; throws Error.
+  static constexpr size_t kUploadChunkBytes = size_t{1} << 20;
+  v1::TensorInfo CreateFromBytes(v1::DType dtype,
+                                 const std::vector<int64_t>& shape,
+                                 std::string_view bytes,
+                                 const std::string& device) const;
+
+  // All bytes of tensor `handle`, streamed by Fetch. Each chunk's offset
+  // must continue the bytes so far and its CRC-32 must match, and the total
+  // must equal the tensor's size: DATA_LOSS otherwise. A stream broken by
+  // UNAVAILABLE is resumed from the last good offset a few times.
+  std::string Fetch(uint64_t handle) const;
+
+  // Releases `handle`; failures are ignored (used by destructors).
+  void ReleaseQuietly(uint64_t handle) const noexcept;
+
+  // Wraps the metadata of a tensor this session just made in shared state
+  // whose destruction releases it. Throws Error(INTERNAL) for a dtype this
+  // client does not know (after releasing the tensor).
+  std::shared_ptr<const TensorState> Adopt(const v1::TensorInfo& info) const;
+
+  // Call() for an RPC that makes a tensor, then Adopt() of the result.
+  template <typename Request>
+  std::shared_ptr<const TensorState> MakeTensor(
+      grpc::Status (v1::TensorService::Stub::*method)(grpc::ClientContext*,
+                                                      const Request&,
+                                                      v1::TensorResponse*),
+      Request request) const {
+    return Adopt(Call(method, std::move(request)).tensor());
+  }
+
+ private:
+  Session(std::unique_ptr<v1::TensorService::Stub> stub, std::string id)
+      : stub_(std::move(stub)), id_(std::move(id)) {}
+
+  std::unique_ptr<v1::TensorService::Stub> stub_;
+  std::string id_;
+};
+
+// What a Tensor (and all its copies) share: the session that owns the
+// remote tensor, and the tensor's metadata, fixed at creation.
+struct TensorState {
+  ~TensorState();  // releases the remote tensor
+
+  std::shared_ptr<const Session> session;
+  uint64_t handle = 0;
+  Device device = "cpu";
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  uint64_t nbytes = 0;
+};
+
+// Wire enum <-> client enum. DTypeFromProto throws Error(INTERNAL) for a
+// value this client does not know (a newer server).
+v1::DType DTypeToProto(DType dtype);
+DType DTypeFromProto(v1::DType dtype);
+
+}  // namespace tensord::client::internal
+
+#endif  // TENSORD_CLIENT_GRPC_SESSION_H_

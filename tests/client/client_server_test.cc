@@ -1,0 +1,288 @@
+// The client library against a real tensord server (two host devices, no
+// GPU), reached both through the in-process channel and over loopback TCP.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "server/server.h"
+#include "tensord/client.h"
+
+namespace tensord {
+namespace {
+
+enum class Transport { kInProcess, kLoopback };
+
+class ClientServerTest : public ::testing::TestWithParam<Transport> {
+ protected:
+  void SetUp() override {
+    server::ServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.runtime.host_devices = 2;
+    auto server = server::Server::Start(std::move(options));
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    client_.emplace(Channel());
+  }
+
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+  }
+
+  std::shared_ptr<grpc::Channel> Channel() {
+    if (GetParam() == Transport::kInProcess) return server_->InProcessChannel();
+    return grpc::CreateChannel(server_->address(),
+                               grpc::InsecureChannelCredentials());
+  }
+
+  Client& client() { return *client_; }
+
+  std::unique_ptr<server::Server> server_;
+  std::optional<Client> client_;
+};
+
+// Runs `f`, which must throw tensord::Error, and returns the error.
+template <typename F>
+Error Catch(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no tensord::Error thrown";
+  return Error(StatusCode::OK, "");
+}
+
+TEST_P(ClientServerTest, OpensASession) {
+  EXPECT_FALSE(client().session().empty());
+}
+
+TEST_P(ClientServerTest, CreateMulFetchLoop) {
+  for (int64_t i = 0; i < 20; ++i) {
+    Tensor x = client().tensor<int64_t>({i, i + 1, i + 2});
+    Tensor y = client().tensor<int64_t>({2, 3, 4}, "cpu:1").to("cpu:0");
+    Tensor z = x * y;
+    EXPECT_EQ(z.fetch<int64_t>(),
+              (std::vector<int64_t>{2 * i, 3 * (i + 1), 4 * (i + 2)}));
+    EXPECT_EQ(z.shape(), std::vector<int64_t>{3});
+    EXPECT_EQ(z.dtype(), DType::kInt64);
+  }
+}
+
+TEST_P(ClientServerTest, DesignClientExample) {
+  Device dev = client().try_gpu(0);  // no GPU here: cpu
+  EXPECT_EQ(dev, Device("cpu"));
+  Tensor x = client().tensor<int64_t>({1, 2, 3});
+  Tensor y = client().tensor<int64_t>({5, 8, 1}, dev);
+  Tensor z = x.to(dev) * y;
+  EXPECT_EQ(z.str(), "tensor([ 5, 16,  3])");
+  std::ostringstream os;
+  os << z;
+  EXPECT_EQ(os.str(), "tensor([ 5, 16,  3])");
+  EXPECT_EQ(z.fetch<int64_t>(), (std::vector<int64_t>{5, 16, 3}));
+
+  // The same flow on the second device prints where the result lives.
+  Tensor w = x.to("cpu:1") * y.to("cpu:1");
+  EXPECT_EQ(w.device(), Device("cpu:1"));
+  EXPECT_EQ(w.str(), "tensor([ 5, 16,  3], device='cpu:1')");
+}
+
+TEST_P(ClientServerTest, SameDeviceRule) {
+  Tensor x = client().tensor<int64_t>({1, 2, 3});
+  Tensor y = client().tensor<int64_t>({5, 8, 1}, "cpu:1");
+  const std::string message =
+      "Expected all tensors to be on the same device, but found at least two "
+      "devices, cpu:0 and cpu:1!";
+  Error e = Catch([&] { (void)(x * y); });
+  EXPECT_EQ(e.code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(e.message(), message);
+  EXPECT_EQ(std::string(e.what()), "FAILED_PRECONDITION: " + message);
+  EXPECT_EQ(Catch([&] { (void)x.matmul(y); }).code(),
+            StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_P(ClientServerTest, ToSameDeviceReturnsTheSameTensor) {
+  Tensor x = client().tensor<float>({1, 2, 3});
+  Tensor z = x.to("cpu:1");
+  EXPECT_FALSE(z.is(x));
+  EXPECT_TRUE(z.to("cpu:1").is(z));
+  EXPECT_EQ(z.to("cpu:1").handle(), z.handle());
+  EXPECT_TRUE(x.to("cpu").is(x));  // "cpu" names cpu:0
+  Tensor copy = z.to("cpu:1", /*copy=*/true);
+  EXPECT_FALSE(copy.is(z));
+  EXPECT_EQ(copy.fetch<float>(), z.fetch<float>());
+  EXPECT_TRUE(x.cpu().is(x));
+}
+
+TEST_P(ClientServerTest, LastCopyReleasesTheRemoteTensor) {
+  const size_t before = client().tensors().size();
+  {
+    Tensor t = client().zeros({4, 4});
+    EXPECT_EQ(client().tensors().size(), before + 1);
+    {
+      Tensor copy = t;  // shares the remote tensor
+      EXPECT_EQ(client().tensors().size(), before + 1);
+    }
+    EXPECT_EQ(client().tensors().size(), before + 1);
+    const std::vector<TensorInfo> infos = client().tensors();
+    ASSERT_FALSE(infos.empty());
+    EXPECT_EQ(infos.back().handle, t.handle());
+    EXPECT_EQ(infos.back().shape, (std::vector<int64_t>{4, 4}));
+    EXPECT_EQ(infos.back().nbytes, 64u);
+  }
+  EXPECT_EQ(client().tensors().size(), before);
+}
+
+TEST_P(ClientServerTest, TensorsOutliveTheirClient) {
+  std::optional<Tensor> t;
+  {
+    Client other(Channel());
+    t = other.tensor<int32_t>({7, 8});
+  }
+  // The session stays open while one of its tensors is alive.
+  EXPECT_EQ(t->fetch<int32_t>(), (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(t->str(), "tensor([7, 8], dtype=torch.int32)");
+}
+
+TEST_P(ClientServerTest, UploadAboveOneMiBRoundTripsExactly) {
+  // 3 MiB + 28 bytes: four upload chunks and several fetch chunks.
+  const int64_t n = (3 << 20) / 4 + 7;
+  std::vector<float> values(n);
+  for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(i) * 0.5f - 7;
+  Tensor t = client().tensor(values, "cpu:1");
+  EXPECT_EQ(t.nbytes(), static_cast<uint64_t>(n) * 4);
+  EXPECT_EQ(t.fetch<float>(), values);
+
+  std::vector<int64_t> ints(300000);
+  for (size_t i = 0; i < ints.size(); ++i) ints[i] = int64_t{1} << (i % 63);
+  Tensor u = client().tensor(ints, {600, 500});
+  EXPECT_EQ(u.shape(), (std::vector<int64_t>{600, 500}));
+  EXPECT_EQ(u.fetch<int64_t>(), ints);
+}
+
+TEST_P(ClientServerTest, FetchVerifiesChunksOfLargeResults) {
+  Tensor a = client().full({1024, 1024, 3}, 2.5, DType::kFloat64);
+  const std::vector<double> host = a.fetch<double>();
+  ASSERT_EQ(host.size(), 1024u * 1024 * 3);
+  for (double v : host) ASSERT_EQ(v, 2.5);
+  EXPECT_EQ(a.fetch_bytes().size(), a.nbytes());
+}
+
+TEST_P(ClientServerTest, Fills) {
+  EXPECT_EQ(client().ones({2, 3}).str(),
+            "tensor([[1., 1., 1.],\n        [1., 1., 1.]])");
+  EXPECT_EQ(client().zeros({2}, DType::kInt32).fetch<int32_t>(),
+            (std::vector<int32_t>{0, 0}));
+  EXPECT_EQ(client().full({3}, 7, DType::kInt64, "cpu:1").str(),
+            "tensor([7, 7, 7], device='cpu:1')");
+  EXPECT_EQ(client().arange(0, 5).fetch<int64_t>(),
+            (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(client().arange(1, 2, 0.25, DType::kFloat32).str(),
+            "tensor([1.0000, 1.2500, 1.5000, 1.7500])");
+  Tensor r1 = client().rand({2, 3}, "cpu", 42);
+  Tensor r2 = client().rand({2, 3}, "cpu", 42);
+  EXPECT_EQ(r1.fetch<float>(), r2.fetch<float>());
+  for (float v : r1.fetch<float>()) {
+    EXPECT_GE(v, 0.0f);
+    EXPECT_LT(v, 1.0f);
+  }
+  Tensor n = client().randn({1000}, "cpu:1", 7);
+  EXPECT_EQ(n.dtype(), DType::kFloat32);
+  EXPECT_EQ(n.numel(), 1000);
+}
+
+TEST_P(ClientServerTest, ArithmeticAndMatmul) {
+  Tensor a = client().tensor<float>({{1, 2}, {3, 4}});
+  Tensor b = client().tensor<float>({{5, 6}, {7, 8}});
+  EXPECT_EQ(a.matmul(b).fetch<float>(), (std::vector<float>{19, 22, 43, 50}));
+  EXPECT_EQ((a + b).fetch<float>(), (std::vector<float>{6, 8, 10, 12}));
+  EXPECT_EQ((b - a).fetch<float>(), (std::vector<float>{4, 4, 4, 4}));
+  Tensor i = client().tensor<int64_t>({1, 2});
+  Tensor j = client().tensor<int64_t>({2, 4});
+  Tensor q = i / j;  // true division
+  EXPECT_EQ(q.dtype(), DType::kFloat32);
+  EXPECT_EQ(q.str(), "tensor([0.5000, 0.5000])");
+}
+
+TEST_P(ClientServerTest, ScalarsAndItem) {
+  Tensor s = client().tensor<int64_t>({42}, std::vector<int64_t>{});
+  EXPECT_EQ(s.dim(), 0);
+  EXPECT_EQ(s.item<int64_t>(), 42);
+  EXPECT_EQ(s.str(), "tensor(42)");
+  EXPECT_EQ(client().tensor<bool>({true}).item<bool>(), true);
+  EXPECT_EQ(client().tensor<bool>({true, false}).str(),
+            "tensor([ True, False])");
+  Error e = Catch([&] {
+    (void)client().tensor<int64_t>({1, 2}).item<int64_t>();
+  });
+  EXPECT_EQ(e.code(), StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_P(ClientServerTest, ErrorsCarryTheServersCodeAndMessage) {
+  Error bad_name = Catch([&] { (void)client().tensor<float>({1}, "tpu:0"); });
+  EXPECT_EQ(bad_name.code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bad_name.message().find("tpu:0"), std::string::npos);
+
+  Error absent = Catch([&] { (void)client().tensor<float>({1}, "cuda:3"); });
+  EXPECT_EQ(absent.code(), StatusCode::NOT_FOUND);
+  EXPECT_NE(absent.message().find("cpu:1"), std::string::npos)
+      << "the message lists the available devices: " << absent.message();
+
+  Error size = Catch([&] {
+    (void)client().tensor<float>({1, 2, 3}, std::vector<int64_t>{2, 2});
+  });
+  EXPECT_EQ(size.code(), StatusCode::INVALID_ARGUMENT);
+
+  Tensor a = client().ones({2, 3});
+  Error shapes = Catch([&] { (void)a.matmul(a); });
+  EXPECT_EQ(shapes.code(), StatusCode::INVALID_ARGUMENT);
+
+  // Client-side: the element type must match the dtype.
+  Error type = Catch([&] { (void)a.fetch<int64_t>(); });
+  EXPECT_EQ(type.code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(type.message().find("float32"), std::string::npos);
+}
+
+TEST_P(ClientServerTest, DevicesAndGpuHelpers) {
+  const std::vector<DeviceInfo> devices = client().devices();
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_EQ(devices[0].name, "cpu:0");
+  EXPECT_EQ(devices[1].name, "cpu:1");
+  EXPECT_EQ(devices[0].kind, "cpu");
+  EXPECT_GT(devices[0].memory_budget, 0u);
+  EXPECT_EQ(client().device_count(), 0);
+  EXPECT_FALSE(client().cuda_available());
+  EXPECT_EQ(client().try_gpu(), Device("cpu"));
+  EXPECT_EQ(client().try_gpu(10), Device("cpu"));
+  EXPECT_EQ(client().try_all_gpus(), std::vector<Device>{"cpu"});
+  EXPECT_FALSE(client().server_version().empty());
+
+  Tensor t = client().zeros({256}, DType::kFloat32, "cpu:1");
+  const std::vector<DeviceInfo> after = client().devices();
+  EXPECT_EQ(after[1].live_tensors, devices[1].live_tensors + 1);
+  EXPECT_GE(after[1].held_memory, devices[1].held_memory + 1024);
+}
+
+TEST_P(ClientServerTest, UnreachableServerIsUnavailable) {
+  Error e = Catch([] { Client c("127.0.0.1:1"); });
+  EXPECT_EQ(e.code(), StatusCode::UNAVAILABLE);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ClientServerTest,
+                         ::testing::Values(Transport::kInProcess,
+                                           Transport::kLoopback),
+                         [](const auto& info) {
+                           return info.param == Transport::kInProcess
+                                      ? "InProcess"
+                                      : "Loopback";
+                         });
+
+}  // namespace
+}  // namespace tensord
