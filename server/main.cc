@@ -45,6 +45,15 @@ ABSL_FLAG(int, shutdown_grace_ms, 5000,
           "how long in-flight RPCs may run after SIGINT/SIGTERM");
 ABSL_FLAG(std::string, metrics_listen, "",
           "serve Prometheus metrics on http://HOST:PORT/metrics (off if empty)");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file of bearer tokens, one per line; every TensorService RPC must "
+          "send 'authorization: Bearer <token>'");
+ABSL_FLAG(std::string, tls_cert, "", "TLS certificate chain (PEM)");
+ABSL_FLAG(std::string, tls_key, "", "TLS private key (PEM)");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "CA bundle (PEM): require client certificates it signed (mTLS)");
+ABSL_FLAG(bool, insecure, false,
+          "allow listening beyond loopback with neither a token nor TLS");
 ABSL_FLAG(std::string, config, "",
           "TOML config file (default /etc/tensord/tensord.toml if present); "
           "keys are these flags' names, e.g. listen = \"0.0.0.0:50051\"");
@@ -131,6 +140,11 @@ int main(int argc, char** argv) {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.runtime.host_devices = absl::GetFlag(FLAGS_host_devices);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options.insecure = absl::GetFlag(FLAGS_insecure);
   for (auto [flag, target] :
        {std::pair{absl::GetFlag(FLAGS_memory_limit),
                   &options.runtime.host_memory_budget},
@@ -163,6 +177,13 @@ int main(int argc, char** argv) {
   for (const auto& d : (*server)->runtime().ListDevices()) {
     names.push_back(d.name + " (" + d.properties.model + ")");
   }
+  spdlog::info("security: bearer tokens {}, TLS {}",
+               absl::GetFlag(FLAGS_auth_token_file).empty() ? "off" : "required",
+               absl::GetFlag(FLAGS_tls_cert).empty()
+                   ? "off"
+                   : (absl::GetFlag(FLAGS_tls_client_ca).empty()
+                          ? "on"
+                          : "on, client certificates required"));
   spdlog::info("tensord {} serving on {} with devices: {}", TENSORD_VERSION,
                (*server)->address(), absl::StrJoin(names, ", "));
   const std::string port_file = absl::GetFlag(FLAGS_port_file);

@@ -30,16 +30,32 @@ struct ServerOptions {
   core::RuntimeOptions runtime;
   // "host:port" for Prometheus metrics over HTTP (GET /metrics); "" = off.
   std::string metrics_listen;
+
+  // Security. A file of bearer tokens (one per line): every TensorService
+  // RPC must carry one (server/auth.h). "" = no token check.
+  std::string auth_token_file;
+  // TLS: PEM certificate chain and private key. Both or neither.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // With TLS: PEM CA bundle; clients must present a certificate it signed
+  // (mutual TLS).
+  std::string tls_client_ca_file;
+  // Secure by default: listening beyond loopback with neither a token nor
+  // TLS is refused unless this is set.
+  bool insecure = false;
 };
 
 class TensorServiceImpl;
+class TokenAuthenticator;
 class Metrics;
 class MetricsHttpServer;
 
 class Server {
  public:
-  // Starts serving. INVALID_ARGUMENT for bad options, UNAVAILABLE when the
-  // address cannot be bound.
+  // Starts serving. INVALID_ARGUMENT for bad options (unreadable TLS or
+  // token files, a key without a cert), FAILED_PRECONDITION for a
+  // non-loopback address without a token or TLS and without `insecure`,
+  // UNAVAILABLE when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<Server>> Start(ServerOptions options);
   ~Server();  // Shutdown() with no grace, then frees everything.
 
@@ -66,6 +82,7 @@ class Server {
   Server() = default;
   std::unique_ptr<core::Runtime> runtime_;
   std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<TokenAuthenticator> auth_;
   std::unique_ptr<TensorServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;
