@@ -5,7 +5,10 @@
 //   create_mul_fetch   client.tensor({1,2,3}), client.tensor({5,8,1}), x * y,
 //                      fetch of the 3-element result, and the releases the
 //                      RAII handles make — the whole PyTorch-like loop
-//   mul                one Binary RPC on existing tensors
+//   mul                one Binary RPC on existing tensors, plus the Release
+//                      of its result when the handle goes out of scope
+//   create_3, fetch_3  one Create (+ Release), one Fetch of 3 elements
+//   get_tensor_unary   a plain GetTensor unary call through raw stubs
 // Each is measured for --iterations round trips after a warm-up; p50/p99 in
 // microseconds. By default both servers run in this process (separate ports,
 // real sockets); --address measures an external tensord instead.
@@ -23,6 +26,7 @@
 #include "absl/flags/parse.h"
 #include "server/server.h"
 #include "tensord/client.h"
+#include "tensord/v1/tensord.grpc.pb.h"
 #include "tensord_bench/echo.grpc.pb.h"
 
 ABSL_FLAG(int, iterations, 10000, "round trips per measurement");
@@ -120,6 +124,18 @@ int main(int argc, char** argv) {
   auto z = x * y;
   results.push_back(Measure("fetch_3", iterations,
                             [&] { auto v = z.fetch<int64_t>(); }));
+  // One plain unary RPC to tensord (a handle lookup): the service's own
+  // per-call cost next to the bare call.
+  auto stub = tensord::v1::TensorService::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  tensord::v1::GetTensorRequest get;
+  get.set_session(client.session());
+  get.set_handle(z.handle());
+  results.push_back(Measure("get_tensor_unary", iterations, [&] {
+    grpc::ClientContext ctx;
+    tensord::v1::TensorResponse resp;
+    if (!stub->GetTensor(&ctx, get, &resp).ok()) std::abort();
+  }));
 
   const double floor = results[0].p50_us;
   std::printf("%-18s %10s %10s %10s %12s\n", "measurement", "p50_us", "p99_us",

@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -59,8 +60,27 @@ struct TensorRef {
   Shape shape;
 };
 
-enum class BinaryOp { kAdd, kSub, kMul, kDiv };
-std::string_view BinaryOpName(BinaryOp op);  // "add", "sub", "mul", "div"
+// Elementwise binary ops. The comparisons (kEq .. kGe) produce bool.
+enum class BinaryOp {
+  kAdd, kSub, kMul, kDiv, kMaximum, kMinimum, kPow,
+  kEq, kNe, kLt, kLe, kGt, kGe,
+};
+// PyTorch's names: "add", "sub", "mul", "div", "maximum", "pow", "eq", ...
+std::string_view BinaryOpName(BinaryOp op);
+bool IsComparison(BinaryOp op);  // kEq .. kGe
+
+// Elementwise unary ops; input and output share one dtype (the Runtime casts
+// integer inputs of the floating ops to float32 first).
+enum class UnaryOp { kNeg, kAbs, kExp, kLog, kSqrt, kRelu, kSigmoid, kTanh };
+std::string_view UnaryOpName(UnaryOp op);  // "neg", "abs", "exp", ...
+// True for the ops whose result is floating (exp, log, sqrt, sigmoid, tanh).
+bool IsFloatingUnary(UnaryOp op);
+
+// Reductions over one axis (or all elements). kArgmax produces int64; the
+// others keep the input dtype (the Runtime casts integer sums to int64).
+// kNorm is the L2 (Frobenius) norm, sqrt(sum(x^2)).
+enum class ReduceOp { kSum, kMean, kMax, kMin, kArgmax, kNorm };
+std::string_view ReduceOpName(ReduceOp op);  // "sum", "mean", ..., "norm"
 
 struct FillSpec {
   enum class Kind { kZeros, kOnes, kFull, kArange, kRand, kRandn };
@@ -73,7 +93,9 @@ struct FillSpec {
 };
 
 // The operations a device may or may not implement for a dtype.
-enum class OpKind { kFill, kRandomFill, kCast, kBinary, kMatMul };
+enum class OpKind {
+  kFill, kRandomFill, kCast, kBinary, kMatMul, kUnary, kReduce,
+};
 
 class Device {
  public:
@@ -111,9 +133,11 @@ class Device {
   virtual absl::Status Fill(const FillSpec& spec, const TensorRef& out) = 0;
   // Element-wise conversion; in.shape == out.shape.
   virtual absl::Status Cast(const TensorRef& in, const TensorRef& out) = 0;
-  // out = a (op) b with broadcasting; a, b and out share one dtype (the
-  // Runtime casts operands to the computation dtype first);
-  // out.shape == BroadcastShapes(a.shape, b.shape).
+  // out = a (op) b with broadcasting; a and b share one dtype (the Runtime
+  // casts operands to the computation dtype first), which out shares too
+  // except for comparisons, whose out is bool;
+  // out.shape == BroadcastShapes(a.shape, b.shape). `out` may be the same
+  // buffer as `a` when out.shape == a.shape (in-place ops).
   virtual absl::Status Binary(BinaryOp op, const TensorRef& a,
                               const TensorRef& b, const TensorRef& out) = 0;
   // Batched row-major matrix product: for each of `batch` problems,
@@ -126,6 +150,35 @@ class Device {
   };
   virtual absl::Status MatMul(const MatMulDims& dims, const TensorRef& a,
                               const TensorRef& b, const TensorRef& out) = 0;
+
+  // out = op(in) elementwise; in and out share dtype and shape; `out` may
+  // be `in` (in place).
+  virtual absl::Status Unary(UnaryOp op, const TensorRef& in,
+                             const TensorRef& out) = 0;
+  // Reduces `in`, read as [outer, n, inner] (row-major), over its middle
+  // axis into `out`, read as [outer, inner]. out.dtype is int64 for kArgmax
+  // and in.dtype otherwise. n == 0 is allowed for kSum/kMean/kNorm only.
+  struct ReduceDims {
+    int64_t outer = 1, n = 1, inner = 1;
+  };
+  virtual absl::Status Reduce(ReduceOp op, const ReduceDims& dims,
+                              const TensorRef& in, const TensorRef& out) = 0;
+  // out = in with its dims permuted: out.shape[i] == in.shape[perm[i]].
+  // Any dtype (the copy moves bytes). perm.size() == in.shape.rank().
+  virtual absl::Status Permute(const TensorRef& in,
+                               const std::vector<int>& perm,
+                               const TensorRef& out) = 0;
+  // Copies `rows` blocks of `row_bytes` bytes: block r from byte
+  // src_offset + r * src_stride of `src` to dst_offset + r * dst_stride of
+  // `dst` (both buffers of this device). The building block of narrow, cat
+  // and reshape.
+  struct BlockCopy {
+    int64_t rows = 1, row_bytes = 0;
+    int64_t src_offset = 0, src_stride = 0;
+    int64_t dst_offset = 0, dst_stride = 0;
+  };
+  virtual absl::Status CopyBlocks(const BlockCopy& copy, const Buffer& src,
+                                  Buffer& dst) = 0;
 
   // Waits until every queued kernel and copy on this device has finished.
   virtual absl::Status Synchronize() = 0;

@@ -92,7 +92,7 @@ std::vector<HandleEntry> HandleTable::CloseAll() {
   return out;
 }
 
-std::vector<SessionSummary> HandleTable::ListSessions() const {
+std::vector<SessionSummary> HandleTable::ListSessions(bool with_entries) const {
   std::vector<std::pair<std::string, std::shared_ptr<Session>>> sessions;
   {
     absl::MutexLock lock(&mu_);
@@ -110,6 +110,7 @@ std::vector<SessionSummary> HandleTable::ListSessions() const {
     for (const auto& [handle, entry] : session->entries) {
       ++summary.tensors;
       summary.bytes += entry.tensor->nbytes;
+      if (with_entries) summary.entries.push_back(entry);
     }
     out.push_back(std::move(summary));
   }

@@ -58,6 +58,7 @@ struct SessionSummary {
   uint64_t tensors = 0;
   uint64_t bytes = 0;
   HandleEntry::Clock::time_point created;
+  std::vector<HandleEntry> entries;  // filled when asked for
 };
 
 class HandleTable {
@@ -77,8 +78,9 @@ class HandleTable {
   // Closes every session; returns all entries. For shutdown.
   std::vector<HandleEntry> CloseAll();
   size_t session_count() const;
-  // Every open session, oldest first.
-  std::vector<SessionSummary> ListSessions() const;
+  // Every open session, oldest first; with each one's entries if
+  // `with_entries`.
+  std::vector<SessionSummary> ListSessions(bool with_entries = false) const;
 
   // Registers `tensor` under a new handle. NOT_FOUND for an unknown (or
   // concurrently closed) session.

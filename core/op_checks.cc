@@ -26,6 +26,23 @@ absl::Status CheckBinaryOpDType(BinaryOp op, DType dtype) {
         "Subtraction, the `-` operator, with two bool tensors is not "
         "supported. Use the `^` or `logical_xor()` operator instead.");
   }
+  if (op == BinaryOp::kPow && dtype == DType::kBool) {
+    return NotImplementedError("pow", dtype, "any device");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckUnaryOpDType(UnaryOp op, DType dtype) {
+  if (dtype != DType::kBool) return absl::OkStatus();
+  if (op == UnaryOp::kNeg) {
+    return absl::FailedPreconditionError(
+        "Negation, the `-` operator, on a bool tensor is not supported. If "
+        "you are trying to invert a mask, use the `~` or `logical_not()` "
+        "operator instead.");
+  }
+  if (op == UnaryOp::kAbs || op == UnaryOp::kRelu) {
+    return NotImplementedError(UnaryOpName(op), dtype, "any device");
+  }
   return absl::OkStatus();
 }
 
@@ -48,6 +65,10 @@ std::string_view OpKindName(OpKind op) {
       return "binary";
     case OpKind::kMatMul:
       return "matmul";
+    case OpKind::kUnary:
+      return "unary";
+    case OpKind::kReduce:
+      return "reduce";
   }
   return "unknown";
 }

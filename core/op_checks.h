@@ -17,8 +17,12 @@ namespace tensord::core {
 absl::Status ValidateDType(DType dtype);
 
 // Dtype rules of the binary ops that hold on every device (PyTorch's):
-// FAILED_PRECONDITION for bool subtraction, OK otherwise.
+// FAILED_PRECONDITION for bool subtraction and bool pow, OK otherwise.
 absl::Status CheckBinaryOpDType(BinaryOp op, DType dtype);
+
+// FAILED_PRECONDITION for neg of bool (PyTorch's message) and abs/relu of
+// bool; OK otherwise (floating unary ops of bool/int run on float32).
+absl::Status CheckUnaryOpDType(UnaryOp op, DType dtype);
 
 // FAILED_PRECONDITION: "\"<op>\" not implemented for '<dtype>' on <device>".
 absl::Status NotImplementedError(std::string_view op, DType dtype,

@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/ops.h"
 #include "core/shape.h"
 
 namespace tensord::core {
@@ -113,6 +114,9 @@ class Runtime {
   size_t session_count() const;
   // Every open session, oldest first.
   std::vector<SessionInfo> ListSessions() const;
+  // Every live tensor of every session (operators' leak hunting), each with
+  // its session's id prefix.
+  std::vector<std::pair<std::string, TensorMeta>> ListAllTensors() const;
 
   // --- Creating tensors -----------------------------------------------------
   // From host bytes; data.size() must equal numel x dtype size.
@@ -159,6 +163,26 @@ class Runtime {
                                     uint64_t lhs, uint64_t rhs);
   absl::StatusOr<TensorMeta> MatMul(std::string_view session, uint64_t lhs,
                                     uint64_t rhs);
+
+  // Runs one op (see OpSpec) on tensors of the session and returns the new
+  // tensor, or for an in-place op the updated input (same handle). Operands
+  // must be handles (a result_of operand is INVALID_ARGUMENT). Codes as
+  // above; shapes, dtypes and devices are checked before any kernel runs.
+  absl::StatusOr<TensorMeta> Run(std::string_view session, const OpSpec& op);
+
+  // Runs `ops` in order. An operand is a handle of the session or the
+  // result of an earlier op of the list. Returns, in the order of `keep`,
+  // the tensors of the ops whose indices `keep` names (each once registered
+  // under a handle; an in-place op's result keeps its handle). Every other
+  // result is freed as soon as no later op reads it, and at the latest when
+  // the call returns. On failure the list stops at the failing op and the
+  // status (the op's own code) says "op #<i> (<name>; operands: ...): ...";
+  // nothing it made is kept, so the memory held returns to what it was
+  // (in-place updates by ops before the failing one stay applied). An index
+  // in `keep` past the list is INVALID_ARGUMENT before anything runs.
+  absl::StatusOr<std::vector<TensorMeta>> Execute(
+      std::string_view session, std::span<const OpSpec> ops,
+      std::span<const uint32_t> keep);
 
   // --- Handles --------------------------------------------------------------
   absl::StatusOr<TensorMeta> GetTensor(std::string_view session,

@@ -4,7 +4,9 @@
 #ifndef TENSORD_EXAMPLES_EXAMPLE_FLAGS_H_
 #define TENSORD_EXAMPLES_EXAMPLE_FLAGS_H_
 
+#include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -29,6 +31,60 @@ inline std::string AddressFromArgs(int argc, char** argv) {
                    "127.0.0.1:50051.\n";
       std::exit(2);
     }
+  }
+  return client::ResolveAddress(address);
+}
+
+// A numeric flag an example accepts besides --address: `--name N` or
+// `--name=N`.
+struct IntFlag {
+  std::string_view name;  // "--steps"
+  int64_t* value;
+  std::string_view help;
+};
+
+// AddressFromArgs() for examples that also take numeric flags. Prints usage
+// and exits with status 2 on an unknown argument or a malformed number.
+inline std::string ParseArgs(int argc, char** argv,
+                             std::initializer_list<IntFlag> flags) {
+  std::string address;
+  auto usage = [&] {
+    std::cerr << "usage: " << argv[0] << " [--address HOST:PORT]";
+    for (const IntFlag& f : flags) std::cerr << " [" << f.name << " N]";
+    std::cerr << "\n";
+    for (const IntFlag& f : flags) {
+      std::cerr << "  " << f.name << "  " << f.help << " (default "
+                << *f.value << ")\n";
+    }
+    std::exit(2);
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    std::string_view value;
+    const size_t eq = arg.find('=');
+    if (eq != std::string_view::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[i + 1];
+    } else {
+      usage();
+    }
+    if (eq == std::string_view::npos) ++i;
+    if (arg == "--address") {
+      address = std::string(value);
+      continue;
+    }
+    bool known = false;
+    for (const IntFlag& f : flags) {
+      if (arg != f.name) continue;
+      known = true;
+      char* end = nullptr;
+      const std::string text(value);
+      *f.value = std::strtoll(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0') usage();
+    }
+    if (!known) usage();
   }
   return client::ResolveAddress(address);
 }

@@ -2,6 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/status.h"
 
 namespace tensord::server {
 
@@ -45,11 +46,207 @@ absl::StatusOr<core::BinaryOp> FromProto(v1::BinaryOp op) {
     case v1::SUB: return core::BinaryOp::kSub;
     case v1::MUL: return core::BinaryOp::kMul;
     case v1::DIV: return core::BinaryOp::kDiv;
+    case v1::MAXIMUM: return core::BinaryOp::kMaximum;
+    case v1::MINIMUM: return core::BinaryOp::kMinimum;
+    case v1::POW: return core::BinaryOp::kPow;
+    case v1::EQ: return core::BinaryOp::kEq;
+    case v1::NE: return core::BinaryOp::kNe;
+    case v1::LT: return core::BinaryOp::kLt;
+    case v1::LE: return core::BinaryOp::kLe;
+    case v1::GT: return core::BinaryOp::kGt;
+    case v1::GE: return core::BinaryOp::kGe;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown binary op ", static_cast<int>(op),
-          "; expected ADD, SUB, MUL or DIV"));
+          "; expected ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, POW, EQ, NE, LT, "
+          "LE, GT or GE"));
   }
+}
+
+core::Scalar FromProto(const v1::Scalar& scalar) {
+  if (scalar.value_case() == v1::Scalar::kIntValue) {
+    return core::Scalar::Int(scalar.int_value());
+  }
+  return core::Scalar::Float(scalar.float_value());
+}
+
+namespace {
+
+absl::StatusOr<core::UnaryOp> FromProto(v1::UnaryOp op) {
+  switch (op) {
+    case v1::NEG: return core::UnaryOp::kNeg;
+    case v1::ABS: return core::UnaryOp::kAbs;
+    case v1::EXP: return core::UnaryOp::kExp;
+    case v1::LOG: return core::UnaryOp::kLog;
+    case v1::SQRT: return core::UnaryOp::kSqrt;
+    case v1::RELU: return core::UnaryOp::kRelu;
+    case v1::SIGMOID: return core::UnaryOp::kSigmoid;
+    case v1::TANH: return core::UnaryOp::kTanh;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown unary op ", static_cast<int>(op)));
+  }
+}
+
+absl::StatusOr<core::ReduceOp> FromProto(v1::ReduceOp op) {
+  switch (op) {
+    case v1::SUM: return core::ReduceOp::kSum;
+    case v1::MEAN: return core::ReduceOp::kMean;
+    case v1::MAX: return core::ReduceOp::kMax;
+    case v1::MIN: return core::ReduceOp::kMin;
+    case v1::ARGMAX: return core::ReduceOp::kArgmax;
+    case v1::NORM: return core::ReduceOp::kNorm;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown reduce op ", static_cast<int>(op)));
+  }
+}
+
+absl::StatusOr<core::InPlaceOp> FromProto(v1::InPlaceOp op) {
+  switch (op) {
+    case v1::ADD_: return core::InPlaceOp::kAdd;
+    case v1::SUB_: return core::InPlaceOp::kSub;
+    case v1::MUL_: return core::InPlaceOp::kMul;
+    case v1::DIV_: return core::InPlaceOp::kDiv;
+    case v1::AXPY_: return core::InPlaceOp::kAxpy;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown in-place op ", static_cast<int>(op)));
+  }
+}
+
+// Appends `operand` to spec.inputs; `name` is the field for messages.
+absl::Status AddOperand(const v1::Operand& operand, const char* name,
+                        core::OpSpec& spec) {
+  switch (operand.source_case()) {
+    case v1::Operand::kHandle:
+      spec.inputs.push_back(core::Operand::Handle(operand.handle()));
+      return absl::OkStatus();
+    case v1::Operand::kResultOf:
+      spec.inputs.push_back(core::Operand::Result(operand.result_of()));
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "operand `", name, "` is not set: give a handle or a result_of"));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
+  using Kind = core::OpSpec::Kind;
+  core::OpSpec spec;
+  switch (op.kind_case()) {
+    case v1::Op::kBinary: {
+      const v1::BinaryArgs& a = op.binary();
+      spec.kind = Kind::kBinary;
+      ASSIGN_OR_RETURN(spec.binary, FromProto(a.op()));
+      RETURN_IF_ERROR(AddOperand(a.lhs(), "lhs", spec));
+      if (a.has_scalar()) {
+        spec.scalar = FromProto(a.scalar());
+        spec.scalar_first = a.scalar_first();
+      } else {
+        RETURN_IF_ERROR(AddOperand(a.rhs(), "rhs", spec));
+      }
+      break;
+    }
+    case v1::Op::kUnary: {
+      spec.kind = Kind::kUnary;
+      ASSIGN_OR_RETURN(spec.unary, FromProto(op.unary().op()));
+      RETURN_IF_ERROR(AddOperand(op.unary().x(), "x", spec));
+      break;
+    }
+    case v1::Op::kMatmul:
+      spec.kind = Kind::kMatMul;
+      RETURN_IF_ERROR(AddOperand(op.matmul().lhs(), "lhs", spec));
+      RETURN_IF_ERROR(AddOperand(op.matmul().rhs(), "rhs", spec));
+      break;
+    case v1::Op::kLinear:
+      spec.kind = Kind::kLinear;
+      RETURN_IF_ERROR(AddOperand(op.linear().x(), "x", spec));
+      RETURN_IF_ERROR(AddOperand(op.linear().weight(), "weight", spec));
+      if (op.linear().has_bias()) {
+        RETURN_IF_ERROR(AddOperand(op.linear().bias(), "bias", spec));
+      }
+      break;
+    case v1::Op::kReduce: {
+      spec.kind = Kind::kReduce;
+      ASSIGN_OR_RETURN(spec.reduce, FromProto(op.reduce().op()));
+      RETURN_IF_ERROR(AddOperand(op.reduce().x(), "x", spec));
+      if (op.reduce().has_dim()) spec.dim = op.reduce().dim();
+      spec.keepdim = op.reduce().keepdim();
+      break;
+    }
+    case v1::Op::kPermute:
+      spec.kind = Kind::kPermute;
+      RETURN_IF_ERROR(AddOperand(op.permute().x(), "x", spec));
+      spec.dims.assign(op.permute().dims().begin(), op.permute().dims().end());
+      break;
+    case v1::Op::kTranspose:
+      spec.kind = Kind::kTranspose;
+      RETURN_IF_ERROR(AddOperand(op.transpose().x(), "x", spec));
+      spec.dim = op.transpose().dim0();
+      spec.dim1 = op.transpose().dim1();
+      break;
+    case v1::Op::kReshape:
+      spec.kind = Kind::kReshape;
+      RETURN_IF_ERROR(AddOperand(op.reshape().x(), "x", spec));
+      spec.dims.assign(op.reshape().shape().begin(),
+                       op.reshape().shape().end());
+      break;
+    case v1::Op::kNarrow:
+      spec.kind = Kind::kNarrow;
+      RETURN_IF_ERROR(AddOperand(op.narrow().x(), "x", spec));
+      spec.dim = op.narrow().dim();
+      spec.start = op.narrow().start();
+      spec.length = op.narrow().length();
+      break;
+    case v1::Op::kSelect:
+      spec.kind = Kind::kSelect;
+      RETURN_IF_ERROR(AddOperand(op.select().x(), "x", spec));
+      spec.dim = op.select().dim();
+      spec.start = op.select().index();
+      break;
+    case v1::Op::kCat:
+      spec.kind = Kind::kCat;
+      if (op.cat().xs().empty()) {
+        return absl::InvalidArgumentError(
+            "cat expects a non-empty list of tensors");
+      }
+      for (const v1::Operand& x : op.cat().xs()) {
+        RETURN_IF_ERROR(AddOperand(x, "xs", spec));
+      }
+      spec.dim = op.cat().dim();
+      break;
+    case v1::Op::kCast: {
+      spec.kind = Kind::kCast;
+      RETURN_IF_ERROR(AddOperand(op.cast().x(), "x", spec));
+      ASSIGN_OR_RETURN(spec.dtype, FromProto(op.cast().dtype()));
+      break;
+    }
+    case v1::Op::kInPlace: {
+      const v1::InPlaceArgs& a = op.in_place();
+      spec.kind = Kind::kInPlace;
+      ASSIGN_OR_RETURN(spec.in_place, FromProto(a.op()));
+      RETURN_IF_ERROR(AddOperand(a.target(), "target", spec));
+      if (a.has_scalar()) {
+        if (spec.in_place == core::InPlaceOp::kAxpy) {
+          return absl::InvalidArgumentError(
+              "AXPY_ takes a tensor `other`, not a scalar");
+        }
+        spec.scalar = FromProto(a.scalar());
+      } else {
+        RETURN_IF_ERROR(AddOperand(a.other(), "other", spec));
+      }
+      if (a.has_alpha()) spec.alpha = FromProto(a.alpha());
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("op kind is not set or unknown (",
+                       static_cast<int>(op.kind_case()), ")"));
+  }
+  return spec;
 }
 
 absl::StatusOr<core::FillSpec> FromProto(const v1::Fill& fill) {

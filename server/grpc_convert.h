@@ -22,6 +22,11 @@ v1::DType ToProto(core::DType dtype);
 
 absl::StatusOr<core::BinaryOp> FromProto(v1::BinaryOp op);
 
+// Op -> OpSpec: INVALID_ARGUMENT for an unset oneof, an unset operand or
+// an unknown enum value. Shapes, dtypes and handles are core's business.
+absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op);
+core::Scalar FromProto(const v1::Scalar& scalar);
+
 // Fill -> FillSpec (defaults for zero-valued fields as the proto documents).
 absl::StatusOr<core::FillSpec> FromProto(const v1::Fill& fill);
 

@@ -53,10 +53,12 @@ class RpcScope {
   const std::chrono::steady_clock::time_point start_;
 };
 
-absl::Status TensorServiceImpl::CheckServing() const {
+absl::Status TensorServiceImpl::CheckServing(
+    const grpc::CallbackServerContext* ctx) const {
   if (draining_.load()) {
     return absl::UnavailableError("server is shutting down");
   }
+  if (auth_ != nullptr) return auth_->Check(ctx->client_metadata());
   return absl::OkStatus();
 }
 
@@ -65,7 +67,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Unary(
     grpc::CallbackServerContext* ctx, const char* method, Body&& body) {
   RpcScope scope(this, method);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  absl::Status status = CheckServing();
+  absl::Status status = CheckServing(ctx);
   if (status.ok()) status = body();
   reactor->Finish(scope.Finish(status));
   return reactor;
@@ -141,9 +143,10 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Create(
 // the RPC at once; destroying the Upload frees its memory.
 class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
  public:
-  UploadReactor(TensorServiceImpl* service, v1::TensorResponse* resp)
+  UploadReactor(TensorServiceImpl* service, grpc::CallbackServerContext* ctx,
+                v1::TensorResponse* resp)
       : service_(service), resp_(resp), scope_(service, "Upload") {
-    absl::Status serving = service_->CheckServing();
+    absl::Status serving = service_->CheckServing(ctx);
     if (!serving.ok()) {
       Fail(serving);
       return;
@@ -213,7 +216,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
 
 grpc::ServerReadReactor<v1::UploadRequest>* TensorServiceImpl::Upload(
     grpc::CallbackServerContext* ctx, v1::TensorResponse* resp) {
-  return new UploadReactor(this, resp);
+  return new UploadReactor(this, ctx, resp);
 }
 
 grpc::ServerUnaryReactor* TensorServiceImpl::To(
@@ -231,8 +234,16 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Binary(
     v1::TensorResponse* resp) {
   return Unary(ctx, "Binary", [&]() -> absl::Status {
     ASSIGN_OR_RETURN(core::BinaryOp op, FromProto(req->op()));
-    return FillTensor(
-        runtime_->Binary(req->session(), op, req->lhs(), req->rhs()), resp);
+    if (!req->has_scalar()) {
+      return FillTensor(
+          runtime_->Binary(req->session(), op, req->lhs(), req->rhs()), resp);
+    }
+    core::OpSpec spec;
+    spec.kind = core::OpSpec::Kind::kBinary;
+    spec.binary = op;
+    spec.inputs = {core::Operand::Handle(req->lhs())};
+    spec.scalar = FromProto(req->scalar());
+    return FillTensor(runtime_->Run(req->session(), spec), resp);
   });
 }
 
@@ -245,14 +256,49 @@ grpc::ServerUnaryReactor* TensorServiceImpl::MatMul(
   });
 }
 
+grpc::ServerUnaryReactor* TensorServiceImpl::Run(
+    grpc::CallbackServerContext* ctx, const v1::RunRequest* req,
+    v1::TensorResponse* resp) {
+  return Unary(ctx, "Run", [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(core::OpSpec spec, FromProto(req->op()));
+    return FillTensor(runtime_->Run(req->session(), spec), resp);
+  });
+}
+
+grpc::ServerUnaryReactor* TensorServiceImpl::Execute(
+    grpc::CallbackServerContext* ctx, const v1::ExecuteRequest* req,
+    v1::ExecuteResponse* resp) {
+  return Unary(ctx, "Execute", [&]() -> absl::Status {
+    std::vector<core::OpSpec> ops;
+    ops.reserve(req->ops_size());
+    for (int i = 0; i < req->ops_size(); ++i) {
+      absl::StatusOr<core::OpSpec> spec = FromProto(req->ops(i));
+      if (!spec.ok()) {
+        return absl::Status(spec.status().code(),
+                            absl::StrCat("op #", i, ": ",
+                                         spec.status().message()));
+      }
+      ops.push_back(*std::move(spec));
+    }
+    ASSIGN_OR_RETURN(
+        std::vector<core::TensorMeta> kept,
+        runtime_->Execute(req->session(), ops,
+                          {req->keep().data(),
+                           static_cast<size_t>(req->keep_size())}));
+    for (const core::TensorMeta& meta : kept) ToProto(meta, resp->add_kept());
+    return absl::OkStatus();
+  });
+}
+
 // Streams a tensor's bytes from the requested offset in chunks, one write in
 // flight at a time. The first chunk carries the metadata; an empty tensor (or
 // an offset at the end) still gets that one chunk.
 class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchChunk> {
  public:
-  FetchReactor(TensorServiceImpl* service, const v1::FetchRequest& req)
+  FetchReactor(TensorServiceImpl* service, grpc::CallbackServerContext* ctx,
+               const v1::FetchRequest& req)
       : scope_(service, "Fetch") {
-    absl::Status status = Open(service, req);
+    absl::Status status = Open(service, ctx, req);
     if (!status.ok()) {
       Finish(scope_.Finish(status));
       return;
@@ -271,8 +317,10 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchChunk> {
   void OnDone() override { delete this; }
 
  private:
-  absl::Status Open(TensorServiceImpl* service, const v1::FetchRequest& req) {
-    RETURN_IF_ERROR(service->CheckServing());
+  absl::Status Open(TensorServiceImpl* service,
+                    const grpc::CallbackServerContext* ctx,
+                    const v1::FetchRequest& req) {
+    RETURN_IF_ERROR(service->CheckServing(ctx));
     ASSIGN_OR_RETURN(reader_,
                      service->runtime_->OpenReader(req.session(), req.handle()));
     end_ = reader_->meta().nbytes;
@@ -329,7 +377,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchChunk> {
 
 grpc::ServerWriteReactor<v1::FetchChunk>* TensorServiceImpl::Fetch(
     grpc::CallbackServerContext* ctx, const v1::FetchRequest* req) {
-  return new FetchReactor(this, *req);
+  return new FetchReactor(this, ctx, *req);
 }
 
 grpc::ServerUnaryReactor* TensorServiceImpl::Release(
@@ -375,6 +423,19 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ListSessions(
       out->set_tensors(s.tensors);
       out->set_bytes(s.bytes);
       out->set_age_ms(s.age_ms);
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* TensorServiceImpl::ListAllTensors(
+    grpc::CallbackServerContext* ctx, const v1::ListAllTensorsRequest* req,
+    v1::ListAllTensorsResponse* resp) {
+  return Unary(ctx, "ListAllTensors", [&] {
+    for (const auto& [prefix, meta] : runtime_->ListAllTensors()) {
+      auto* entry = resp->add_tensors();
+      entry->set_session_id_prefix(prefix);
+      ToProto(meta, entry->mutable_tensor());
     }
     return absl::OkStatus();
   });

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "core/runtime.h"
+#include "server/auth.h"
 #include "server/metrics.h"
 #include "tensord/v1/tensord.grpc.pb.h"
 
@@ -25,9 +26,11 @@ inline constexpr uint32_t kMaxFetchChunkBytes = 4 << 20;
 
 class TensorServiceImpl final : public v1::TensorService::CallbackService {
  public:
-  // `runtime` and `metrics` are borrowed and must outlive the service.
-  TensorServiceImpl(core::Runtime* runtime, Metrics* metrics)
-      : runtime_(runtime), metrics_(metrics) {}
+  // `runtime`, `metrics` and `auth` (nullptr: no authentication) are
+  // borrowed and must outlive the service.
+  TensorServiceImpl(core::Runtime* runtime, Metrics* metrics,
+                    const TokenAuthenticator* auth = nullptr)
+      : runtime_(runtime), metrics_(metrics), auth_(auth) {}
 
   // After this, new RPCs fail with UNAVAILABLE ("server is shutting down").
   void StartDraining() { draining_.store(true); }
@@ -55,6 +58,12 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
   grpc::ServerUnaryReactor* MatMul(grpc::CallbackServerContext* ctx,
                                    const v1::MatMulRequest* req,
                                    v1::TensorResponse* resp) override;
+  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* ctx,
+                                const v1::RunRequest* req,
+                                v1::TensorResponse* resp) override;
+  grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* ctx,
+                                    const v1::ExecuteRequest* req,
+                                    v1::ExecuteResponse* resp) override;
   grpc::ServerWriteReactor<v1::FetchChunk>* Fetch(
       grpc::CallbackServerContext* ctx, const v1::FetchRequest* req) override;
   grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx,
@@ -69,6 +78,9 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
   grpc::ServerUnaryReactor* ListSessions(
       grpc::CallbackServerContext* ctx, const v1::ListSessionsRequest* req,
       v1::ListSessionsResponse* resp) override;
+  grpc::ServerUnaryReactor* ListAllTensors(
+      grpc::CallbackServerContext* ctx, const v1::ListAllTensorsRequest* req,
+      v1::ListAllTensorsResponse* resp) override;
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx,
                                      const v1::GetStatsRequest* req,
                                      v1::GetStatsResponse* resp) override;
@@ -79,11 +91,13 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
   template <typename Body>
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx,
                                   const char* method, Body&& body);
-  absl::Status CheckServing() const;
+  // UNAVAILABLE while draining; UNAUTHENTICATED without a valid token.
+  absl::Status CheckServing(const grpc::CallbackServerContext* ctx) const;
   uint64_t NextRequestId() { return next_request_id_.fetch_add(1) + 1; }
 
   core::Runtime* runtime_;  // borrowed
   Metrics* metrics_;        // borrowed
+  const TokenAuthenticator* auth_;  // borrowed; nullptr = no auth
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_request_id_{0};
   const std::chrono::steady_clock::time_point started_ =

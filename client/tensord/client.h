@@ -32,7 +32,10 @@
 #include <grpcpp/support/status_code_enum.h>
 
 #include <bit>
+#include <concepts>
 #include <cstdint>
+#include <filesystem>
+#include <map>
 #include <cstring>
 #include <initializer_list>
 #include <iterator>
@@ -170,10 +173,42 @@ struct TensorInfo {
 // Tensors
 
 class Client;
+class Batch;
 namespace internal {
 class Session;
 struct TensorState;
+struct BatchState;
+struct TensorAccess;
 }  // namespace internal
+
+// Op selectors; values match the wire enums (tensord.v1.BinaryOp, ...).
+enum class BinaryOp : int {
+  kAdd = 1, kSub, kMul, kDiv, kMaximum, kMinimum, kPow,
+  kEq, kNe, kLt, kLe, kGt, kGe,
+};
+enum class UnaryOp : int {
+  kNeg = 1, kAbs, kExp, kLog, kSqrt, kRelu, kSigmoid, kTanh,
+};
+enum class ReduceOp : int { kSum = 1, kMean, kMax, kMin, kArgmax, kNorm };
+
+// A Python number as an operand (PyTorch's "wrapped number"): it promotes by
+// category only, so `int32_tensor * 2` stays int32 and `int_tensor * 0.5`
+// is float32. Integral C++ types make an integer, floating ones a float.
+class Scalar {
+ public:
+  template <std::integral T>
+  Scalar(T v) : is_integral_(true), i_(static_cast<int64_t>(v)) {}  // NOLINT
+  template <std::floating_point T>
+  Scalar(T v) : f_(static_cast<double>(v)) {}  // NOLINT
+  bool is_integral() const { return is_integral_; }
+  int64_t int_value() const { return i_; }
+  double float_value() const { return f_; }
+
+ private:
+  bool is_integral_ = false;
+  int64_t i_ = 0;
+  double f_ = 0;
+};
 
 // An RAII handle to a tensor living on a device of the server. Copies share
 // the remote tensor; the last copy to go releases it (a failure to release
@@ -214,8 +249,103 @@ class Tensor {
   friend Tensor operator-(const Tensor& a, const Tensor& b);
   friend Tensor operator*(const Tensor& a, const Tensor& b);
   friend Tensor operator/(const Tensor& a, const Tensor& b);
+  friend Tensor operator+(const Tensor& a, Scalar b);
+  friend Tensor operator-(const Tensor& a, Scalar b);
+  friend Tensor operator*(const Tensor& a, Scalar b);
+  friend Tensor operator/(const Tensor& a, Scalar b);
+  friend Tensor operator+(Scalar a, const Tensor& b);
+  friend Tensor operator-(Scalar a, const Tensor& b);
+  friend Tensor operator*(Scalar a, const Tensor& b);
+  friend Tensor operator/(Scalar a, const Tensor& b);
+  Tensor operator-() const { return neg(); }
+  // Any binary op, tensor (op) tensor or tensor (op) number. Comparisons
+  // (kEq .. kGe) give bool.
+  Tensor binary(BinaryOp op, const Tensor& other) const;
+  Tensor binary(BinaryOp op, Scalar other) const;
+  Tensor maximum(const Tensor& o) const { return binary(BinaryOp::kMaximum, o); }
+  Tensor minimum(const Tensor& o) const { return binary(BinaryOp::kMinimum, o); }
+  Tensor pow(const Tensor& o) const { return binary(BinaryOp::kPow, o); }
+  Tensor pow(Scalar o) const { return binary(BinaryOp::kPow, o); }
+  Tensor eq(const Tensor& o) const { return binary(BinaryOp::kEq, o); }
+  Tensor ne(const Tensor& o) const { return binary(BinaryOp::kNe, o); }
+  Tensor lt(const Tensor& o) const { return binary(BinaryOp::kLt, o); }
+  Tensor le(const Tensor& o) const { return binary(BinaryOp::kLe, o); }
+  Tensor gt(const Tensor& o) const { return binary(BinaryOp::kGt, o); }
+  Tensor ge(const Tensor& o) const { return binary(BinaryOp::kGe, o); }
+  Tensor eq(Scalar o) const { return binary(BinaryOp::kEq, o); }
+  Tensor lt(Scalar o) const { return binary(BinaryOp::kLt, o); }
+  Tensor gt(Scalar o) const { return binary(BinaryOp::kGt, o); }
+
+  // Elementwise unary ops; exp/log/sqrt/sigmoid/tanh of integers give
+  // float32.
+  Tensor unary(UnaryOp op) const;
+  Tensor neg() const { return unary(UnaryOp::kNeg); }
+  Tensor abs() const { return unary(UnaryOp::kAbs); }
+  Tensor exp() const { return unary(UnaryOp::kExp); }
+  Tensor log() const { return unary(UnaryOp::kLog); }
+  Tensor sqrt() const { return unary(UnaryOp::kSqrt); }
+  Tensor relu() const { return unary(UnaryOp::kRelu); }
+  Tensor sigmoid() const { return unary(UnaryOp::kSigmoid); }
+  Tensor tanh() const { return unary(UnaryOp::kTanh); }
+
+  // Reductions over all elements (no dim) or one dim (negative counts from
+  // the end). sum of integers is int64; mean/norm need a floating dtype;
+  // argmax gives int64 indices; norm is the L2/Frobenius norm.
+  Tensor reduce(ReduceOp op, std::optional<int64_t> dim = std::nullopt,
+                bool keepdim = false) const;
+  Tensor sum(std::optional<int64_t> dim = std::nullopt,
+             bool keepdim = false) const {
+    return reduce(ReduceOp::kSum, dim, keepdim);
+  }
+  Tensor mean(std::optional<int64_t> dim = std::nullopt,
+              bool keepdim = false) const {
+    return reduce(ReduceOp::kMean, dim, keepdim);
+  }
+  Tensor max(std::optional<int64_t> dim = std::nullopt,
+             bool keepdim = false) const {
+    return reduce(ReduceOp::kMax, dim, keepdim);
+  }
+  Tensor min(std::optional<int64_t> dim = std::nullopt,
+             bool keepdim = false) const {
+    return reduce(ReduceOp::kMin, dim, keepdim);
+  }
+  Tensor argmax(std::optional<int64_t> dim = std::nullopt,
+                bool keepdim = false) const {
+    return reduce(ReduceOp::kArgmax, dim, keepdim);
+  }
+  Tensor norm() const { return reduce(ReduceOp::kNorm); }
+
   // torch.matmul shape rules; both operands of one dtype.
   Tensor matmul(const Tensor& other) const;
+  // Shape ops; each makes a new tensor (no views).
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const { return transpose(0, -1); }
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor reshape(const std::vector<int64_t>& shape) const;  // one -1 allowed
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  // A copy converted to `dtype`.
+  Tensor to(DType dtype) const;
+
+  // In-place updates (PyTorch's trailing underscore): the tensor's own
+  // memory is written, nothing is allocated for the result. The result
+  // dtype must be castable to this tensor's dtype (INVALID_ARGUMENT
+  // otherwise, e.g. int64_tensor.mul_(0.5)).
+  Tensor& add_(const Tensor& other);
+  Tensor& sub_(const Tensor& other);
+  Tensor& mul_(const Tensor& other);
+  Tensor& div_(const Tensor& other);
+  Tensor& add_(Scalar other);
+  Tensor& sub_(Scalar other);
+  Tensor& mul_(Scalar other);
+  Tensor& div_(Scalar other);
+  // this += alpha * x (BLAS axpy).
+  Tensor& axpy_(Scalar alpha, const Tensor& x);
+
+  // Writes the tensor as a NumPy .npy file (format 1.0, little-endian,
+  // C order). float16 is '<f2'; bfloat16 has no NumPy dtype
+  // (INVALID_ARGUMENT). Throws Error(UNKNOWN) on I/O failure.
+  void save_npy(const std::filesystem::path& path) const;
 
   // The tensor's bytes (row-major, little-endian), streamed in chunks whose
   // offset and CRC-32 are checked: DATA_LOSS on a mismatch.
@@ -251,13 +381,135 @@ class Tensor {
 
  private:
   friend class Client;
+  friend class Batch;
+  friend struct internal::TensorAccess;
   explicit Tensor(std::shared_ptr<const internal::TensorState> state);
   Tensor Binary(int op, const Tensor& rhs) const;
+  Tensor& InPlace(int op, const Tensor* other, const Scalar* scalar);
   void CheckElementType(DType requested, std::string_view what) const;
   void CheckSingleElement() const;
 
   std::shared_ptr<const internal::TensorState> state_;
 };
+
+// nn.functional.linear: x [..., in] . weight[out, in]^T (+ bias [out]).
+Tensor linear(const Tensor& x, const Tensor& weight,
+              const std::optional<Tensor>& bias = std::nullopt);
+// torch.cat along `dim`; all tensors on one device.
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+
+// ---------------------------------------------------------------------------
+// Batches: a recorded list of ops run in one round trip (the Execute RPC).
+//
+//   auto b = client.batch();
+//   auto y = b.matmul(x, w);          // a placeholder; nothing runs yet
+//   auto n = b.norm(y);
+//   b.keep(n);
+//   auto results = b.run();           // one RPC
+//   float v = results[n].item<float>();
+//
+// Results not kept are freed on the server when the list ends. If an op
+// fails, run() throws the Error of that op, whose message starts
+// "op #<i> (<name>; operands: ...)"; nothing of the batch is kept. Tensors
+// given as inputs are held by the batch until run() returns. A Batch is not
+// thread-safe; run() may be called once.
+
+class BatchResults;
+
+class Batch {
+ public:
+  // The future result of a recorded op (its index in the list).
+  class Value {
+   public:
+    uint32_t index() const { return index_; }
+
+   private:
+    friend class Batch;
+    friend class BatchResults;
+    Value(const internal::BatchState* owner, uint32_t index)
+        : owner_(owner), index_(index) {}
+    const internal::BatchState* owner_;
+    uint32_t index_;
+  };
+  // An op's input: a Tensor or a Value of this batch.
+  class Input {
+   public:
+    Input(const Tensor& t) : tensor_(t) {}  // NOLINT: implicit
+    Input(Value v) : value_(v) {}           // NOLINT: implicit
+
+   private:
+    friend class Batch;
+    std::optional<Tensor> tensor_;
+    std::optional<Value> value_;
+  };
+
+  Value binary(BinaryOp op, Input a, Input b);
+  Value binary(BinaryOp op, Input a, Scalar b);
+  Value add(Input a, Input b) { return binary(BinaryOp::kAdd, a, b); }
+  Value sub(Input a, Input b) { return binary(BinaryOp::kSub, a, b); }
+  Value mul(Input a, Input b) { return binary(BinaryOp::kMul, a, b); }
+  Value div(Input a, Input b) { return binary(BinaryOp::kDiv, a, b); }
+  Value add(Input a, Scalar b) { return binary(BinaryOp::kAdd, a, b); }
+  Value sub(Input a, Scalar b) { return binary(BinaryOp::kSub, a, b); }
+  Value mul(Input a, Scalar b) { return binary(BinaryOp::kMul, a, b); }
+  Value div(Input a, Scalar b) { return binary(BinaryOp::kDiv, a, b); }
+  Value unary(UnaryOp op, Input x);
+  Value relu(Input x) { return unary(UnaryOp::kRelu, x); }
+  Value sigmoid(Input x) { return unary(UnaryOp::kSigmoid, x); }
+  Value reduce(ReduceOp op, Input x, std::optional<int64_t> dim = std::nullopt,
+               bool keepdim = false);
+  Value sum(Input x, std::optional<int64_t> dim = std::nullopt,
+            bool keepdim = false) {
+    return reduce(ReduceOp::kSum, x, dim, keepdim);
+  }
+  Value mean(Input x, std::optional<int64_t> dim = std::nullopt,
+             bool keepdim = false) {
+    return reduce(ReduceOp::kMean, x, dim, keepdim);
+  }
+  Value norm(Input x) { return reduce(ReduceOp::kNorm, x); }
+  Value matmul(Input a, Input b);
+  Value linear(Input x, Input weight, std::optional<Input> bias = std::nullopt);
+  Value transpose(Input x, int64_t dim0, int64_t dim1);
+  Value t(Input x) { return transpose(x, 0, -1); }
+  Value reshape(Input x, const std::vector<int64_t>& shape);
+  Value narrow(Input x, int64_t dim, int64_t start, int64_t length);
+  Value cat(const std::vector<Input>& xs, int64_t dim = 0);
+  Value to(Input x, DType dtype);
+  // In place on `target`; the Value is the updated target.
+  Value sub_(Input target, Input other);
+  Value add_(Input target, Input other);
+  Value mul_(Input target, Scalar other);
+  Value axpy_(Input target, Scalar alpha, Input x);
+
+  // Asks for `v` to get a handle when the batch runs.
+  void keep(Value v);
+  // Number of recorded ops.
+  size_t size() const;
+  // Runs the list in one Execute RPC. Throws Error.
+  BatchResults run();
+
+ private:
+  friend class Client;
+  explicit Batch(std::shared_ptr<const internal::Session> session);
+  Value Record(const void* op);  // op: a tensord.v1.Op
+  std::shared_ptr<internal::BatchState> state_;
+};
+
+// What Batch::run() returns: the kept results as Tensors.
+class BatchResults {
+ public:
+  // The tensor of a kept Value. INVALID_ARGUMENT if `v` was not kept.
+  const Tensor& operator[](Batch::Value v) const;
+
+ private:
+  friend class Batch;
+  std::map<uint32_t, Tensor> tensors_;
+};
+
+// ---------------------------------------------------------------------------
+// Tensor files. Debian 12 packages no maintained C++ library for .npy or
+// safetensors, and both formats are small and fully specified, so the
+// client reads and writes them itself.
 
 // ---------------------------------------------------------------------------
 // Client
@@ -345,6 +597,23 @@ class Client {
   // The session's live tensors (what is held, and where).
   std::vector<TensorInfo> tensors() const;
 
+  // A new, empty recorded op list (see Batch).
+  Batch batch() const;
+
+  // Reads a NumPy .npy file (format 1.x/2.x; '<f4', '<f8', '<f2', '<i4',
+  // '<i8', '|b1'/'|u1'-as-bool; C order) onto `device`. INVALID_ARGUMENT
+  // for another dtype, Fortran order or a malformed file; NOT_FOUND when
+  // the file cannot be opened.
+  Tensor load_npy(const std::filesystem::path& path,
+                  const Device& device = "cpu") const;
+  // safetensors: 8-byte little-endian header length, a JSON header
+  // {name: {"dtype", "shape", "data_offsets"}} and the data. Supported
+  // dtypes F32, F64, F16, BF16, I32, I64, BOOL.
+  std::map<std::string, Tensor> load_safetensors(
+      const std::filesystem::path& path, const Device& device = "cpu") const;
+  static void save_safetensors(const std::filesystem::path& path,
+                               const std::map<std::string, Tensor>& tensors);
+
  private:
   template <typename It>
   static std::string ToBytes(It begin, It end) {
@@ -365,7 +634,15 @@ class Client {
 }  // namespace tensord::client
 
 namespace tensord {
+using client::Batch;
+using client::BatchResults;
+using client::BinaryOp;
+using client::cat;
 using client::Client;
+using client::linear;
+using client::ReduceOp;
+using client::Scalar;
+using client::UnaryOp;
 using client::Device;
 using client::DeviceInfo;
 using client::DType;

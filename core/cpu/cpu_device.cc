@@ -133,6 +133,8 @@ class CpuDevice final : public Device {
         break;
       case OpKind::kCast:
       case OpKind::kBinary:
+      case OpKind::kUnary:
+      case OpKind::kReduce:
         ok = !half;
         break;
       case OpKind::kMatMul:
@@ -195,8 +197,8 @@ class CpuDevice final : public Device {
 
   absl::Status Binary(BinaryOp op, const TensorRef& a, const TensorRef& b,
                       const TensorRef& out) override {
-    RETURN_IF_ERROR(Supports(OpKind::kBinary, out.dtype));
-    return cpu::BinaryKernel(op, out.dtype, a.buffer->data(), a.shape,
+    RETURN_IF_ERROR(Supports(OpKind::kBinary, a.dtype));
+    return cpu::BinaryKernel(op, a.dtype, a.buffer->data(), a.shape,
                              b.buffer->data(), b.shape, out.buffer->data(),
                              out.shape);
   }
@@ -206,6 +208,42 @@ class CpuDevice final : public Device {
     RETURN_IF_ERROR(Supports(OpKind::kMatMul, out.dtype));
     return cpu::MatMulKernel(dims, out.dtype, a.buffer->data(),
                              b.buffer->data(), out.buffer->data());
+  }
+
+  absl::Status Unary(UnaryOp op, const TensorRef& in,
+                     const TensorRef& out) override {
+    RETURN_IF_ERROR(Supports(OpKind::kUnary, in.dtype));
+    return cpu::UnaryKernel(op, in.dtype, in.buffer->data(), out.buffer->data(),
+                            in.shape.NumElements());
+  }
+
+  absl::Status Reduce(ReduceOp op, const ReduceDims& dims, const TensorRef& in,
+                      const TensorRef& out) override {
+    RETURN_IF_ERROR(Supports(OpKind::kReduce, in.dtype));
+    return cpu::ReduceKernel(op, in.dtype, dims, in.buffer->data(),
+                             out.buffer->data());
+  }
+
+  absl::Status Permute(const TensorRef& in, const std::vector<int>& perm,
+                       const TensorRef& out) override {
+    cpu::PermuteKernel(DTypeSize(in.dtype), in.buffer->data(), in.shape, perm,
+                       out.buffer->data());
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyBlocks(const BlockCopy& c, const Buffer& src,
+                          Buffer& dst) override {
+    if (c.rows <= 0 || c.row_bytes <= 0) return absl::OkStatus();
+    const int64_t src_end = c.src_offset + (c.rows - 1) * c.src_stride;
+    const int64_t dst_end = c.dst_offset + (c.rows - 1) * c.dst_stride;
+    RETURN_IF_ERROR(CheckRange(src, src_end, c.row_bytes));
+    RETURN_IF_ERROR(CheckRange(dst, dst_end, c.row_bytes));
+    const auto* s = static_cast<const char*>(src.data()) + c.src_offset;
+    auto* d = static_cast<char*>(dst.data()) + c.dst_offset;
+    for (int64_t r = 0; r < c.rows; ++r) {
+      std::memcpy(d + r * c.dst_stride, s + r * c.src_stride, c.row_bytes);
+    }
+    return absl::OkStatus();
   }
 
   absl::Status Synchronize() override { return absl::OkStatus(); }

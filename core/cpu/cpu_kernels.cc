@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
 #include "core/cpu/half.h"
 #include "core/cpu/random.h"
 #include "core/dispatch.h"
@@ -85,6 +86,148 @@ T MulOp(T x, T y) {
 template <typename T>
 T DivOp(T x, T y) {
   return x / y;  // floating only; the caller rejects other dtypes
+}
+
+// torch.maximum/minimum: NaN propagates; bool is logical or/and.
+template <typename T>
+T MaxOp(T x, T y) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(x) || std::isnan(y)) return x + y;
+  }
+  return x < y ? y : x;
+}
+
+template <typename T>
+T MinOp(T x, T y) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(x) || std::isnan(y)) return x + y;
+  }
+  return y < x ? y : x;
+}
+
+// Integer powers by squaring with wrapping arithmetic; a negative exponent
+// gives 0 except for bases 1 and -1 (PyTorch's integer pow).
+template <typename T>
+T PowOp(T x, T y) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::pow(x, y);
+  } else {
+    using U = Wrap<T>;
+    if (y < 0) {
+      if (x == 1) return 1;
+      if (x == -1) return (y % 2 == 0) ? 1 : -1;
+      return 0;
+    }
+    U result = 1, base = static_cast<U>(x);
+    for (auto e = static_cast<U>(y); e != 0; e >>= 1) {
+      if (e & 1) result *= base;
+      base *= base;
+    }
+    return static_cast<T>(result);
+  }
+}
+
+template <typename T>
+T UnaryValue(UnaryOp op, T x) {
+  if constexpr (kIsBool<T>) {
+    return x;  // only the floating ops reach here, on float32 (Runtime)
+  } else {
+    switch (op) {
+      case UnaryOp::kNeg:
+        if constexpr (std::is_integral_v<T>) {
+          return static_cast<T>(Wrap<T>(0) - static_cast<Wrap<T>>(x));
+        } else {
+          return -x;
+        }
+      case UnaryOp::kAbs:
+        if constexpr (std::is_integral_v<T>) {
+          return x < 0 ? static_cast<T>(Wrap<T>(0) - static_cast<Wrap<T>>(x))
+                       : x;
+        } else {
+          return std::abs(x);
+        }
+      case UnaryOp::kRelu:
+        return x > T(0) ? x : T(0);
+      case UnaryOp::kExp:
+        return static_cast<T>(std::exp(x));
+      case UnaryOp::kLog:
+        return static_cast<T>(std::log(x));
+      case UnaryOp::kSqrt:
+        return static_cast<T>(std::sqrt(x));
+      case UnaryOp::kSigmoid:
+        return static_cast<T>(T(1) / (T(1) + std::exp(-x)));
+      case UnaryOp::kTanh:
+        return static_cast<T>(std::tanh(x));
+    }
+    return x;
+  }
+}
+
+// Accumulator of a sum-like reduction: double for floating, wrapping
+// int64 arithmetic for integers and bool.
+template <typename T>
+using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+
+template <typename T>
+bool Greater(T x, T y) {  // x > y, with NaN greater than everything
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(x)) return !std::isnan(y);
+    if (std::isnan(y)) return false;
+  }
+  return x > y;
+}
+
+template <typename T>
+void ReduceTyped(ReduceOp op, const Device::ReduceDims& d, const T* in,
+                 void* out) {
+  for (int64_t o = 0; o < d.outer; ++o) {
+    for (int64_t i = 0; i < d.inner; ++i) {
+      const T* p = in + o * d.n * d.inner + i;
+      const int64_t dst = o * d.inner + i;
+      switch (op) {
+        case ReduceOp::kSum:
+        case ReduceOp::kMean:
+        case ReduceOp::kNorm: {
+          Acc<T> acc = 0;
+          for (int64_t j = 0; j < d.n; ++j) {
+            const Acc<T> v = static_cast<Acc<T>>(p[j * d.inner]);
+            if constexpr (std::is_floating_point_v<T>) {
+              acc += op == ReduceOp::kNorm ? v * v : v;
+            } else {
+              acc = static_cast<int64_t>(static_cast<uint64_t>(acc) +
+                                         static_cast<uint64_t>(v));
+            }
+          }
+          T r;
+          if constexpr (std::is_floating_point_v<T>) {
+            r = static_cast<T>(op == ReduceOp::kNorm   ? std::sqrt(acc)
+                               : op == ReduceOp::kMean ? acc / d.n
+                                                       : acc);
+          } else {
+            r = static_cast<T>(acc);  // kSum only (the Runtime checks)
+          }
+          static_cast<T*>(out)[dst] = r;
+          break;
+        }
+        case ReduceOp::kMax:
+        case ReduceOp::kMin:
+        case ReduceOp::kArgmax: {
+          int64_t best = 0;
+          for (int64_t j = 1; j < d.n; ++j) {
+            const T v = p[j * d.inner];
+            const T b = p[best * d.inner];
+            if (op == ReduceOp::kMin ? Greater(b, v) : Greater(v, b)) best = j;
+          }
+          if (op == ReduceOp::kArgmax) {
+            static_cast<int64_t*>(out)[dst] = best;
+          } else {
+            static_cast<T*>(out)[dst] = p[best * d.inner];
+          }
+          break;
+        }
+      }
+    }
+  }
 }
 
 // Fill value for element i of `spec` in double precision (kind != random).
@@ -183,9 +326,9 @@ absl::Status FillHalf(const FillSpec& spec, DType dtype, int64_t numel,
 // out[i] = fn(a[.], b[.]) over out_shape, reading a and b through broadcast
 // strides. The innermost dimension is a plain loop (contiguous or with a
 // broadcast operand) that the compiler can vectorize.
-template <typename T, typename Fn>
+template <typename T, typename O, typename Fn>
 void BroadcastLoop(const T* a, const Shape& a_shape, const T* b,
-                   const Shape& b_shape, T* out, const Shape& out_shape,
+                   const Shape& b_shape, O* out, const Shape& out_shape,
                    Fn fn) {
   const int64_t numel = out_shape.NumElements();
   if (a_shape == out_shape && b_shape == out_shape) {
@@ -208,7 +351,7 @@ void BroadcastLoop(const T* a, const Shape& a_shape, const T* b,
   for (int64_t o = 0; o < outer; ++o) {
     const T* pa = a + oa;
     const T* pb = b + ob;
-    T* dst = out + o * inner;
+    O* dst = out + o * inner;
     if (ia == 1 && ib == 1) {
       for (int64_t j = 0; j < inner; ++j) dst[j] = fn(pa[j], pb[j]);
     } else if (ia == 1 && ib == 0) {
@@ -324,7 +467,35 @@ absl::Status BinaryKernel(BinaryOp op, DType dtype, const void* a,
       BroadcastLoop<T>(pa, a_shape, pb, b_shape, po, out_shape, fn);
       return absl::OkStatus();
     };
+    auto compare = [&](auto fn) {
+      BroadcastLoop<T>(pa, a_shape, pb, b_shape, static_cast<BoolStorage*>(out),
+                       out_shape, [fn](T x, T y) -> BoolStorage {
+                         return fn(x, y) ? 1 : 0;
+                       });
+      return absl::OkStatus();
+    };
     switch (op) {
+      case BinaryOp::kEq:
+        return compare([](T x, T y) { return x == y; });
+      case BinaryOp::kNe:
+        return compare([](T x, T y) { return x != y; });
+      case BinaryOp::kLt:
+        return compare([](T x, T y) { return x < y; });
+      case BinaryOp::kLe:
+        return compare([](T x, T y) { return x <= y; });
+      case BinaryOp::kGt:
+        return compare([](T x, T y) { return x > y; });
+      case BinaryOp::kGe:
+        return compare([](T x, T y) { return x >= y; });
+      case BinaryOp::kMaximum:
+        return run([](T x, T y) { return MaxOp(x, y); });
+      case BinaryOp::kMinimum:
+        return run([](T x, T y) { return MinOp(x, y); });
+      case BinaryOp::kPow:
+        if constexpr (!kIsBool<T>) {
+          return run([](T x, T y) { return PowOp(x, y); });
+        }
+        break;
       case BinaryOp::kAdd:
         return run([](T x, T y) { return AddOp(x, y); });
       case BinaryOp::kSub:
@@ -338,6 +509,69 @@ absl::Status BinaryKernel(BinaryOp op, DType dtype, const void* a,
     }
     return NotImplementedError(BinaryOpName(op), dtype, "cpu");
   });
+}
+
+absl::Status UnaryKernel(UnaryOp op, DType dtype, const void* in, void* out,
+                         int64_t numel) {
+  RETURN_IF_ERROR(CheckUnaryOpDType(op, dtype));
+  if (IsFloatingUnary(op) && !IsFloating(dtype)) {
+    return NotImplementedError(UnaryOpName(op), dtype, "cpu");
+  }
+  return DispatchDType(dtype, [&]<typename T>() -> absl::Status {
+    const T* src = static_cast<const T*>(in);
+    T* dst = static_cast<T*>(out);
+    for (int64_t i = 0; i < numel; ++i) dst[i] = UnaryValue<T>(op, src[i]);
+    return absl::OkStatus();
+  });
+}
+
+absl::Status ReduceKernel(ReduceOp op, DType dtype,
+                          const Device::ReduceDims& dims, const void* in,
+                          void* out) {
+  if (dims.n == 0 && (op == ReduceOp::kMax || op == ReduceOp::kMin ||
+                      op == ReduceOp::kArgmax)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ToAbsl(ReduceOpName(op)), "(): cannot reduce over an empty dimension"));
+  }
+  return DispatchDType(dtype, [&]<typename T>() -> absl::Status {
+    if constexpr (!std::is_floating_point_v<T>) {
+      if (op == ReduceOp::kMean || op == ReduceOp::kNorm) {
+        return NotImplementedError(ReduceOpName(op), dtype, "cpu");
+      }
+    }
+    ReduceTyped<T>(op, dims, static_cast<const T*>(in), out);
+    return absl::OkStatus();
+  });
+}
+
+void PermuteKernel(size_t elem_size, const void* in, const Shape& in_shape,
+                   const std::vector<int>& perm, void* out) {
+  const int rank = in_shape.rank();
+  const int64_t numel = in_shape.NumElements();
+  if (numel == 0) return;
+  // Row-major strides of the input, reordered to walk the output in order.
+  std::vector<int64_t> in_strides(rank, 1);
+  for (int d = rank - 2; d >= 0; --d) {
+    in_strides[d] = in_strides[d + 1] * in_shape.dim(d + 1);
+  }
+  std::vector<int64_t> out_dims(rank), strides(rank);
+  for (int i = 0; i < rank; ++i) {
+    out_dims[i] = in_shape.dim(perm[i]);
+    strides[i] = in_strides[perm[i]];
+  }
+  const auto* src = static_cast<const char*>(in);
+  auto* dst = static_cast<char*>(out);
+  std::vector<int64_t> index(rank, 0);
+  int64_t offset = 0;
+  for (int64_t i = 0; i < numel; ++i) {
+    std::memcpy(dst + i * elem_size, src + offset * elem_size, elem_size);
+    for (int d = rank - 1; d >= 0; --d) {
+      offset += strides[d];
+      if (++index[d] < out_dims[d]) break;
+      offset -= strides[d] * out_dims[d];
+      index[d] = 0;
+    }
+  }
 }
 
 absl::Status MatMulKernel(const Device::MatMulDims& dims, DType dtype,

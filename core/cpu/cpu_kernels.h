@@ -9,6 +9,7 @@
 #define TENSORD_CORE_CPU_CPU_KERNELS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "core/device.h"
@@ -28,13 +29,33 @@ absl::Status FillKernel(const FillSpec& spec, DType dtype, int64_t numel,
 absl::Status CastKernel(DType in_dtype, const void* in, DType out_dtype,
                         void* out, int64_t numel);
 
-// out = a (op) b with broadcasting; one dtype for all three. Integer
-// add/sub/mul wrap around; bool add/mul are logical or/and; integer and
-// bool div and bool sub are FAILED_PRECONDITION.
+// out = a (op) b with broadcasting; `dtype` is a's and b's, and out's too
+// except for comparisons (out is bool). Integer add/sub/mul/pow wrap
+// around; bool add/mul/maximum/minimum are logical or/and/or/and; integer
+// and bool div, bool sub and bool pow are FAILED_PRECONDITION. `out` may
+// alias `a` when out_shape == a_shape.
 absl::Status BinaryKernel(BinaryOp op, DType dtype, const void* a,
                           const Shape& a_shape, const void* b,
                           const Shape& b_shape, void* out,
                           const Shape& out_shape);
+
+// out = op(in) over `numel` elements of `dtype` (out may alias in). The
+// floating ops need a floating dtype; bool neg/abs/relu are
+// FAILED_PRECONDITION.
+absl::Status UnaryKernel(UnaryOp op, DType dtype, const void* in, void* out,
+                         int64_t numel);
+
+// Device::Reduce on host memory. Floating sums accumulate in double;
+// integer sums wrap in int64 arithmetic. kMean/kNorm need a floating dtype;
+// kMax/kMin/kArgmax over n == 0 are INVALID_ARGUMENT. Ties in
+// kMax/kMin/kArgmax take the first index; NaN counts as the largest value.
+absl::Status ReduceKernel(ReduceOp op, DType dtype,
+                          const Device::ReduceDims& dims, const void* in,
+                          void* out);
+
+// Device::Permute on host memory for elements of `elem_size` bytes.
+void PermuteKernel(size_t elem_size, const void* in, const Shape& in_shape,
+                   const std::vector<int>& perm, void* out);
 
 // Batched row-major matmul per Device::MatMulDims. float32/float64 through
 // OpenBLAS; int32/int64 with wrapping arithmetic.

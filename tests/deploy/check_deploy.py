@@ -6,8 +6,10 @@
 Parses every YAML file in deploy/k8s and deploy/docker, the example config
 and the Kubernetes ConfigMap's tensord.toml, the Dockerfile and the systemd
 unit, and checks what each must say for tensord to run: GPU requests, probes,
-ports, health checks, non-root users, config keys that the daemon knows, and
-stop timeouts longer than the daemon's shutdown grace. Needs Debian's
+ports, health checks, non-root users, config keys that the daemon knows,
+stop timeouts longer than the daemon's shutdown grace, and security: every
+artifact that listens beyond loopback wires a bearer-token file (a mounted
+secret), and none turns on --insecure. Needs Debian's
 python3 (3.11: tomllib) and python3-yaml. Prints one line per failure and
 exits 1 if there is any.
 """
@@ -18,15 +20,25 @@ import tomllib
 
 import yaml
 
-# The daemon's config keys: its flags, with underscores (server/main.cc).
+# The daemon's config keys: its flags, with underscores (server/main.cc,
+# ConfigurableFlags() in server/config.cc). The example config documents
+# every one of them.
 CONFIG_KEYS = {
     "listen", "host_devices", "memory_limit", "gpu_memory_limit", "log_level",
-    "metrics_listen", "shutdown_grace_ms",
+    "metrics_listen", "shutdown_grace_ms", "port_file",
+    "auth_token_file", "tls_cert", "tls_key", "tls_client_ca", "insecure",
 }
+PATH_KEYS = ("port_file", "auth_token_file", "tls_cert", "tls_key",
+             "tls_client_ca")
 LOG_LEVELS = {"trace", "debug", "info", "warn", "error", "off"}
 GRPC_PORT, METRICS_PORT = 50051, 9100
 HEALTH_SERVICE = "tensord.v1.TensorService"
 DEFAULT_GRACE_MS = 5000
+
+# Remarks from before authentication existed; none may survive.
+STALE = re.compile(r"not yet|when tensord gains|no authentication yet|"
+                   r"not available yet|a later release|coming release",
+                   re.IGNORECASE)
 
 failures: list[str] = []
 
@@ -40,6 +52,19 @@ def check(ok: bool, what: str) -> bool:
 def port_of(address: str) -> int | None:
     m = re.fullmatch(r"(?:\[[0-9a-fA-F:.]*\]|[^:\s]*):(\d+)", address or "")
     return int(m.group(1)) if m else None
+
+
+def is_loopback(address: str) -> bool:
+    """As tensord's IsLoopback (server/server.cc)."""
+    if address.startswith("unix:"):
+        return True
+    host = address.rpartition(":")[0]
+    return host.startswith("127.") or host in ("localhost", "[::1]", "::1")
+
+
+def truthy(value) -> bool:
+    """How absl parses a bool flag from a TOML value or a variable."""
+    return str(value).strip().lower() in ("true", "1", "t", "yes", "y")
 
 
 def check_config(cfg: dict, where: str, exact: bool) -> None:
@@ -73,6 +98,24 @@ def check_config(cfg: dict, where: str, exact: bool) -> None:
         v = cfg["shutdown_grace_ms"]
         check(isinstance(v, int) and not isinstance(v, bool) and v >= 0,
               f"{where}: shutdown_grace_ms = {v!r} is not an integer >= 0")
+    for key in PATH_KEYS:
+        if key in cfg:
+            check(isinstance(cfg[key], str),
+                  f"{where}: {key} = {cfg[key]!r} is not a path string")
+    if "insecure" in cfg:
+        check(isinstance(cfg["insecure"], bool),
+              f"{where}: insecure = {cfg['insecure']!r} is not a boolean")
+        check(cfg["insecure"] is not True,
+              f"{where}: insecure = true serves the network unauthenticated")
+    check(bool(cfg.get("tls_cert")) == bool(cfg.get("tls_key")),
+          f"{where}: tls_cert and tls_key go together")
+    check(not cfg.get("tls_client_ca") or bool(cfg.get("tls_cert")),
+          f"{where}: tls_client_ca needs tls_cert and tls_key")
+    listen = cfg.get("listen", "127.0.0.1:50051")
+    if isinstance(listen, str) and not is_loopback(listen):
+        check(bool(cfg.get("auth_token_file") or cfg.get("tls_cert")),
+              f"{where}: listen = {listen!r} is not loopback and there is "
+              "neither auth_token_file nor tls_cert: tensord refuses to start")
 
 
 def daemon_config_keys(root: pathlib.Path) -> set[str] | None:
@@ -203,6 +246,53 @@ def check_k8s(root: pathlib.Path, docs: dict[pathlib.Path, list]) -> None:
     check(cfg_vol.get("configMap", {}).get("name") in config_maps,
           "Deployment: /etc/tensord is not the ConfigMap")
 
+    # Authentication: the pod listens on 0.0.0.0, so it must name a token
+    # file that is a key of a mounted Secret.
+    secrets = {s["metadata"]["name"]: s for s in by_kind.get("Secret", [])}
+    token = env.get("TENSORD_AUTH_TOKEN_FILE") or ""
+    if is_loopback(env.get("TENSORD_LISTEN", "127.0.0.1:50051")):
+        pass
+    elif check(token.startswith("/"),
+               "Deployment: listens beyond loopback without "
+               "TENSORD_AUTH_TOKEN_FILE (tensord refuses to start)"):
+        mount = max((m for m in c.get("volumeMounts", [])
+                     if token.startswith(m["mountPath"].rstrip("/") + "/")),
+                    key=lambda m: len(m["mountPath"]), default=None)
+        vol = volumes.get(mount["name"], {}) if mount else {}
+        secret = vol.get("secret") or {}
+        if check(bool(secret.get("secretName")),
+                 f"Deployment: TENSORD_AUTH_TOKEN_FILE {token} is not in a "
+                 "mounted Secret volume"):
+            rel = token[len(mount["mountPath"].rstrip("/")) + 1:]
+            items = {i["path"]: i["key"] for i in secret.get("items", [])}
+            key = items.get(rel, rel) if items else rel
+            name = secret["secretName"]
+            check(mount.get("readOnly") is True,
+                  "Deployment: the token volume is not mounted readOnly")
+            if check(name in secrets,
+                     f"Deployment: Secret {name} is not documented in deploy/k8s"):
+                check(key in (secrets[name].get("stringData")
+                              or secrets[name].get("data") or {}),
+                      f"Secret {name}: no key {key!r} (TENSORD_AUTH_TOKEN_FILE)")
+            mode = secret.get("defaultMode", 0o644)
+            check(mode & 0o004 == 0 and (mode & 0o040 or psc.get("runAsUser") == 0),
+                  f"Deployment: token volume defaultMode {oct(mode)} should be "
+                  "group-readable (fsGroup) and not world-readable")
+    check(not truthy(env.get("TENSORD_INSECURE", "")),
+          "Deployment: TENSORD_INSECURE is set")
+    check("--insecure" not in " ".join(map(str, c.get("args", []) + c.get("command", []))),
+          "Deployment: the container passes --insecure")
+    check(not env.get("TENSORD_TLS_CERT"),
+          "Deployment: with TLS the native gRPC probes (plaintext) fail; "
+          "use exec probes with tensorctl --tls-ca")
+    # A placeholder Secret in the applied set would overwrite the real token.
+    for k in kust:
+        for res in k.get("resources", []):
+            path = root / "deploy/k8s" / res
+            if path in docs and any(d.get("kind") == "Secret" for d in docs[path]):
+                check(False, f"kustomization.yaml: {res} holds a placeholder "
+                      "Secret; create the real one with kubectl instead")
+
     tgp = pod.get("terminationGracePeriodSeconds", 30)
     check(tgp * 1000 > grace_ms,
           f"Deployment: terminationGracePeriodSeconds {tgp}s <= shutdown grace {grace_ms} ms")
@@ -253,10 +343,95 @@ def check_compose(root: pathlib.Path, docs: dict[pathlib.Path, list]) -> None:
     check(port_of(env.get("TENSORD_LISTEN", "")) == GRPC_PORT,
           "compose: TENSORD_LISTEN is not on port 50051")
     check("build" in svc and "image" in svc, "compose: needs build and image")
+    # Authentication: a Compose secret, mounted under /run/secrets, named by
+    # TENSORD_AUTH_TOKEN_FILE.
+    check(not truthy(env.get("TENSORD_INSECURE", "")), "compose: TENSORD_INSECURE is set")
+    command = svc.get("command") or []
+    command = " ".join(command) if isinstance(command, list) else str(command)
+    check("--insecure" not in command, "compose: the command passes --insecure")
+    token = str(env.get("TENSORD_AUTH_TOKEN_FILE") or "")
+    targets = {}
+    for s in svc.get("secrets") or []:
+        if isinstance(s, str):
+            targets[f"/run/secrets/{s}"] = s
+        else:
+            target = s.get("target") or s["source"]
+            targets[target if target.startswith("/") else f"/run/secrets/{target}"] = s["source"]
+    if is_loopback(str(env.get("TENSORD_LISTEN", "127.0.0.1:50051"))):
+        return
+    if check(token in targets,
+             f"compose: TENSORD_AUTH_TOKEN_FILE {token!r} is not one of the "
+             f"service's secrets {sorted(targets)}"):
+        top = (compose.get("secrets") or {}).get(targets[token]) or {}
+        if check("file" in top or "environment" in top,
+                 f"compose: secret {targets[token]} has no file/environment"):
+            if "file" in top:
+                f = (path.parent / top["file"]).resolve()
+                if f.is_relative_to(root):
+                    rel = "/" + str(f.relative_to(root))
+                    ignored = dockerignore_lines(
+                        root / "deploy/docker/Dockerfile.dockerignore")
+                    check(rel in ignored,
+                          f"compose: the token file {rel} is inside the build "
+                          "context but not in deploy/docker/Dockerfile.dockerignore")
     grace_ms = int(env.get("TENSORD_SHUTDOWN_GRACE_MS", DEFAULT_GRACE_MS))
     m = re.fullmatch(r"(\d+)s", str(svc.get("stop_grace_period", "10s")))
     check(m is not None and int(m.group(1)) * 1000 > grace_ms,
           "compose: stop_grace_period must exceed TENSORD_SHUTDOWN_GRACE_MS")
+
+
+def dockerignore_lines(path: pathlib.Path) -> list[str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    return [s.strip() for s in text.splitlines()
+            if s.strip() and not s.strip().startswith("#")]
+
+
+def check_dockerignore(root: pathlib.Path) -> None:
+    """BuildKit reads deploy/docker/Dockerfile.dockerignore instead of the
+    root .dockerignore for that Dockerfile: it must keep the root's patterns
+    and keep a token made in the repository root out of the context."""
+    own = root / "deploy/docker/Dockerfile.dockerignore"
+    if not check(own.is_file(), "deploy/docker/Dockerfile.dockerignore missing"):
+        return
+    lines = dockerignore_lines(own)
+    missing = [l for l in dockerignore_lines(root / ".dockerignore") if l not in lines]
+    check(not missing, f"Dockerfile.dockerignore lacks /.dockerignore's {missing}")
+    check("/token" in lines, "Dockerfile.dockerignore does not exclude /token")
+
+
+def uncommented(text: str) -> str:
+    """The text without comments ('#' at a line start or after a space)."""
+    return "\n".join(re.sub(r"(^|\s)#.*", "", line) for line in text.splitlines())
+
+
+def check_security_text(root: pathlib.Path) -> None:
+    """No artifact turns on --insecure; no remark from before authentication
+    existed is left in deploy/ or the deploy docs."""
+    for path in sorted(p for p in (root / "deploy").rglob("*") if p.is_file()):
+        where = path.relative_to(root)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        body = uncommented(text)
+        check("--insecure" not in body and "TENSORD_INSECURE" not in body,
+              f"{where}: passes --insecure / TENSORD_INSECURE")
+        for m in STALE.finditer(text):
+            check(False, f"{where}: stale remark {m.group(0)!r}")
+    readme = root / "README.md"
+    if readme.is_file():
+        text = readme.read_text(encoding="utf-8")
+        m = re.search(r"^## Deploy\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+        if check(m is not None, "README.md: no '## Deploy' section"):
+            for s in STALE.finditer(m.group(1)):
+                check(False, f"README.md (Deploy): stale remark {s.group(0)!r}")
+            for needle in ("TENSORD_AUTH_TOKEN_FILE", "--token-file",
+                           "/run/secrets/tensord_token", "tensorctl health"):
+                check(needle in m.group(1),
+                      f"README.md (Deploy): does not mention {needle}")
 
 
 def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
@@ -327,9 +502,24 @@ def check_dockerfile(root: pathlib.Path) -> None:
           "Dockerfile: HEALTHCHECK does not run `tensorctl health`")
     ep = " ".join(r for w, r in final if w == "ENTRYPOINT")
     check("tensord" in ep, "Dockerfile: ENTRYPOINT is not tensord")
-    env = " ".join(r for w, r in final if w == "ENV")
-    check(f"TENSORD_LISTEN=0.0.0.0:{GRPC_PORT}" in env,
+    env = {}
+    for w, r in final:
+        if w == "ENV":
+            for pair in r.split():
+                k, _, v = pair.partition("=")
+                env[k] = v.strip('"')
+    check(env.get("TENSORD_LISTEN") == f"0.0.0.0:{GRPC_PORT}",
           "Dockerfile: TENSORD_LISTEN=0.0.0.0:50051 not set")
+    if not is_loopback(env.get("TENSORD_LISTEN", "127.0.0.1:50051")):
+        # Forgetting the token must fail at start, not serve openly.
+        check(env.get("TENSORD_AUTH_TOKEN_FILE", "").startswith("/run/secrets/"),
+              "Dockerfile: listens on 0.0.0.0 but TENSORD_AUTH_TOKEN_FILE is "
+              "not set to a file under /run/secrets/")
+    check(not truthy(env.get("TENSORD_INSECURE", "")),
+          "Dockerfile: TENSORD_INSECURE is set")
+    for w in ("ENTRYPOINT", "CMD"):
+        check("--insecure" not in " ".join(r for x, r in final if x == w),
+              f"Dockerfile: {w} passes --insecure")
 
 
 def check_systemd(root: pathlib.Path, grace_ms: int) -> None:
@@ -351,6 +541,17 @@ def check_systemd(root: pathlib.Path, grace_ms: int) -> None:
     m = re.fullmatch(r"(\d+)s?", one("TimeoutStopSec"))
     check(m is not None and int(m.group(1)) * 1000 > grace_ms,
           f"tensord.service: TimeoutStopSec must exceed shutdown_grace_ms ({grace_ms})")
+    check("--insecure" not in one("ExecStart"),
+          "tensord.service: ExecStart passes --insecure")
+    # The documented (commented-out) token option: a credential, named by
+    # TENSORD_AUTH_TOKEN_FILE in the credentials directory.
+    text = path.read_text(encoding="utf-8")
+    cred = re.search(r"^#?LoadCredential=([\w.-]+):(\S+)", text, re.M)
+    if check(cred is not None,
+             "tensord.service: no LoadCredential= for the token (documented option)"):
+        check(re.search(rf"^#?Environment=TENSORD_AUTH_TOKEN_FILE=%d/{re.escape(cred.group(1))}\s*$",
+                        text, re.M) is not None,
+              f"tensord.service: no Environment=TENSORD_AUTH_TOKEN_FILE=%d/{cred.group(1)}")
 
 
 def main() -> int:
@@ -381,13 +582,16 @@ def main() -> int:
     check_compose(root, docs)
     check_dockerfile(root)
     check_systemd(root, grace_ms)
+    check_dockerignore(root)
+    check_security_text(root)
 
     for f in failures:
         print("FAIL:", f)
     if failures:
         return 1
     print(f"ok: {len(docs)} YAML files, the example config, the Dockerfile "
-          "and the systemd unit pass")
+          "(and its .dockerignore), the systemd unit and README's Deploy "
+          "section pass")
     return 0
 
 

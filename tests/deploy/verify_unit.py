@@ -10,6 +10,11 @@ verified there. verify reports most mistakes (unknown keys or sections, bad
 values) as warnings with exit status 0, so any line of its output that
 mentions the unit fails the test too, not only a nonzero exit.
 
+The unit documents optional settings as commented-out lines (`#LoadCredential=`
+and `#Environment=TENSORD_...` for the token and TLS credentials). A second
+pass verifies the unit with those lines enabled, so the documented options
+are valid too.
+
 Exit 77 (CTest's skip code here) when systemd-analyze is not installed.
 """
 import os
@@ -45,25 +50,39 @@ def main() -> int:
         print(f"FAIL: {unit_path} has no ExecStart= line")
         return 1
 
+    enabled, n_opt = re.subn(r"^#((?:LoadCredential|Environment=TENSORD_)\S*)",
+                             r"\1", rewritten, flags=re.MULTILINE)
+    passes = [("as written", rewritten)]
+    if n_opt:
+        passes.append((f"with its {n_opt} commented-out options enabled", enabled))
+
+    failed = False
+    for what, text_ in passes:
+        ok = verify(analyze, unit_name, text_, what)
+        failed = failed or not ok
+    return 1 if failed else 0
+
+
+def verify(analyze: str, unit_name: str, text: str, what: str) -> bool:
     with tempfile.TemporaryDirectory() as tmp:
         copy = os.path.join(tmp, unit_name)
         with open(copy, "w", encoding="utf-8") as f:
-            f.write(rewritten)
+            f.write(text)
         cmd = [analyze, "verify", "--man=no", "--generators=no",
                "--recursive-errors=no", copy]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         output = (proc.stdout + proc.stderr).replace(tmp + "/", "")
 
-    print("$ " + " ".join(cmd[:-1] + [unit_name]))
+    print(f"$ {' '.join(cmd[:-1] + [unit_name])}    # {what}")
     if output.strip():
         print(output.rstrip())
     ours = [line for line in output.splitlines() if unit_name in line]
     if proc.returncode != 0 or ours:
         print(f"FAIL: systemd-analyze verify exited {proc.returncode} with "
-              f"{len(ours)} complaint(s) about {unit_name}")
-        return 1
-    print(f"ok: {unit_name} verifies cleanly")
-    return 0
+              f"{len(ours)} complaint(s) about {unit_name} ({what})")
+        return False
+    print(f"ok: {unit_name} verifies cleanly ({what})")
+    return True
 
 
 if __name__ == "__main__":

@@ -1,0 +1,54 @@
+// Internal: builds tensord.v1.Op messages for the client's Tensor methods
+// (one op through Run) and Batch (a list through Execute), so both spell
+// each op once. Not part of the public API. Thread-safety: stateless.
+#ifndef TENSORD_CLIENT_GRPC_OPS_H_
+#define TENSORD_CLIENT_GRPC_OPS_H_
+
+#include <memory>
+#include <utility>
+
+#include "client/grpc_session.h"
+#include "tensord/client.h"
+
+namespace tensord::client::internal {
+
+// Private access to Tensor for the library's own files.
+struct TensorAccess {
+  static const std::shared_ptr<const TensorState>& State(const Tensor& t) {
+    return t.state_;
+  }
+  static Tensor Make(std::shared_ptr<const TensorState> state) {
+    return Tensor(std::move(state));
+  }
+};
+
+v1::Operand HandleOperand(const Tensor& t);
+v1::Scalar ToProto(const Scalar& s);
+
+v1::Op BinaryOpMsg(BinaryOp op, v1::Operand a, v1::Operand b);
+v1::Op BinaryOpMsg(BinaryOp op, v1::Operand a, const Scalar& b,
+                   bool scalar_first = false);
+v1::Op UnaryOpMsg(UnaryOp op, v1::Operand x);
+v1::Op ReduceOpMsg(ReduceOp op, v1::Operand x, std::optional<int64_t> dim,
+                   bool keepdim);
+v1::Op MatMulOpMsg(v1::Operand a, v1::Operand b);
+v1::Op LinearOpMsg(v1::Operand x, v1::Operand w,
+                   std::optional<v1::Operand> bias);
+v1::Op TransposeOpMsg(v1::Operand x, int64_t dim0, int64_t dim1);
+v1::Op PermuteOpMsg(v1::Operand x, const std::vector<int64_t>& dims);
+v1::Op ReshapeOpMsg(v1::Operand x, const std::vector<int64_t>& shape);
+v1::Op NarrowOpMsg(v1::Operand x, int64_t dim, int64_t start, int64_t length);
+v1::Op SelectOpMsg(v1::Operand x, int64_t dim, int64_t index);
+v1::Op CatOpMsg(std::vector<v1::Operand> xs, int64_t dim);
+v1::Op CastOpMsg(v1::Operand x, DType dtype);
+// `other` or `scalar` (exactly one); alpha for AXPY_.
+v1::Op InPlaceOpMsg(v1::InPlaceOp op, v1::Operand target,
+                    const v1::Operand* other, const Scalar* scalar,
+                    const Scalar* alpha = nullptr);
+
+// Runs `op` through the Run RPC in `t`'s session and adopts the result.
+Tensor RunOp(const Tensor& t, v1::Op op);
+
+}  // namespace tensord::client::internal
+
+#endif  // TENSORD_CLIENT_GRPC_OPS_H_

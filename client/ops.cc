@@ -1,0 +1,473 @@
+// Tensor ops (one Run RPC each), the free functions linear/cat, and Batch
+// (one Execute RPC per list).
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "client/grpc_ops.h"
+#include "client/grpc_session.h"
+#include "tensord/client.h"
+
+namespace tensord::client {
+namespace internal {
+
+v1::Operand HandleOperand(const Tensor& t) {
+  v1::Operand o;
+  o.set_handle(t.handle());
+  return o;
+}
+
+v1::Scalar ToProto(const Scalar& s) {
+  v1::Scalar out;
+  if (s.is_integral()) {
+    out.set_int_value(s.int_value());
+  } else {
+    out.set_float_value(s.float_value());
+  }
+  return out;
+}
+
+v1::Op BinaryOpMsg(BinaryOp op, v1::Operand a, v1::Operand b) {
+  v1::Op m;
+  v1::BinaryArgs* args = m.mutable_binary();
+  args->set_op(static_cast<v1::BinaryOp>(op));
+  *args->mutable_lhs() = std::move(a);
+  *args->mutable_rhs() = std::move(b);
+  return m;
+}
+
+v1::Op BinaryOpMsg(BinaryOp op, v1::Operand a, const Scalar& b,
+                   bool scalar_first) {
+  v1::Op m;
+  v1::BinaryArgs* args = m.mutable_binary();
+  args->set_op(static_cast<v1::BinaryOp>(op));
+  *args->mutable_lhs() = std::move(a);
+  *args->mutable_scalar() = ToProto(b);
+  args->set_scalar_first(scalar_first);
+  return m;
+}
+
+v1::Op UnaryOpMsg(UnaryOp op, v1::Operand x) {
+  v1::Op m;
+  m.mutable_unary()->set_op(static_cast<v1::UnaryOp>(op));
+  *m.mutable_unary()->mutable_x() = std::move(x);
+  return m;
+}
+
+v1::Op ReduceOpMsg(ReduceOp op, v1::Operand x, std::optional<int64_t> dim,
+                   bool keepdim) {
+  v1::Op m;
+  v1::ReduceArgs* args = m.mutable_reduce();
+  args->set_op(static_cast<v1::ReduceOp>(op));
+  *args->mutable_x() = std::move(x);
+  if (dim.has_value()) args->set_dim(*dim);
+  args->set_keepdim(keepdim);
+  return m;
+}
+
+v1::Op MatMulOpMsg(v1::Operand a, v1::Operand b) {
+  v1::Op m;
+  *m.mutable_matmul()->mutable_lhs() = std::move(a);
+  *m.mutable_matmul()->mutable_rhs() = std::move(b);
+  return m;
+}
+
+v1::Op LinearOpMsg(v1::Operand x, v1::Operand w,
+                   std::optional<v1::Operand> bias) {
+  v1::Op m;
+  *m.mutable_linear()->mutable_x() = std::move(x);
+  *m.mutable_linear()->mutable_weight() = std::move(w);
+  if (bias.has_value()) *m.mutable_linear()->mutable_bias() = std::move(*bias);
+  return m;
+}
+
+v1::Op TransposeOpMsg(v1::Operand x, int64_t dim0, int64_t dim1) {
+  v1::Op m;
+  *m.mutable_transpose()->mutable_x() = std::move(x);
+  m.mutable_transpose()->set_dim0(dim0);
+  m.mutable_transpose()->set_dim1(dim1);
+  return m;
+}
+
+v1::Op PermuteOpMsg(v1::Operand x, const std::vector<int64_t>& dims) {
+  v1::Op m;
+  *m.mutable_permute()->mutable_x() = std::move(x);
+  m.mutable_permute()->mutable_dims()->Add(dims.begin(), dims.end());
+  return m;
+}
+
+v1::Op ReshapeOpMsg(v1::Operand x, const std::vector<int64_t>& shape) {
+  v1::Op m;
+  *m.mutable_reshape()->mutable_x() = std::move(x);
+  m.mutable_reshape()->mutable_shape()->Add(shape.begin(), shape.end());
+  return m;
+}
+
+v1::Op NarrowOpMsg(v1::Operand x, int64_t dim, int64_t start, int64_t length) {
+  v1::Op m;
+  *m.mutable_narrow()->mutable_x() = std::move(x);
+  m.mutable_narrow()->set_dim(dim);
+  m.mutable_narrow()->set_start(start);
+  m.mutable_narrow()->set_length(length);
+  return m;
+}
+
+v1::Op SelectOpMsg(v1::Operand x, int64_t dim, int64_t index) {
+  v1::Op m;
+  *m.mutable_select()->mutable_x() = std::move(x);
+  m.mutable_select()->set_dim(dim);
+  m.mutable_select()->set_index(index);
+  return m;
+}
+
+v1::Op CatOpMsg(std::vector<v1::Operand> xs, int64_t dim) {
+  v1::Op m;
+  for (v1::Operand& x : xs) *m.mutable_cat()->add_xs() = std::move(x);
+  m.mutable_cat()->set_dim(dim);
+  return m;
+}
+
+v1::Op CastOpMsg(v1::Operand x, DType dtype) {
+  v1::Op m;
+  *m.mutable_cast()->mutable_x() = std::move(x);
+  m.mutable_cast()->set_dtype(DTypeToProto(dtype));
+  return m;
+}
+
+v1::Op InPlaceOpMsg(v1::InPlaceOp op, v1::Operand target,
+                    const v1::Operand* other, const Scalar* scalar,
+                    const Scalar* alpha) {
+  v1::Op m;
+  v1::InPlaceArgs* args = m.mutable_in_place();
+  args->set_op(op);
+  *args->mutable_target() = std::move(target);
+  if (other != nullptr) *args->mutable_other() = *other;
+  if (scalar != nullptr) *args->mutable_scalar() = ToProto(*scalar);
+  if (alpha != nullptr) *args->mutable_alpha() = ToProto(*alpha);
+  return m;
+}
+
+Tensor RunOp(const Tensor& t, v1::Op op) {
+  const std::shared_ptr<const TensorState>& state = TensorAccess::State(t);
+  v1::RunRequest request;
+  *request.mutable_op() = std::move(op);
+  return TensorAccess::Make(
+      state->session->MakeTensor(&v1::TensorService::Stub::Run, request));
+}
+
+// A batch's recorded request and the tensors it reads (kept alive until
+// run() so that their handles stay valid).
+struct BatchState {
+  std::shared_ptr<const Session> session;
+  v1::ExecuteRequest request;
+  std::vector<Tensor> inputs;
+  bool ran = false;
+};
+
+}  // namespace internal
+
+using internal::HandleOperand;
+using internal::RunOp;
+
+Tensor Tensor::binary(BinaryOp op, const Tensor& other) const {
+  return RunOp(*this, internal::BinaryOpMsg(op, HandleOperand(*this),
+                                            HandleOperand(other)));
+}
+
+Tensor Tensor::binary(BinaryOp op, Scalar other) const {
+  return RunOp(*this, internal::BinaryOpMsg(op, HandleOperand(*this), other));
+}
+
+Tensor operator+(const Tensor& a, Scalar b) {
+  return a.binary(BinaryOp::kAdd, b);
+}
+Tensor operator-(const Tensor& a, Scalar b) {
+  return a.binary(BinaryOp::kSub, b);
+}
+Tensor operator*(const Tensor& a, Scalar b) {
+  return a.binary(BinaryOp::kMul, b);
+}
+Tensor operator/(const Tensor& a, Scalar b) {
+  return a.binary(BinaryOp::kDiv, b);
+}
+Tensor operator+(Scalar a, const Tensor& b) {
+  return b.binary(BinaryOp::kAdd, a);
+}
+Tensor operator*(Scalar a, const Tensor& b) {
+  return b.binary(BinaryOp::kMul, a);
+}
+Tensor operator-(Scalar a, const Tensor& b) {
+  return RunOp(b, internal::BinaryOpMsg(BinaryOp::kSub, HandleOperand(b), a,
+                                        /*scalar_first=*/true));
+}
+Tensor operator/(Scalar a, const Tensor& b) {
+  return RunOp(b, internal::BinaryOpMsg(BinaryOp::kDiv, HandleOperand(b), a,
+                                        /*scalar_first=*/true));
+}
+
+Tensor Tensor::unary(UnaryOp op) const {
+  return RunOp(*this, internal::UnaryOpMsg(op, HandleOperand(*this)));
+}
+
+Tensor Tensor::reduce(ReduceOp op, std::optional<int64_t> dim,
+                      bool keepdim) const {
+  return RunOp(*this,
+               internal::ReduceOpMsg(op, HandleOperand(*this), dim, keepdim));
+}
+
+Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
+  return RunOp(*this,
+               internal::TransposeOpMsg(HandleOperand(*this), dim0, dim1));
+}
+
+Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
+  return RunOp(*this, internal::PermuteOpMsg(HandleOperand(*this), dims));
+}
+
+Tensor Tensor::reshape(const std::vector<int64_t>& shape) const {
+  return RunOp(*this, internal::ReshapeOpMsg(HandleOperand(*this), shape));
+}
+
+Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
+  return RunOp(*this,
+               internal::NarrowOpMsg(HandleOperand(*this), dim, start, length));
+}
+
+Tensor Tensor::select(int64_t dim, int64_t index) const {
+  return RunOp(*this, internal::SelectOpMsg(HandleOperand(*this), dim, index));
+}
+
+Tensor Tensor::to(DType dtype) const {
+  return RunOp(*this, internal::CastOpMsg(HandleOperand(*this), dtype));
+}
+
+Tensor& Tensor::InPlace(int op, const Tensor* other, const Scalar* scalar) {
+  v1::RunRequest request;
+  const v1::Operand other_operand =
+      other != nullptr ? HandleOperand(*other) : v1::Operand();
+  *request.mutable_op() = internal::InPlaceOpMsg(
+      static_cast<v1::InPlaceOp>(op), HandleOperand(*this),
+      other != nullptr ? &other_operand : nullptr, scalar);
+  // The result is this tensor (same handle, same metadata).
+  state_->session->Call(&v1::TensorService::Stub::Run, std::move(request));
+  return *this;
+}
+
+Tensor& Tensor::add_(const Tensor& o) { return InPlace(v1::ADD_, &o, nullptr); }
+Tensor& Tensor::sub_(const Tensor& o) { return InPlace(v1::SUB_, &o, nullptr); }
+Tensor& Tensor::mul_(const Tensor& o) { return InPlace(v1::MUL_, &o, nullptr); }
+Tensor& Tensor::div_(const Tensor& o) { return InPlace(v1::DIV_, &o, nullptr); }
+Tensor& Tensor::add_(Scalar o) { return InPlace(v1::ADD_, nullptr, &o); }
+Tensor& Tensor::sub_(Scalar o) { return InPlace(v1::SUB_, nullptr, &o); }
+Tensor& Tensor::mul_(Scalar o) { return InPlace(v1::MUL_, nullptr, &o); }
+Tensor& Tensor::div_(Scalar o) { return InPlace(v1::DIV_, nullptr, &o); }
+
+Tensor& Tensor::axpy_(Scalar alpha, const Tensor& x) {
+  v1::RunRequest request;
+  const v1::Operand xo = HandleOperand(x);
+  *request.mutable_op() = internal::InPlaceOpMsg(
+      v1::AXPY_, HandleOperand(*this), &xo, nullptr, &alpha);
+  state_->session->Call(&v1::TensorService::Stub::Run, std::move(request));
+  return *this;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight,
+              const std::optional<Tensor>& bias) {
+  std::optional<v1::Operand> b;
+  if (bias.has_value()) b = HandleOperand(*bias);
+  return RunOp(x, internal::LinearOpMsg(HandleOperand(x), HandleOperand(weight),
+                                        std::move(b)));
+}
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  if (tensors.empty()) {
+    throw Error(StatusCode::INVALID_ARGUMENT,
+                "cat expects a non-empty list of tensors");
+  }
+  std::vector<v1::Operand> xs;
+  for (const Tensor& t : tensors) xs.push_back(HandleOperand(t));
+  return RunOp(tensors[0], internal::CatOpMsg(std::move(xs), dim));
+}
+
+// --- Batch ------------------------------------------------------------------
+
+namespace {
+
+v1::Operand OperandOf(internal::BatchState& state, const Batch::Input& in,
+                      const std::optional<Tensor>& tensor,
+                      const std::optional<Batch::Value>& value) {
+  (void)in;
+  v1::Operand o;
+  if (tensor.has_value()) {
+    if (internal::TensorAccess::State(*tensor)->session != state.session) {
+      throw Error(StatusCode::INVALID_ARGUMENT,
+                  "batch input tensor belongs to another client's session");
+    }
+    state.inputs.push_back(*tensor);
+    o.set_handle(tensor->handle());
+  } else {
+    o.set_result_of(value->index());
+  }
+  return o;
+}
+
+}  // namespace
+
+Batch::Batch(std::shared_ptr<const internal::Session> session)
+    : state_(std::make_shared<internal::BatchState>()) {
+  state_->session = std::move(session);
+}
+
+Batch Client::batch() const { return Batch(session_); }
+
+size_t Batch::size() const {
+  return static_cast<size_t>(state_->request.ops_size());
+}
+
+Batch::Value Batch::Record(const void* op) {
+  *state_->request.add_ops() = *static_cast<const v1::Op*>(op);
+  return Value(state_.get(), static_cast<uint32_t>(size() - 1));
+}
+
+#define TENSORD_OPERAND(in) OperandOf(*state_, in, in.tensor_, in.value_)
+
+Batch::Value Batch::binary(BinaryOp op, Input a, Input b) {
+  const v1::Op m =
+      internal::BinaryOpMsg(op, TENSORD_OPERAND(a), TENSORD_OPERAND(b));
+  return Record(&m);
+}
+
+Batch::Value Batch::binary(BinaryOp op, Input a, Scalar b) {
+  const v1::Op m = internal::BinaryOpMsg(op, TENSORD_OPERAND(a), b);
+  return Record(&m);
+}
+
+Batch::Value Batch::unary(UnaryOp op, Input x) {
+  const v1::Op m = internal::UnaryOpMsg(op, TENSORD_OPERAND(x));
+  return Record(&m);
+}
+
+Batch::Value Batch::reduce(ReduceOp op, Input x, std::optional<int64_t> dim,
+                           bool keepdim) {
+  const v1::Op m = internal::ReduceOpMsg(op, TENSORD_OPERAND(x), dim, keepdim);
+  return Record(&m);
+}
+
+Batch::Value Batch::matmul(Input a, Input b) {
+  const v1::Op m =
+      internal::MatMulOpMsg(TENSORD_OPERAND(a), TENSORD_OPERAND(b));
+  return Record(&m);
+}
+
+Batch::Value Batch::linear(Input x, Input weight, std::optional<Input> bias) {
+  std::optional<v1::Operand> b;
+  if (bias.has_value()) b = TENSORD_OPERAND((*bias));
+  const v1::Op m = internal::LinearOpMsg(TENSORD_OPERAND(x),
+                                         TENSORD_OPERAND(weight), std::move(b));
+  return Record(&m);
+}
+
+Batch::Value Batch::transpose(Input x, int64_t dim0, int64_t dim1) {
+  const v1::Op m = internal::TransposeOpMsg(TENSORD_OPERAND(x), dim0, dim1);
+  return Record(&m);
+}
+
+Batch::Value Batch::reshape(Input x, const std::vector<int64_t>& shape) {
+  const v1::Op m = internal::ReshapeOpMsg(TENSORD_OPERAND(x), shape);
+  return Record(&m);
+}
+
+Batch::Value Batch::narrow(Input x, int64_t dim, int64_t start,
+                           int64_t length) {
+  const v1::Op m =
+      internal::NarrowOpMsg(TENSORD_OPERAND(x), dim, start, length);
+  return Record(&m);
+}
+
+Batch::Value Batch::cat(const std::vector<Input>& xs, int64_t dim) {
+  std::vector<v1::Operand> operands;
+  for (const Input& x : xs) operands.push_back(TENSORD_OPERAND(x));
+  const v1::Op m = internal::CatOpMsg(std::move(operands), dim);
+  return Record(&m);
+}
+
+Batch::Value Batch::to(Input x, DType dtype) {
+  const v1::Op m = internal::CastOpMsg(TENSORD_OPERAND(x), dtype);
+  return Record(&m);
+}
+
+Batch::Value Batch::sub_(Input target, Input other) {
+  const v1::Operand o = TENSORD_OPERAND(other);
+  const v1::Op m =
+      internal::InPlaceOpMsg(v1::SUB_, TENSORD_OPERAND(target), &o, nullptr);
+  return Record(&m);
+}
+
+Batch::Value Batch::add_(Input target, Input other) {
+  const v1::Operand o = TENSORD_OPERAND(other);
+  const v1::Op m =
+      internal::InPlaceOpMsg(v1::ADD_, TENSORD_OPERAND(target), &o, nullptr);
+  return Record(&m);
+}
+
+Batch::Value Batch::mul_(Input target, Scalar other) {
+  const v1::Op m = internal::InPlaceOpMsg(v1::MUL_, TENSORD_OPERAND(target),
+                                          nullptr, &other);
+  return Record(&m);
+}
+
+Batch::Value Batch::axpy_(Input target, Scalar alpha, Input x) {
+  const v1::Operand o = TENSORD_OPERAND(x);
+  const v1::Op m = internal::InPlaceOpMsg(v1::AXPY_, TENSORD_OPERAND(target),
+                                          &o, nullptr, &alpha);
+  return Record(&m);
+}
+
+#undef TENSORD_OPERAND
+
+void Batch::keep(Value v) {
+  if (v.owner_ != state_.get()) {
+    throw Error(StatusCode::INVALID_ARGUMENT,
+                "keep(): the value was recorded by another batch");
+  }
+  state_->request.add_keep(v.index());
+}
+
+BatchResults Batch::run() {
+  if (state_->ran) {
+    throw Error(StatusCode::FAILED_PRECONDITION, "a Batch runs only once");
+  }
+  state_->ran = true;
+  const v1::ExecuteResponse response =
+      state_->session->Call(&v1::TensorService::Stub::Execute, state_->request);
+  BatchResults results;
+  for (int i = 0; i < response.kept_size(); ++i) {
+    const uint32_t index = state_->request.keep(i);
+    if (results.tensors_.count(index) > 0) continue;
+    const v1::TensorInfo& info = response.kept(i);
+    // An in-place op on an input tensor hands back that tensor's handle,
+    // which its Tensor already owns: share it rather than adopt it twice.
+    std::optional<Tensor> existing;
+    for (const Tensor& t : state_->inputs) {
+      if (t.handle() == info.handle()) existing = t;
+    }
+    results.tensors_.emplace(index, existing.has_value()
+                                        ? *existing
+                                        : internal::TensorAccess::Make(
+                                              state_->session->Adopt(info)));
+  }
+  state_->inputs.clear();
+  return results;
+}
+
+const Tensor& BatchResults::operator[](Batch::Value v) const {
+  auto it = tensors_.find(v.index());
+  if (it == tensors_.end()) {
+    throw Error(StatusCode::INVALID_ARGUMENT,
+                "op #" + std::to_string(v.index()) +
+                    " of the batch was not kept (call keep() before run())");
+  }
+  return it->second;
+}
+
+}  // namespace tensord::client

@@ -1,0 +1,59 @@
+#include "core/ops.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tensord::core {
+
+std::string Scalar::ToString() const {
+  return is_integral ? absl::StrCat(i) : absl::StrCat(f);
+}
+
+std::string_view InPlaceOpName(InPlaceOp op) {
+  switch (op) {
+    case InPlaceOp::kAdd:
+      return "add_";
+    case InPlaceOp::kSub:
+      return "sub_";
+    case InPlaceOp::kMul:
+      return "mul_";
+    case InPlaceOp::kDiv:
+      return "div_";
+    case InPlaceOp::kAxpy:
+      return "axpy_";
+  }
+  return "unknown_";
+}
+
+std::string OpName(const OpSpec& op) {
+  switch (op.kind) {
+    case OpSpec::Kind::kBinary:
+      return std::string(BinaryOpName(op.binary));
+    case OpSpec::Kind::kUnary:
+      return std::string(UnaryOpName(op.unary));
+    case OpSpec::Kind::kMatMul:
+      return "matmul";
+    case OpSpec::Kind::kLinear:
+      return "linear";
+    case OpSpec::Kind::kReduce:
+      return std::string(ReduceOpName(op.reduce));
+    case OpSpec::Kind::kPermute:
+      return "permute";
+    case OpSpec::Kind::kTranspose:
+      return "transpose";
+    case OpSpec::Kind::kReshape:
+      return "reshape";
+    case OpSpec::Kind::kNarrow:
+      return "narrow";
+    case OpSpec::Kind::kSelect:
+      return "select";
+    case OpSpec::Kind::kCat:
+      return "cat";
+    case OpSpec::Kind::kCast:
+      return "to";
+    case OpSpec::Kind::kInPlace:
+      return std::string(InPlaceOpName(op.in_place));
+  }
+  return "unknown";
+}
+
+}  // namespace tensord::core

@@ -1,0 +1,94 @@
+// The description of one compute op, as the Runtime runs it alone (Run) or
+// in a list (Execute). The wire format (tensord.v1.Op) converts to this in
+// the server; core validates everything about it.
+// Thread-safety: plain value types.
+#ifndef TENSORD_CORE_OPS_H_
+#define TENSORD_CORE_OPS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+
+namespace tensord::core {
+
+// A Python number standing in for an operand ("wrapped number" in
+// PyTorch): it takes part in type promotion only by category, so an integer
+// scalar keeps an int32 tensor int32 and a float scalar turns an integer
+// tensor into float32 (the default dtype), never float64.
+struct Scalar {
+  bool is_integral = false;
+  double f = 0;   // when !is_integral
+  int64_t i = 0;  // when is_integral
+  static Scalar Int(int64_t v) { return Scalar{true, 0, v}; }
+  static Scalar Float(double v) { return Scalar{false, v, 0}; }
+  std::string ToString() const;
+};
+
+// An op's input: a tensor of the session (by handle), or the result of an
+// earlier op of the same Execute list.
+struct Operand {
+  bool is_result = false;
+  uint64_t handle = 0;     // when !is_result
+  uint32_t result_of = 0;  // when is_result: index of the earlier op
+  static Operand Handle(uint64_t h) { return Operand{false, h, 0}; }
+  static Operand Result(uint32_t i) { return Operand{true, 0, i}; }
+};
+
+// In-place updates of inputs[0] ("self"); the result is self (same handle).
+// The computed dtype must be castable to self's dtype (PyTorch's rule: no
+// floating into integral, nothing but bool into bool), and the broadcast
+// shape must be self's shape.
+enum class InPlaceOp {
+  kAdd,   // self += other
+  kSub,   // self -= other
+  kMul,   // self *= other
+  kDiv,   // self /= other
+  kAxpy,  // self += alpha * other
+};
+std::string_view InPlaceOpName(InPlaceOp op);  // "add_", "sub_", ...
+
+struct OpSpec {
+  enum class Kind {
+    kBinary,     // inputs[0] (op) inputs[1], or (op) scalar
+    kUnary,      // unary(inputs[0])
+    kMatMul,     // inputs[0] @ inputs[1]
+    kLinear,     // inputs[0] @ inputs[1]^T (+ inputs[2] when present)
+    kReduce,     // reduce(inputs[0]) over `dim` (all when unset)
+    kPermute,    // inputs[0].permute(dims)
+    kTranspose,  // inputs[0].transpose(dim, dim1)
+    kReshape,    // inputs[0].reshape(dims); one dim may be -1
+    kNarrow,     // inputs[0].narrow(dim, start, length)
+    kSelect,     // inputs[0].select(dim, start): the dim is dropped
+    kCat,        // torch.cat(inputs, dim)
+    kCast,       // inputs[0].to(dtype) (always a new tensor)
+    kInPlace,    // in_place(inputs[0], inputs[1] or scalar)
+  };
+  Kind kind = Kind::kBinary;
+  BinaryOp binary = BinaryOp::kAdd;
+  UnaryOp unary = UnaryOp::kNeg;
+  ReduceOp reduce = ReduceOp::kSum;
+  InPlaceOp in_place = InPlaceOp::kAdd;
+  std::vector<Operand> inputs;
+  // kBinary / kInPlace: the second operand as a number (inputs has one).
+  std::optional<Scalar> scalar;
+  bool scalar_first = false;      // kBinary: scalar (op) tensor, e.g. 2 - x
+  std::optional<int64_t> dim;     // negative counts from the end
+  int64_t dim1 = 0;               // kTranspose
+  bool keepdim = false;           // kReduce
+  std::vector<int64_t> dims;      // kPermute order, kReshape shape
+  int64_t start = 0;              // kNarrow start, kSelect index
+  int64_t length = 0;             // kNarrow
+  DType dtype = DType::kFloat32;  // kCast
+  Scalar alpha = Scalar::Int(1);  // kAxpy
+};
+
+// A short name for messages: "add", "matmul", "sum", "sub_", "cat", ...
+std::string OpName(const OpSpec& op);
+
+}  // namespace tensord::core
+
+#endif  // TENSORD_CORE_OPS_H_

@@ -1,0 +1,197 @@
+// The op set, Batch and tensor files through the client library against an
+// in-process tensord (two host devices). File interop is checked with
+// Debian's /usr/bin/python3 and numpy.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/server.h"
+#include "tensord/client.h"
+
+namespace tensord {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class OpsClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server::ServerOptions options;
+    options.listen = "";
+    options.runtime.host_devices = 2;
+    server_ = std::move(server::Server::Start(std::move(options))).value();
+    client_.emplace(server_->InProcessChannel());
+    dir_ = std::filesystem::temp_directory_path() /
+           ("tensord-ops-" + client_->session().substr(0, 8));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  uint64_t Held() {
+    uint64_t held = 0;
+    for (const DeviceInfo& d : client_->devices()) held += d.held_memory;
+    return held;
+  }
+  static int Python(const std::string& code) {
+    std::ofstream("/dev/null");
+    const std::string cmd = "/usr/bin/python3 -c \"" + code + "\"";
+    return std::system(cmd.c_str());
+  }
+
+  std::unique_ptr<server::Server> server_;
+  std::optional<Client> client_;
+  std::filesystem::path dir_;
+};
+
+TEST_F(OpsClientTest, TensorMethodsAndScalars) {
+  Client& c = *client_;
+  auto x = c.tensor<int32_t>({1, 2, 3});
+  EXPECT_EQ((x * 2).dtype(), DType::kInt32);
+  EXPECT_THAT((x * 2).fetch<int32_t>(), ElementsAre(2, 4, 6));
+  EXPECT_EQ((x * 0.5).dtype(), DType::kFloat32);
+  EXPECT_THAT((10 - x).fetch<int32_t>(), ElementsAre(9, 8, 7));
+  EXPECT_THAT(x.gt(1).fetch<bool>(), ElementsAre(false, true, true));
+  EXPECT_EQ(x.sum().item<int64_t>(), 6);
+  auto m = c.tensor<float>({{1, 2, 3}, {4, 5, 6}});
+  EXPECT_THAT(m.t().shape(), ElementsAre(3, 2));
+  EXPECT_THAT(m.sum(0).fetch<float>(), ElementsAre(5, 7, 9));
+  EXPECT_THAT(m.argmax(-1).fetch<int64_t>(), ElementsAre(2, 2));
+  EXPECT_THAT(m.reshape({-1}).shape(), ElementsAre(6));
+  EXPECT_THAT(m.select(0, 1).fetch<float>(), ElementsAre(4, 5, 6));
+  EXPECT_THAT(cat({m, m}, 1).shape(), ElementsAre(2, 6));
+  EXPECT_THAT((-m).relu().fetch<float>(), ElementsAre(0, 0, 0, 0, 0, 0));
+  EXPECT_EQ(m.to(DType::kInt64).dtype(), DType::kInt64);
+  auto w = c.tensor<float>({{1, 0, 0}, {0, 1, 1}});
+  EXPECT_THAT(linear(m, w, c.tensor<float>({1, 1})).fetch<float>(),
+              ElementsAre(2, 6, 5, 12));
+  // In place: same handle, no new memory.
+  const uint64_t held = Held();
+  m.axpy_(-1.0, m);
+  EXPECT_THAT(m.fetch<float>(), ElementsAre(0, 0, 0, 0, 0, 0));
+  m.add_(1.5);
+  EXPECT_EQ(m.sum().item<float>(), 9);
+  EXPECT_EQ(Held(), held);  // in-place updates allocate nothing
+  Error e = [&] {
+    try {
+      x.mul_(0.5);
+    } catch (const Error& err) {
+      return err;
+    }
+    return Error(StatusCode::OK, "");
+  }();
+  EXPECT_EQ(e.code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(e.message(), HasSubstr("can't be cast"));
+}
+
+TEST_F(OpsClientTest, BatchRunsInOneRoundTripAndFreesTheRest) {
+  Client& c = *client_;
+  auto x = c.randn({8, 8}, "cpu", 1);
+  auto w = c.randn({8, 8}, "cpu", 2);
+  const uint64_t held = Held();
+  const size_t tensors = c.tensors().size();
+  {
+    Batch b = c.batch();
+    auto y = b.matmul(x, w);
+    auto n = b.norm(y);
+    auto z = b.sub_(w, b.mul(w, 0.0));  // w -= 0 * w, in place
+    b.keep(n);
+    b.keep(z);
+    BatchResults r = b.run();
+    EXPECT_NEAR(r[n].item<float>(), x.matmul(w).norm().item<float>(), 1e-3);
+    EXPECT_TRUE(r[z].is(w));
+    EXPECT_EQ(c.tensors().size(), tensors + 1);  // the norm
+    EXPECT_THROW(r[y], Error);                   // not kept
+  }
+  EXPECT_EQ(Held(), held);
+  EXPECT_EQ(c.tensors().size(), tensors);
+}
+
+TEST_F(OpsClientTest, BatchErrorNamesTheOpAndLeaksNothing) {
+  Client& c = *client_;
+  auto x = c.ones({2, 3});
+  const uint64_t held = Held();
+  Batch b = c.batch();
+  auto y = b.add(x, 1);
+  auto z = b.matmul(y, x);  // [2, 3] @ [2, 3]
+  b.keep(b.norm(z));
+  try {
+    b.run();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(e.message(), HasSubstr("op #1 (matmul; operands: result of "
+                                       "op #0 [2, 3] float32, handle"));
+  }
+  EXPECT_EQ(Held(), held);
+}
+
+TEST_F(OpsClientTest, NpyRoundTripsWithNumpy) {
+  Client& c = *client_;
+  auto m = c.tensor<float>({{1.5, -2}, {3, 4.25}, {0, 7}});
+  const std::string out = (dir_ / "m.npy").string();
+  m.save_npy(out);
+  ASSERT_EQ(Python("import numpy as np; a = np.load('" + out +
+                   "'); assert a.dtype == np.float32 and a.shape == (3, 2), "
+                   "a; assert (a == np.array([[1.5, -2], [3, 4.25], [0, 7]], "
+                   "np.float32)).all(), a"),
+            0);
+  const std::string in = (dir_ / "i.npy").string();
+  ASSERT_EQ(
+      Python("import numpy as np; np.save('" + in +
+             "', np.arange(24, dtype=np.int64).reshape(2, 3, 4)); "
+             "np.save('" +
+             (dir_ / "s.npy").string() + "', np.float64(2.5)); np.save('" +
+             (dir_ / "b.npy").string() + "', np.array([True, False]))"),
+      0);
+  auto i = c.load_npy(in, "cpu:1");
+  EXPECT_EQ(i.device(), Device("cpu:1"));
+  EXPECT_THAT(i.shape(), ElementsAre(2, 3, 4));
+  EXPECT_EQ(i.sum().item<int64_t>(), 276);
+  auto s = c.load_npy(dir_ / "s.npy");
+  EXPECT_TRUE(s.shape().empty());
+  EXPECT_EQ(s.item<double>(), 2.5);
+  EXPECT_THAT(c.load_npy(dir_ / "b.npy").fetch<bool>(),
+              ElementsAre(true, false));
+  EXPECT_THROW(c.load_npy(dir_ / "missing.npy"), Error);
+}
+
+TEST_F(OpsClientTest, SafetensorsRoundTripAndHeaderParsesInPython) {
+  Client& c = *client_;
+  std::map<std::string, Tensor> params = {
+      {"layer.weight", c.randn({4, 3}, "cpu", 3)},
+      {"layer.bias", c.tensor<double>({1, 2, 3, 4})},
+      {"steps", c.tensor<int64_t>({7})},
+  };
+  const std::string path = (dir_ / "model.safetensors").string();
+  Client::save_safetensors(path, params);
+  ASSERT_EQ(
+      Python("import json, struct, numpy as np; f = open('" + path +
+             "', 'rb').read(); n = struct.unpack('<Q', f[:8])[0]; h = "
+             "json.loads(f[8:8 + n]); assert (8 + n) % 8 == 0; w = "
+             "h['layer.weight']; assert w['dtype'] == 'F32' and w['shape'] "
+             "== [4, 3], w; b = h['layer.bias']; s, e = b['data_offsets']; "
+             "v = np.frombuffer(f[8 + n + s:8 + n + e], '<f8'); assert "
+             "list(v) == [1, 2, 3, 4], v"),
+      0);
+  auto loaded = c.load_safetensors(path, "cpu:1");
+  ASSERT_EQ(loaded.size(), 3u);
+  EXPECT_EQ(loaded.at("layer.weight").fetch<float>(),
+            params.at("layer.weight").fetch<float>());
+  EXPECT_EQ(loaded.at("layer.bias").device(), Device("cpu:1"));
+  EXPECT_THAT(loaded.at("steps").fetch<int64_t>(), ElementsAre(7));
+}
+
+}  // namespace
+}  // namespace tensord
