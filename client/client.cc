@@ -17,10 +17,37 @@ Client::Client(std::string address)
     : Client(grpc::CreateChannel(ResolveAddress(address),
                                  grpc::InsecureChannelCredentials())) {}
 
-Client::Client(std::shared_ptr<grpc::Channel> channel)
-    : session_(internal::Session::Open(std::move(channel))) {}
+Client::Client(std::shared_ptr<grpc::Channel> channel,
+               const ClientOptions& options)
+    : session_(internal::Session::Open(std::move(channel), options)) {}
+
+Client Client::Attach(std::shared_ptr<grpc::Channel> channel,
+                      std::string session_id) {
+  if (session_id.empty()) {
+    throw Error(StatusCode::INVALID_ARGUMENT,
+                "Client::Attach: the session id is empty");
+  }
+  ClientOptions options;
+  options.session = std::move(session_id);
+  return Client(std::move(channel), options);
+}
 
 const std::string& Client::session() const { return session_->id(); }
+
+std::chrono::milliseconds Client::session_ttl() const {
+  return session_->ttl();
+}
+
+const std::string& Client::server_instance() const {
+  return session_->instance();
+}
+
+Tensor Client::attach_tensor(uint64_t handle) const {
+  v1::GetTensorRequest request;
+  request.set_handle(handle);
+  return Tensor(session_->MakeTensor(&TensorService::Stub::GetTensor,
+                                     std::move(request)));
+}
 
 namespace {
 

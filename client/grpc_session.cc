@@ -4,6 +4,8 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <random>
 #include <string>
 #include <utility>
 
@@ -13,23 +15,129 @@ void ThrowStatus(const grpc::Status& status) {
   throw Error(status.error_code(), status.error_message());
 }
 
-std::shared_ptr<Session> Session::Open(std::shared_ptr<grpc::Channel> channel) {
+namespace {
+
+std::string InstanceOf(const grpc::ClientContext& context) {
+  const auto& trailers = context.GetServerTrailingMetadata();
+  auto it = trailers.find(Session::kInstanceKey);
+  if (it == trailers.end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
+std::string RandomHex64() {
+  std::random_device rd;
+  const uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx",
+                static_cast<unsigned long long>(v));
+  return text;
+}
+
+}  // namespace
+
+std::shared_ptr<Session> Session::Open(std::shared_ptr<grpc::Channel> channel,
+                                       const ClientOptions& options) {
   if (channel == nullptr) {
     throw Error(StatusCode::INVALID_ARGUMENT, "Client: null channel");
   }
   auto stub = v1::TensorService::NewStub(channel);
-  v1::OpenSessionRequest request;
-  request.set_client_name("tensord-cpp-client/" + std::string(Version()));
+  std::string id;
+  int64_t ttl_ms = 0;
   grpc::ClientContext context;
-  v1::OpenSessionResponse response;
-  grpc::Status status = stub->OpenSession(&context, request, &response);
+  grpc::Status status;
+  if (options.session.empty()) {
+    v1::OpenSessionRequest request;
+    request.set_client_name("tensord-cpp-client/" + std::string(Version()));
+    request.set_ttl_ms(options.ttl.count());
+    v1::OpenSessionResponse response;
+    status = stub->OpenSession(&context, request, &response);
+    id = response.session();
+    ttl_ms = response.ttl_ms();
+  } else {
+    v1::KeepAliveRequest request;
+    request.set_session(options.session);
+    v1::KeepAliveResponse response;
+    status = stub->KeepAlive(&context, request, &response);
+    id = options.session;
+    ttl_ms = response.ttl_ms();
+  }
   if (!status.ok()) ThrowStatus(status);
   // make_shared cannot reach the private constructor.
-  return std::shared_ptr<Session>(
-      new Session(std::move(stub), response.session()));
+  std::shared_ptr<Session> session(
+      new Session(std::move(stub), std::move(id),
+                  std::chrono::milliseconds(ttl_ms), options.keepalive,
+                  InstanceOf(context)));
+  return session;
+}
+
+Session::Session(std::unique_ptr<v1::TensorService::Stub> stub, std::string id,
+                 std::chrono::milliseconds ttl, bool keepalive,
+                 std::string instance)
+    : stub_(std::move(stub)),
+      id_(std::move(id)),
+      ttl_(ttl),
+      instance_(std::move(instance)),
+      request_id_prefix_(RandomHex64()) {
+  if (keepalive && ttl_.count() > 0) keepalive_ = std::thread([this] { KeepAliveLoop(); });
+}
+
+void Session::KeepAliveLoop() {
+  const auto period = std::max(ttl_ / 3, std::chrono::milliseconds(1));
+  std::unique_lock<std::mutex> lock(keepalive_mu_);
+  while (!keepalive_cv_.wait_for(lock, period, [this] { return stopping_; })) {
+    grpc::ClientContext context;
+    // A renewal later than the lease is useless; do not wait past it.
+    context.set_deadline(std::chrono::system_clock::now() + ttl_);
+    keepalive_call_ = &context;
+    lock.unlock();
+    v1::KeepAliveRequest request;
+    request.set_session(id_);
+    v1::KeepAliveResponse response;
+    const grpc::Status status = stub_->KeepAlive(&context, request, &response);
+    lock.lock();
+    keepalive_call_ = nullptr;
+    // The session is gone (expired, closed, or the server restarted): the
+    // next call says so; there is nothing left to keep alive.
+    if (status.error_code() == StatusCode::NOT_FOUND) break;
+    if (!instance_.empty() && !InstanceOf(context).empty() &&
+        InstanceOf(context) != instance_) {
+      break;
+    }
+  }
+}
+
+void Session::CheckInstance(const grpc::ClientContext& context) const {
+  const std::string now = InstanceOf(context);
+  if (instance_.empty() || now.empty() || now == instance_) return;
+  throw Error(StatusCode::FAILED_PRECONDITION,
+              "server restarted (instance " + instance_ + " → " + now +
+                  "): this session's tensors are gone");
+}
+
+bool Session::ShouldRetry(const grpc::Status& status, int attempt) {
+  constexpr int kMaxRetries = 3;
+  if (status.error_code() != StatusCode::UNAVAILABLE ||
+      attempt >= kMaxRetries ||
+      status.error_message() == "server is shutting down") {
+    return false;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(25 << attempt));
+  return true;
+}
+
+std::string Session::NextRequestId() const {
+  return request_id_prefix_ + "-" +
+         std::to_string(next_request_id_.fetch_add(1) + 1);
 }
 
 Session::~Session() {
+  {
+    std::lock_guard<std::mutex> lock(keepalive_mu_);
+    stopping_ = true;
+    if (keepalive_call_ != nullptr) keepalive_call_->TryCancel();
+  }
+  keepalive_cv_.notify_all();
+  if (keepalive_.joinable()) keepalive_.join();
   v1::CloseSessionRequest request;
   request.set_session(id_);
   grpc::ClientContext context;
@@ -50,27 +158,35 @@ v1::TensorInfo Session::CreateFromBytes(v1::DType dtype,
     return Call(&v1::TensorService::Stub::Create, std::move(request)).tensor();
   }
 
-  grpc::ClientContext context;
-  v1::TensorResponse response;
-  std::unique_ptr<grpc::ClientWriter<v1::UploadRequest>> writer =
-      stub_->Upload(&context, &response);
-  v1::UploadRequest message;
-  v1::UploadRequest::Header* header = message.mutable_header();
-  header->set_session(id_);
-  header->set_device(device);
-  header->set_dtype(dtype);
-  header->mutable_shape()->Add(shape.begin(), shape.end());
-  for (size_t offset = 0; offset < bytes.size(); offset += kUploadChunkBytes) {
-    const size_t n = std::min(kUploadChunkBytes, bytes.size() - offset);
-    message.set_data(bytes.data() + offset, n);
-    // A failed write means the server ended the stream; Finish() says why.
-    if (!writer->Write(message)) break;
-    message.clear_header();
+  // A retried upload carries the same request id: the server answers a
+  // finished one with its first result instead of making a second tensor.
+  const std::string request_id = NextRequestId();
+  for (int attempt = 0;; ++attempt) {
+    grpc::ClientContext context;
+    context.AddMetadata(kRequestIdKey, request_id);
+    v1::TensorResponse response;
+    std::unique_ptr<grpc::ClientWriter<v1::UploadRequest>> writer =
+        stub_->Upload(&context, &response);
+    v1::UploadRequest message;
+    v1::UploadRequest::Header* header = message.mutable_header();
+    header->set_session(id_);
+    header->set_device(device);
+    header->set_dtype(dtype);
+    header->mutable_shape()->Add(shape.begin(), shape.end());
+    for (size_t offset = 0; offset < bytes.size();
+         offset += kUploadChunkBytes) {
+      const size_t n = std::min(kUploadChunkBytes, bytes.size() - offset);
+      message.set_data(bytes.data() + offset, n);
+      // A failed write means the server ended the stream; Finish() says why.
+      if (!writer->Write(message)) break;
+      message.clear_header();
+    }
+    writer->WritesDone();
+    grpc::Status status = writer->Finish();
+    CheckInstance(context);
+    if (status.ok()) return response.tensor();
+    if (!ShouldRetry(status, attempt)) ThrowStatus(status);
   }
-  writer->WritesDone();
-  grpc::Status status = writer->Finish();
-  if (!status.ok()) ThrowStatus(status);
-  return response.tensor();
 }
 
 std::string Session::Fetch(uint64_t handle) const {
@@ -115,6 +231,7 @@ std::string Session::Fetch(uint64_t handle) const {
       bytes.append(data);
     }
     grpc::Status status = reader->Finish();
+    CheckInstance(context);
     if (status.ok()) break;
     // Resume an interrupted stream from what already arrived intact.
     if (status.error_code() != StatusCode::UNAVAILABLE || bytes.empty() ||

@@ -9,18 +9,33 @@
 //
 // Not part of the public API: only the library's .cc files include it (it
 // pulls in the generated protobuf headers that client.h keeps out).
-// Thread-safety: a Session is immutable after Open() and its stub is
-// thread-safe, so every method may be called concurrently.
+// Leases: while a Session lives, a background thread sends KeepAlive every
+// third of the lease; the destructor stops and joins it before closing the
+// session. Every reply's `tensord-instance` metadata is compared with the
+// one the session first saw: a change means the server restarted, and the
+// call throws FAILED_PRECONDITION "server restarted ...".
+// Exactly-once: Call() gives each mutating request a request id (metadata
+// `tensord-request-id`) and retries it, and idempotent reads, on
+// UNAVAILABLE a bounded number of times with backoff.
+// Thread-safety: a Session's identity is fixed after Open()/Attach(), its
+// stub is thread-safe and its mutable state is atomic or locked, so every
+// method may be called concurrently.
 #ifndef TENSORD_CLIENT_GRPC_SESSION_H_
 #define TENSORD_CLIENT_GRPC_SESSION_H_
 
 #include <grpcpp/client_context.h>
 #include <grpcpp/support/status.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <type_traits>
 
 #include "tensord/client.h"
 #include "tensord/v1/tensord.grpc.pb.h"
@@ -36,21 +51,31 @@ namespace v1 = ::tensord::v1;
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  // Opens a session on `channel`. Throws Error (UNAVAILABLE when the server
-  // cannot be reached).
-  static std::shared_ptr<Session> Open(std::shared_ptr<grpc::Channel> channel);
+  // Opens a session on `channel` (options.session empty), or attaches to
+  // the existing session options.session (NOT_FOUND when it is unknown or
+  // its lease ran out). Throws Error (UNAVAILABLE when the server cannot be
+  // reached).
+  static std::shared_ptr<Session> Open(std::shared_ptr<grpc::Channel> channel,
+                                       const ClientOptions& options = {});
 
-  // Closes the remote session (freeing whatever it still holds); a failure
-  // is ignored since there is nobody left to tell.
+  // Stops the keepalive thread, then closes the remote session (freeing
+  // whatever it still holds); a failure is ignored since there is nobody
+  // left to tell.
   ~Session();
 
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
   const std::string& id() const { return id_; }
+  // The lease the server granted (0 = never expires).
+  std::chrono::milliseconds ttl() const { return ttl_; }
+  // The server instance id this session belongs to.
+  const std::string& instance() const { return instance_; }
 
   // Performs the unary RPC `method` with `request`, filling in the session
-  // id when the request has one. Returns the response; throws Error.
+  // id when the request has one. Mutating requests carry a fresh request
+  // id; those and reads are retried on UNAVAILABLE (not on "server is
+  // shutting down"). Returns the response; throws Error.
   template <typename Request, typename Response>
   Response Call(grpc::Status (v1::TensorService::Stub::*method)(
                     grpc::ClientContext*, const Request&, Response*),
@@ -58,12 +83,40 @@ class Session : public std::enable_shared_from_this<Session> {
     if constexpr (requires { request.set_session(id_); }) {
       request.set_session(id_);
     }
-    grpc::ClientContext context;
-    Response response;
-    grpc::Status status = (stub_.get()->*method)(&context, request, &response);
-    if (!status.ok()) ThrowStatus(status);
-    return response;
+    constexpr bool kMutating =
+        std::is_same_v<Request, v1::CreateRequest> ||
+        std::is_same_v<Request, v1::ToRequest> ||
+        std::is_same_v<Request, v1::BinaryRequest> ||
+        std::is_same_v<Request, v1::MatMulRequest> ||
+        std::is_same_v<Request, v1::RunRequest> ||
+        std::is_same_v<Request, v1::ExecuteRequest> ||
+        std::is_same_v<Request, v1::ReleaseRequest>;
+    constexpr bool kRetryable =
+        !std::is_same_v<Request, v1::OpenSessionRequest> &&
+        !std::is_same_v<Request, v1::CloseSessionRequest>;
+    const std::string request_id = kMutating ? NextRequestId() : "";
+    for (int attempt = 0;; ++attempt) {
+      grpc::ClientContext context;
+      if (kMutating) context.AddMetadata(kRequestIdKey, request_id);
+      Response response;
+      grpc::Status status =
+          (stub_.get()->*method)(&context, request, &response);
+      CheckInstance(context);
+      if (status.ok()) return response;
+      if (!kRetryable || !ShouldRetry(status, attempt)) ThrowStatus(status);
+    }
   }
+
+  // Throws FAILED_PRECONDITION "server restarted (instance X → Y): ..." when
+  // `context`'s reply came from another server instance than the session's.
+  void CheckInstance(const grpc::ClientContext& context) const;
+  // True (after sleeping the backoff) when a call that failed with
+  // `status` on attempt `attempt` (0-based) should be tried again.
+  static bool ShouldRetry(const grpc::Status& status, int attempt);
+  // A request id unique to this Session object.
+  std::string NextRequestId() const;
+  static constexpr char kRequestIdKey[] = "tensord-request-id";
+  static constexpr char kInstanceKey[] = "tensord-instance";
 
   // Makes a tensor from `bytes`: inline in Create when they fit in one
   // message of kUploadChunkBytes, else streamed through Upload in chunks of
@@ -99,11 +152,23 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
-  Session(std::unique_ptr<v1::TensorService::Stub> stub, std::string id)
-      : stub_(std::move(stub)), id_(std::move(id)) {}
+  Session(std::unique_ptr<v1::TensorService::Stub> stub, std::string id,
+          std::chrono::milliseconds ttl, bool keepalive, std::string instance);
+  // The keepalive thread's body.
+  void KeepAliveLoop();
 
   std::unique_ptr<v1::TensorService::Stub> stub_;
-  std::string id_;
+  const std::string id_;
+  const std::chrono::milliseconds ttl_;
+  const std::string instance_;
+  const std::string request_id_prefix_;
+  mutable std::atomic<uint64_t> next_request_id_{0};
+
+  std::mutex keepalive_mu_;
+  std::condition_variable keepalive_cv_;
+  bool stopping_ = false;                          // guarded by keepalive_mu_
+  grpc::ClientContext* keepalive_call_ = nullptr;  // guarded by keepalive_mu_
+  std::thread keepalive_;  // last: started once the rest is set
 };
 
 // What a Tensor (and all its copies) share: the session that owns the

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/absl_compat.h"
+#include "core/status.h"
 
 namespace tensord::core {
 namespace {
@@ -34,15 +35,37 @@ absl::Status UnknownHandle(uint64_t handle) {
 
 // Handles start at a random nonzero 32-bit value: a client cannot assume
 // small ids, and 0 is never a handle.
-HandleTable::HandleTable() : next_handle_((RandomU64() >> 32) | 1) {}
+HandleTable::HandleTable() : HandleTable(HandleTableOptions{}) {}
 
-std::string HandleTable::OpenSession(std::string_view client_name) {
-  auto session = std::make_shared<Session>(client_name);
-  absl::MutexLock lock(&mu_);
+HandleTable::HandleTable(HandleTableOptions options)
+    : options_(options), next_handle_((RandomU64() >> 32) | 1) {}
+
+std::string HandleTable::AddSession(std::shared_ptr<Session> session) {
   while (true) {
     std::string id = absl::StrFormat("%016x%016x", RandomU64(), RandomU64());
     if (sessions_.emplace(id, session).second) return id;
   }
+}
+
+std::string HandleTable::OpenSession(std::string_view client_name) {
+  auto session =
+      std::make_shared<Session>(client_name, std::chrono::milliseconds(0));
+  absl::MutexLock lock(&mu_);
+  return AddSession(std::move(session));
+}
+
+absl::StatusOr<std::string> HandleTable::OpenSession(
+    std::string_view client_name, std::chrono::milliseconds ttl) {
+  auto session = std::make_shared<Session>(
+      client_name, std::max(ttl, std::chrono::milliseconds(0)));
+  absl::MutexLock lock(&mu_);
+  if (options_.max_sessions != 0 && sessions_.size() >= options_.max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "too many sessions: ", sessions_.size(), " are open and the server's "
+        "limit is ", options_.max_sessions,
+        " (--max-sessions); close sessions you no longer use"));
+  }
+  return AddSession(std::move(session));
 }
 
 absl::StatusOr<std::shared_ptr<HandleTable::Session>> HandleTable::FindSession(
@@ -50,7 +73,129 @@ absl::StatusOr<std::shared_ptr<HandleTable::Session>> HandleTable::FindSession(
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(ToAbsl(session));
   if (it == sessions_.end()) return UnknownSession(session);
+  // Any call naming the session renews its lease.
+  if (it->second->ttl.count() > 0) it->second->Renew();
   return it->second;
+}
+
+absl::StatusOr<std::chrono::milliseconds> HandleTable::Renew(
+    std::string_view session) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));
+  return s->ttl;
+}
+
+std::vector<ExpiredSession> HandleTable::ReapExpired(
+    HandleEntry::Clock::time_point now) {
+  const HandleEntry::Clock::rep now_ticks = now.time_since_epoch().count();
+  std::vector<std::pair<std::string, std::shared_ptr<Session>>> expired;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      const Session& s = *it->second;
+      if (s.ttl.count() > 0 &&
+          s.expires.load(std::memory_order_relaxed) < now_ticks) {
+        expired.emplace_back(it->first, std::move(it->second));
+        sessions_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  std::vector<ExpiredSession> out;
+  for (auto& [id, s] : expired) {
+    ExpiredSession e;
+    e.id_prefix = id.substr(0, 8);
+    e.client_name = s->client_name;
+    absl::MutexLock lock(&s->mu);
+    s->closed = true;
+    for (auto& [handle, entry] : s->entries) e.entries.push_back(std::move(entry));
+    s->entries.clear();
+    s->requests.clear();
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+absl::Status HandleTable::QuotaCheck(const Session& s, uint64_t bytes,
+                                     uint64_t tensors) const {
+  const uint64_t max_tensors = options_.session_max_tensors;
+  if (max_tensors != 0 && (tensors > max_tensors ||
+                           s.entries.size() > max_tensors - tensors)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "session tensor quota exceeded (--session-max-tensors): requested ",
+        tensors, " more tensor", tensors == 1 ? "" : "s",
+        "; the session holds ", s.entries.size(), " of its limit of ",
+        max_tensors, " tensors"));
+  }
+  const uint64_t max_bytes = options_.session_max_bytes;
+  if (max_bytes != 0 && (bytes > max_bytes || s.bytes > max_bytes - bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "session memory quota exceeded (--session-max-bytes): requested ",
+        bytes, " bytes; the session holds ", s.bytes, " of its limit of ",
+        max_bytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HandleTable::Admit(std::string_view session, uint64_t bytes,
+                                uint64_t tensors) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));
+  absl::MutexLock lock(&s->mu);
+  return QuotaCheck(*s, bytes, tensors);
+}
+
+absl::StatusOr<std::optional<std::string>> HandleTable::BeginRequest(
+    std::string_view session, std::string_view id) {
+  constexpr size_t kMaxIdLength = 64;
+  if (id.empty() || id.size() > kMaxIdLength ||
+      !std::all_of(id.begin(), id.end(),
+                   [](char c) { return c > ' ' && c < 0x7f; })) {
+    return absl::InvalidArgumentError(
+        "request id must be 1 to 64 printable characters");
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));
+  const auto now = HandleEntry::Clock::now();
+  absl::MutexLock lock(&s->mu);
+  if (s->closed) return UnknownSession(session);
+  // Drop what the window no longer covers (ids still running stay).
+  while (!s->request_order.empty()) {
+    auto it = s->requests.find(s->request_order.front());
+    const bool stale =
+        it == s->requests.end() ||
+        (it->second.response.has_value() &&
+         (s->request_order.size() > options_.dedupe_entries ||
+          now - it->second.at > options_.dedupe_max_age));
+    if (!stale) break;
+    if (it != s->requests.end()) s->requests.erase(it);
+    s->request_order.pop_front();
+  }
+  auto [it, inserted] = s->requests.try_emplace(std::string(id));
+  if (!inserted) {
+    if (!it->second.response.has_value()) {
+      return absl::UnavailableError(absl::StrCat(
+          "request ", ToAbsl(id),
+          " is still in progress; retry it once it has finished"));
+    }
+    return it->second.response;
+  }
+  it->second.at = now;
+  s->request_order.push_back(std::string(id));
+  return std::optional<std::string>();
+}
+
+void HandleTable::EndRequest(std::string_view session, std::string_view id,
+                             const std::string* response) {
+  absl::StatusOr<std::shared_ptr<Session>> s = FindSession(session);
+  if (!s.ok()) return;
+  absl::MutexLock lock(&(*s)->mu);
+  auto it = (*s)->requests.find(ToAbsl(id));
+  if (it == (*s)->requests.end()) return;
+  if (response == nullptr) {
+    (*s)->requests.erase(it);  // its order entry is skipped when reached
+    return;
+  }
+  it->second.response = *response;
+  it->second.at = HandleEntry::Clock::now();
 }
 
 absl::Status HandleTable::CheckSession(std::string_view session) const {
@@ -138,6 +283,8 @@ absl::StatusOr<HandleEntry> HandleTable::Insert(
   entry.created = entry.last_used = HandleEntry::Clock::now();
   absl::MutexLock lock(&(*s)->mu);
   if ((*s)->closed) return UnknownSession(session);
+  RETURN_IF_ERROR(QuotaCheck(**s, entry.tensor->nbytes, 1));
+  (*s)->bytes += entry.tensor->nbytes;
   (*s)->entries.emplace(entry.handle, entry);
   return entry;
 }
@@ -179,6 +326,7 @@ absl::StatusOr<HandleEntry> HandleTable::Remove(std::string_view session,
   if (it == (*s)->entries.end()) return UnknownHandle(handle);
   HandleEntry entry = std::move(it->second);
   (*s)->entries.erase(it);
+  (*s)->bytes -= entry.tensor->nbytes;
   return entry;
 }
 

@@ -6,6 +6,13 @@
 // NOT_FOUND, never someone else's tensor. The table stores tensors; it does
 // not allocate or account memory (the tensor's buffer does, on release).
 //
+// Sessions are leased: a session opened with a nonzero TTL expires when no
+// call names it for that long (every lookup of the session renews it);
+// ReapExpired() removes expired sessions. Per-session quotas (bytes and
+// tensor count of registered tensors) are enforced by Insert() and may be
+// checked before allocating with Admit(). Each session keeps a bounded log
+// of recent request ids with their results, for exactly-once retries.
+//
 // Thread-safety: all methods are thread-safe. The session map has one mutex,
 // held only to find, add or remove a session; each session has its own
 // mutex for its entries, so calls on different sessions do not serialize.
@@ -15,7 +22,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,14 +70,58 @@ struct SessionSummary {
   std::vector<HandleEntry> entries;  // filled when asked for
 };
 
+struct HandleTableOptions {
+  size_t max_sessions = 0;          // 0 = unlimited
+  uint64_t session_max_bytes = 0;   // 0 = unlimited
+  uint64_t session_max_tensors = 0; // 0 = unlimited
+  // The request log of each session: at most this many ids, none older than
+  // `dedupe_max_age`.
+  size_t dedupe_entries = 1024;
+  std::chrono::milliseconds dedupe_max_age = std::chrono::minutes(5);
+};
+
+// A session removed because its lease ran out.
+struct ExpiredSession {
+  std::string id_prefix;
+  std::string client_name;
+  std::vector<HandleEntry> entries;  // the caller drops them
+};
+
 class HandleTable {
  public:
   HandleTable();
+  explicit HandleTable(HandleTableOptions options);
   HandleTable(const HandleTable&) = delete;
   HandleTable& operator=(const HandleTable&) = delete;
 
-  // Creates a session and returns its id (32 hex digits).
+  // Creates a session that never expires and returns its id (32 hex digits),
+  // ignoring max_sessions.
   std::string OpenSession(std::string_view client_name);
+  // Creates a session leased for `ttl` (0 = never expires). RESOURCE_EXHAUSTED
+  // when max_sessions are open.
+  absl::StatusOr<std::string> OpenSession(std::string_view client_name,
+                                          std::chrono::milliseconds ttl);
+  // Renews the lease; returns the session's TTL. NOT_FOUND as CheckSession.
+  absl::StatusOr<std::chrono::milliseconds> Renew(std::string_view session);
+  // Removes every session whose lease ran out before `now`.
+  std::vector<ExpiredSession> ReapExpired(HandleEntry::Clock::time_point now);
+  // OK if the session could register `tensors` more tensors of `bytes` in
+  // all without passing its quotas; RESOURCE_EXHAUSTED naming the quota,
+  // the amount requested, in use and the limit otherwise. NOT_FOUND for an
+  // unknown session.
+  absl::Status Admit(std::string_view session, uint64_t bytes,
+                     uint64_t tensors = 1);
+
+  // Exactly-once requests. BeginRequest returns the remembered response of
+  // a finished request `id`, or nullopt when the caller is to run it (and
+  // must then call EndRequest). UNAVAILABLE while another call with that id
+  // runs; INVALID_ARGUMENT for an id that is empty, longer than 64
+  // characters or not printable; NOT_FOUND for an unknown session.
+  absl::StatusOr<std::optional<std::string>> BeginRequest(
+      std::string_view session, std::string_view id);
+  // Remembers `response` for `id` (nullptr: the request failed; forget it).
+  void EndRequest(std::string_view session, std::string_view id,
+                  const std::string* response);
   // OK if `session` is open; NOT_FOUND "unknown session '<id>'" otherwise.
   absl::Status CheckSession(std::string_view session) const;
   // Removes the session and returns its entries (the caller drops them,
@@ -83,7 +136,7 @@ class HandleTable {
   std::vector<SessionSummary> ListSessions(bool with_entries = false) const;
 
   // Registers `tensor` under a new handle. NOT_FOUND for an unknown (or
-  // concurrently closed) session.
+  // concurrently closed) session; RESOURCE_EXHAUSTED past a session quota.
   absl::StatusOr<HandleEntry> Insert(std::string_view session,
                                      std::shared_ptr<const StoredTensor> tensor,
                                      std::string_view tag);
@@ -97,18 +150,40 @@ class HandleTable {
 
  private:
   struct Session {
-    explicit Session(std::string_view client)
-        : client_name(client), created(HandleEntry::Clock::now()) {}
+    using Clock = HandleEntry::Clock;
+    Session(std::string_view client, std::chrono::milliseconds lease)
+        : client_name(client), created(Clock::now()), ttl(lease) {
+      Renew();
+    }
+    void Renew() const {
+      expires.store((Clock::now() + ttl).time_since_epoch().count(),
+                    std::memory_order_relaxed);
+    }
     const std::string client_name;
-    const HandleEntry::Clock::time_point created;
+    const Clock::time_point created;
+    const std::chrono::milliseconds ttl;  // 0 = never expires
+    mutable std::atomic<Clock::rep> expires{0};
     mutable absl::Mutex mu;
     bool closed ABSL_GUARDED_BY(mu) = false;
     absl::flat_hash_map<uint64_t, HandleEntry> entries ABSL_GUARDED_BY(mu);
+    uint64_t bytes ABSL_GUARDED_BY(mu) = 0;  // of `entries`
+    // The request log: id -> response (nullopt while running), oldest first.
+    struct Logged {
+      std::optional<std::string> response;
+      Clock::time_point at;
+    };
+    absl::flat_hash_map<std::string, Logged> requests ABSL_GUARDED_BY(mu);
+    std::deque<std::string> request_order ABSL_GUARDED_BY(mu);
   };
+  absl::Status QuotaCheck(const Session& s, uint64_t bytes, uint64_t tensors)
+      const ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  std::string AddSession(std::shared_ptr<Session> session)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::StatusOr<std::shared_ptr<Session>> FindSession(
       std::string_view session) const;
 
+  const HandleTableOptions options_;
   std::atomic<uint64_t> next_handle_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_

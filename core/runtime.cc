@@ -7,8 +7,11 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <thread>
 #include <utility>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -188,13 +191,37 @@ std::string Describe(const StoredTensor& t) {
 
 }  // namespace
 
+HandleTableOptions TableOptions(const RuntimeOptions& o) {
+  HandleTableOptions t;
+  t.max_sessions = o.max_sessions;
+  t.session_max_bytes = o.session_max_bytes;
+  t.session_max_tensors = o.session_max_tensors;
+  return t;
+}
+
 class Runtime::Impl {
  public:
-  Impl() = default;
-  // Sessions go first: their buffers give bytes back to the slots.
-  ~Impl() { table_.CloseAll(); }
+  explicit Impl(const RuntimeOptions& options)
+      : table_(TableOptions(options)) {}
+  // The reaper stops first; then sessions go: their buffers give bytes back
+  // to the slots.
+  ~Impl() {
+    {
+      absl::MutexLock lock(&reaper_mu_);
+      stopping_ = true;
+    }
+    if (reaper_.joinable()) reaper_.join();
+    table_.CloseAll();
+  }
 
   absl::Status Init(RuntimeOptions options);
+
+  // Closes the expired sessions, frees their tensors, reports each one.
+  size_t ReapExpired();
+  // The reaper thread's body: wakes every reap_interval (or at once on
+  // shutdown) and reaps.
+  void ReaperLoop();
+  std::chrono::milliseconds ClampTtl(std::chrono::milliseconds requested) const;
 
   std::vector<DeviceStatus> ListDevices() const;
   absl::StatusOr<DeviceSlot*> FindSlot(std::string_view name) const;
@@ -278,7 +305,51 @@ class Runtime::Impl {
  private:
   std::vector<std::unique_ptr<DeviceSlot>> slots_;
   HandleTable table_;  // after slots_: destroyed before them
+  uint64_t max_tensor_bytes_ = 0;
+  std::chrono::milliseconds session_ttl_{0};
+  std::chrono::milliseconds min_session_ttl_{0};
+  std::chrono::milliseconds max_session_ttl_{0};
+  std::chrono::milliseconds reap_interval_{100};
+  std::function<void(const ExpiredSessionInfo&)> on_session_expired_;
+  absl::Mutex reaper_mu_;
+  bool stopping_ ABSL_GUARDED_BY(reaper_mu_) = false;
+  std::thread reaper_;  // last: started once everything else is set
 };
+
+std::chrono::milliseconds Runtime::Impl::ClampTtl(
+    std::chrono::milliseconds requested) const {
+  if (requested.count() <= 0) return session_ttl_;
+  return std::clamp(requested, min_session_ttl_,
+                    std::max(min_session_ttl_, max_session_ttl_));
+}
+
+size_t Runtime::Impl::ReapExpired() {
+  std::vector<ExpiredSession> expired =
+      table_.ReapExpired(HandleEntry::Clock::now());
+  for (ExpiredSession& e : expired) {
+    ExpiredSessionInfo info;
+    info.id_prefix = e.id_prefix;
+    info.client_name = e.client_name;
+    SessionCloseStats stats = Forget(std::move(e.entries));
+    info.released_tensors = stats.released_tensors;
+    info.released_bytes = stats.released_bytes;
+    if (on_session_expired_) on_session_expired_(info);
+  }
+  return expired.size();
+}
+
+void Runtime::Impl::ReaperLoop() {
+  absl::MutexLock lock(&reaper_mu_);
+  while (!stopping_) {
+    // Sleeps until the interval passes or shutdown flips `stopping_`.
+    reaper_mu_.AwaitWithTimeout(absl::Condition(&stopping_),
+                                absl::FromChrono(reap_interval_));
+    if (stopping_) break;
+    reaper_mu_.Unlock();
+    ReapExpired();
+    reaper_mu_.Lock();
+  }
+}
 
 absl::Status Runtime::Impl::Init(RuntimeOptions options) {
   if (options.host_devices < 1 || options.host_devices > kMaxHostDevices) {
@@ -286,6 +357,17 @@ absl::Status Runtime::Impl::Init(RuntimeOptions options) {
         absl::StrCat("host_devices is ", options.host_devices,
                      "; expected 1 to ", kMaxHostDevices));
   }
+  if (options.session_ttl.count() < 0 || options.min_session_ttl.count() < 0 ||
+      options.reap_interval.count() <= 0) {
+    return absl::InvalidArgumentError(
+        "session TTLs must be >= 0 and the reap interval > 0");
+  }
+  max_tensor_bytes_ = options.max_tensor_bytes;
+  session_ttl_ = options.session_ttl;
+  min_session_ttl_ = options.min_session_ttl;
+  max_session_ttl_ = options.max_session_ttl;
+  reap_interval_ = options.reap_interval;
+  on_session_expired_ = std::move(options.on_session_expired);
   const int n = options.host_devices;
   for (int i = 0; i < n; ++i) {
     CpuDeviceOptions cpu;
@@ -321,6 +403,7 @@ absl::Status Runtime::Impl::Init(RuntimeOptions options) {
     slot->device = std::move(device);
     slots_.push_back(std::move(slot));
   }
+  reaper_ = std::thread([this] { ReaperLoop(); });
   return absl::OkStatus();
 }
 
@@ -387,6 +470,12 @@ DeviceSlot& Runtime::Impl::SlotOf(const Device* device) const {
 
 absl::StatusOr<std::shared_ptr<Buffer>> Runtime::Impl::Allocate(
     DeviceSlot& slot, uint64_t bytes) {
+  if (max_tensor_bytes_ != 0 && bytes > max_tensor_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a tensor of ", FormatBytes(bytes), " (", bytes,
+        " bytes) exceeds the server's per-tensor limit of ",
+        FormatBytes(max_tensor_bytes_), " (--max-tensor-bytes)"));
+  }
   uint64_t held = slot.held.load();
   do {
     if (bytes > slot.budget || held > slot.budget - bytes) {
@@ -549,7 +638,7 @@ class Runtime::Impl::ReaderImpl final : public Runtime::Reader {
 
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(
     RuntimeOptions options) {
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_unique<Impl>(options);
   RETURN_IF_ERROR(impl->Init(std::move(options)));
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
@@ -567,7 +656,34 @@ absl::StatusOr<Device*> Runtime::FindDevice(std::string_view name) const {
 }
 
 absl::StatusOr<std::string> Runtime::OpenSession(std::string_view client_name) {
-  return impl_->table().OpenSession(client_name);
+  ASSIGN_OR_RETURN(SessionLease lease,
+                   OpenSession(client_name, std::chrono::milliseconds(0)));
+  return std::move(lease.id);
+}
+
+absl::StatusOr<SessionLease> Runtime::OpenSession(
+    std::string_view client_name, std::chrono::milliseconds ttl) {
+  SessionLease lease;
+  lease.ttl = impl_->ClampTtl(ttl);
+  ASSIGN_OR_RETURN(lease.id, impl_->table().OpenSession(client_name, lease.ttl));
+  return lease;
+}
+
+absl::StatusOr<std::chrono::milliseconds> Runtime::KeepAlive(
+    std::string_view session) {
+  return impl_->table().Renew(session);
+}
+
+size_t Runtime::ReapExpiredSessions() { return impl_->ReapExpired(); }
+
+absl::StatusOr<std::optional<std::string>> Runtime::BeginRequest(
+    std::string_view session, std::string_view id) {
+  return impl_->table().BeginRequest(session, id);
+}
+
+void Runtime::EndRequest(std::string_view session, std::string_view id,
+                         const std::string* response) {
+  impl_->table().EndRequest(session, id, response);
 }
 
 absl::StatusOr<SessionCloseStats> Runtime::CloseSession(
@@ -620,6 +736,7 @@ absl::StatusOr<TensorMeta> Runtime::CreateFromData(
         "data is ", data.size(), " bytes but shape ", shape.ToString(),
         " of dtype ", ToAbsl(DTypeName(dtype)), " needs ", nbytes, " bytes"));
   }
+  RETURN_IF_ERROR(impl_->table().Admit(session, nbytes));
   ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buffer,
                    impl_->Allocate(*slot, nbytes));
   RETURN_IF_ERROR(slot->device->CopyFromHost(data.data(), *buffer, 0, nbytes));
@@ -646,6 +763,8 @@ absl::StatusOr<TensorMeta> Runtime::CreateFilled(
                                    : dims));
   RETURN_IF_ERROR(slot->device->Supports(
       IsRandom(fill.kind) ? OpKind::kRandomFill : OpKind::kFill, dtype));
+  ASSIGN_OR_RETURN(uint64_t nbytes, shape.ByteSize(dtype));
+  RETURN_IF_ERROR(impl_->table().Admit(session, nbytes));
   ASSIGN_OR_RETURN(Impl::Output out,
                    impl_->AllocateOutput(*slot, dtype, std::move(shape)));
   RETURN_IF_ERROR(slot->device->Fill(fill, out.ref()));
@@ -660,6 +779,8 @@ absl::StatusOr<std::unique_ptr<Runtime::Upload>> Runtime::BeginUpload(
   ASSIGN_OR_RETURN(DeviceSlot * slot, impl_->FindSlot(device));
   RETURN_IF_ERROR(ValidateDType(dtype));
   ASSIGN_OR_RETURN(Shape shape, Shape::Make(dims));
+  ASSIGN_OR_RETURN(uint64_t nbytes, shape.ByteSize(dtype));
+  RETURN_IF_ERROR(impl_->table().Admit(session, nbytes));
   ASSIGN_OR_RETURN(Impl::Output out,
                    impl_->AllocateOutput(*slot, dtype, std::move(shape)));
   return std::make_unique<Impl::UploadImpl>(impl_.get(), session, slot, dtype,
@@ -674,6 +795,7 @@ absl::StatusOr<TensorMeta> Runtime::To(std::string_view session,
   ASSIGN_OR_RETURN(DeviceSlot * dst_slot, impl_->FindSlot(device));
   const StoredTensor& t = *src.tensor;
   if (dst_slot->device.get() == t.device && !copy) return MetaOf(src);
+  RETURN_IF_ERROR(impl_->table().Admit(session, t.nbytes));
   ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buffer,
                    impl_->Allocate(*dst_slot, t.nbytes));
   RETURN_IF_ERROR(dst_slot->device->CopyFromDevice(*t.device, *t.buffer,
@@ -1335,7 +1457,7 @@ absl::StatusOr<TensorMeta> Runtime::Run(std::string_view session,
 
 absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
     std::string_view session, std::span<const OpSpec> ops,
-    std::span<const uint32_t> keep) {
+    std::span<const uint32_t> keep, const std::function<bool()>& cancelled) {
   RETURN_IF_ERROR(impl_->table().CheckSession(session));
   std::vector<bool> kept(ops.size(), false);
   for (uint32_t k : keep) {
@@ -1358,6 +1480,12 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
   }
   std::vector<Impl::Value> values(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
+    if (cancelled && cancelled()) {
+      // `values` goes with the return: everything made so far is freed.
+      return absl::CancelledError(absl::StrCat(
+          "Execute cancelled by the client before op #", i, " of ",
+          ops.size()));
+    }
     const OpSpec& op = ops[i];
     std::vector<Impl::Value> in;
     in.reserve(op.inputs.size());

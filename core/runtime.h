@@ -10,7 +10,9 @@
 //                        device (message lists the available devices)
 //   FAILED_PRECONDITION  operands on different devices (PyTorch's message),
 //                        op not defined for the dtype on the device
-//   RESOURCE_EXHAUSTED   device budget exceeded (requested / held / left)
+//   RESOURCE_EXHAUSTED   device budget exceeded (requested / held / left),
+//                        a session quota or the session limit exceeded
+//   CANCELLED            Execute's caller cancelled
 //   INTERNAL             a bug
 // A failed call leaves no tensor and no memory behind.
 //
@@ -20,8 +22,10 @@
 #ifndef TENSORD_CORE_RUNTIME_H_
 #define TENSORD_CORE_RUNTIME_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <span>
 #include <string>
@@ -76,6 +80,14 @@ struct SessionCloseStats {
   uint64_t released_bytes = 0;
 };
 
+// A session closed because its lease ran out, for the log.
+struct ExpiredSessionInfo {
+  std::string id_prefix;
+  std::string client_name;
+  uint64_t released_tensors = 0;
+  uint64_t released_bytes = 0;
+};
+
 struct RuntimeOptions {
   // Number of host devices: 1 gives "cpu"; N > 1 gives "cpu:0".."cpu:N-1".
   int host_devices = 1;
@@ -87,6 +99,29 @@ struct RuntimeOptions {
   // 0 the device's total memory less a reserve of 5% (at least 256 MiB).
   std::vector<std::unique_ptr<Device>> extra_devices;
   uint64_t accelerator_memory_budget = 0;
+
+  // Leases. A session's TTL is what OpenSession asks for, clamped to
+  // [min_session_ttl, max_session_ttl], or `session_ttl` when it asks for
+  // nothing; a TTL of 0 means the session never expires. Expired sessions
+  // are closed by a reaper thread that wakes every `reap_interval`.
+  std::chrono::milliseconds session_ttl{0};
+  std::chrono::milliseconds min_session_ttl{100};
+  std::chrono::milliseconds max_session_ttl = std::chrono::hours(24);
+  std::chrono::milliseconds reap_interval{100};
+  // Called (on the reaper thread) for each session closed by its lease.
+  std::function<void(const ExpiredSessionInfo&)> on_session_expired;
+
+  // Limits; 0 = unlimited (max_tensor_bytes: the format's own limit).
+  size_t max_sessions = 0;
+  uint64_t session_max_bytes = 0;
+  uint64_t session_max_tensors = 0;
+  uint64_t max_tensor_bytes = 0;
+};
+
+// An opened session: its id and effective lease (0 = never expires).
+struct SessionLease {
+  std::string id;
+  std::chrono::milliseconds ttl{0};
 };
 
 class Runtime {
@@ -107,8 +142,27 @@ class Runtime {
   absl::StatusOr<Device*> FindDevice(std::string_view name) const;
 
   // --- Sessions -------------------------------------------------------------
-  // Returns a new unguessable session id (128 random bits, hex).
+  // Returns a new unguessable session id (128 random bits, hex), leased for
+  // the default TTL. RESOURCE_EXHAUSTED when max_sessions are open.
   absl::StatusOr<std::string> OpenSession(std::string_view client_name);
+  // As above with a requested TTL (0 = the default), clamped to the bounds.
+  absl::StatusOr<SessionLease> OpenSession(std::string_view client_name,
+                                           std::chrono::milliseconds ttl);
+  // Renews the session's lease (as any call naming the session does) and
+  // returns its TTL. NOT_FOUND for an unknown or expired session.
+  absl::StatusOr<std::chrono::milliseconds> KeepAlive(std::string_view session);
+  // Closes every session whose lease has run out now (the reaper does this
+  // periodically); returns how many.
+  size_t ReapExpiredSessions();
+
+  // Exactly-once requests (see HandleTable::BeginRequest): the remembered
+  // response of request `id` in the session, or nullopt when the caller is
+  // to run it and then call EndRequest with its response (nullptr when it
+  // failed). UNAVAILABLE while a call with that id is still running.
+  absl::StatusOr<std::optional<std::string>> BeginRequest(
+      std::string_view session, std::string_view id);
+  void EndRequest(std::string_view session, std::string_view id,
+                  const std::string* response);
   // Frees every tensor of the session. NOT_FOUND for an unknown session.
   absl::StatusOr<SessionCloseStats> CloseSession(std::string_view session);
   size_t session_count() const;
@@ -180,9 +234,12 @@ class Runtime {
   // nothing it made is kept, so the memory held returns to what it was
   // (in-place updates by ops before the failing one stay applied). An index
   // in `keep` past the list is INVALID_ARGUMENT before anything runs.
+  // `cancelled`, if given, is polled between ops: once it returns true the
+  // list stops with CANCELLED and nothing is kept.
   absl::StatusOr<std::vector<TensorMeta>> Execute(
       std::string_view session, std::span<const OpSpec> ops,
-      std::span<const uint32_t> keep);
+      std::span<const uint32_t> keep,
+      const std::function<bool()>& cancelled = nullptr);
 
   // --- Handles --------------------------------------------------------------
   absl::StatusOr<TensorMeta> GetTensor(std::string_view session,

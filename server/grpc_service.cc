@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
+#include <random>
 #include <string>
 #include <utility>
 
@@ -10,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/status.h"
 #include "server/grpc_convert.h"
 #include "server/grpc_status.h"
@@ -24,17 +27,47 @@ absl::Status FillTensor(const absl::StatusOr<core::TensorMeta>& meta,
   return absl::OkStatus();
 }
 
+// The client's request id (metadata tensord-request-id), or "" for none.
+std::string RequestIdOf(const grpc::CallbackServerContext& ctx) {
+  const auto& metadata = ctx.client_metadata();
+  auto it = metadata.find(kRequestIdMetadataKey);
+  if (it == metadata.end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
+std::string NewInstanceId() {
+  std::random_device rd;
+  const uint64_t id = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  return absl::StrFormat("%016x", id);
+}
+
 }  // namespace
 
-// One RPC's bookkeeping: its request id, its start time, and the one exit
-// through which its status is mapped, logged and counted.
+TensorServiceImpl::TensorServiceImpl(core::Runtime* runtime, Metrics* metrics,
+                                     const TokenAuthenticator* auth)
+    : runtime_(runtime),
+      metrics_(metrics),
+      auth_(auth),
+      instance_id_(NewInstanceId()) {}
+
+// One RPC's bookkeeping: its request id, its start time, the in-flight
+// count that graceful shutdown waits on, the instance id every reply
+// carries, and the one exit through which its status is mapped, logged and
+// counted.
 class RpcScope {
  public:
-  RpcScope(TensorServiceImpl* service, const char* method)
+  RpcScope(TensorServiceImpl* service, grpc::CallbackServerContext* ctx,
+           const char* method)
       : service_(service),
         method_(method),
         request_id_(service->NextRequestId()),
-        start_(std::chrono::steady_clock::now()) {}
+        start_(std::chrono::steady_clock::now()) {
+    service_->in_flight_.fetch_add(1);
+    ctx->AddTrailingMetadata(kInstanceMetadataKey, service_->instance_id_);
+  }
+  ~RpcScope() { service_->in_flight_.fetch_sub(1); }
+  RpcScope(const RpcScope&) = delete;
+  RpcScope& operator=(const RpcScope&) = delete;
 
   grpc::Status Finish(const absl::Status& status) {
     grpc::Status mapped = FinishRpc(method_, request_id_, status);
@@ -65,12 +98,38 @@ absl::Status TensorServiceImpl::CheckServing(
 template <typename Body>
 grpc::ServerUnaryReactor* TensorServiceImpl::Unary(
     grpc::CallbackServerContext* ctx, const char* method, Body&& body) {
-  RpcScope scope(this, method);
+  RpcScope scope(this, ctx, method);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   absl::Status status = CheckServing(ctx);
   if (status.ok()) status = body();
   reactor->Finish(scope.Finish(status));
   return reactor;
+}
+
+template <typename Body>
+grpc::ServerUnaryReactor* TensorServiceImpl::Mutating(
+    grpc::CallbackServerContext* ctx, const char* method,
+    const std::string& session, google::protobuf::Message* resp, Body&& body) {
+  return Unary(ctx, method, [&]() -> absl::Status {
+    const std::string id = RequestIdOf(*ctx);
+    if (id.empty()) return body();
+    ASSIGN_OR_RETURN(std::optional<std::string> remembered,
+                     runtime_->BeginRequest(session, id));
+    if (remembered.has_value()) {
+      if (!resp->ParseFromString(*remembered)) {
+        return absl::InternalError("a remembered response does not parse");
+      }
+      return absl::OkStatus();
+    }
+    absl::Status status = body();
+    if (status.ok()) {
+      const std::string bytes = resp->SerializeAsString();
+      runtime_->EndRequest(session, id, &bytes);
+    } else {
+      runtime_->EndRequest(session, id, nullptr);
+    }
+    return status;
+  });
 }
 
 grpc::ServerUnaryReactor* TensorServiceImpl::ListDevices(
@@ -89,9 +148,23 @@ grpc::ServerUnaryReactor* TensorServiceImpl::OpenSession(
     grpc::CallbackServerContext* ctx, const v1::OpenSessionRequest* req,
     v1::OpenSessionResponse* resp) {
   return Unary(ctx, "OpenSession", [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(std::string session,
-                     runtime_->OpenSession(req->client_name()));
-    resp->set_session(std::move(session));
+    ASSIGN_OR_RETURN(core::SessionLease lease,
+                     runtime_->OpenSession(
+                         req->client_name(),
+                         std::chrono::milliseconds(req->ttl_ms())));
+    resp->set_session(std::move(lease.id));
+    resp->set_ttl_ms(lease.ttl.count());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* TensorServiceImpl::KeepAlive(
+    grpc::CallbackServerContext* ctx, const v1::KeepAliveRequest* req,
+    v1::KeepAliveResponse* resp) {
+  return Unary(ctx, "KeepAlive", [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(std::chrono::milliseconds ttl,
+                     runtime_->KeepAlive(req->session()));
+    resp->set_ttl_ms(ttl.count());
     return absl::OkStatus();
   });
 }
@@ -111,11 +184,17 @@ grpc::ServerUnaryReactor* TensorServiceImpl::CloseSession(
 grpc::ServerUnaryReactor* TensorServiceImpl::Create(
     grpc::CallbackServerContext* ctx, const v1::CreateRequest* req,
     v1::TensorResponse* resp) {
-  return Unary(ctx, "Create", [&]() -> absl::Status {
+  return Mutating(ctx, "Create", req->session(), resp, [&]() -> absl::Status {
     ASSIGN_OR_RETURN(core::DType dtype, FromProto(req->dtype()));
     switch (req->source_case()) {
       case v1::CreateRequest::kData: {
         const std::string& data = req->data();
+        if (max_inline_bytes_ != 0 && data.size() > max_inline_bytes_) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "inline data is ", data.size(), " bytes; the server accepts "
+              "at most ", max_inline_bytes_, " bytes inline in Create "
+              "(--max-inline-bytes): send larger tensors with Upload"));
+        }
         return FillTensor(
             runtime_->CreateFromData(
                 req->session(), req->device(), dtype, Dims(req->shape()),
@@ -145,7 +224,10 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
  public:
   UploadReactor(TensorServiceImpl* service, grpc::CallbackServerContext* ctx,
                 v1::TensorResponse* resp)
-      : service_(service), resp_(resp), scope_(service, "Upload") {
+      : service_(service),
+        resp_(resp),
+        scope_(service, ctx, "Upload"),
+        request_id_(RequestIdOf(*ctx)) {
     absl::Status serving = service_->CheckServing(ctx);
     if (!serving.ok()) {
       Fail(serving);
@@ -164,6 +246,10 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
       Fail(status);
       return;
     }
+    if (replayed_) {  // a retry of a finished upload: its first response
+      Finish(scope_.Finish(absl::OkStatus()));
+      return;
+    }
     StartRead(&message_);
   }
 
@@ -178,6 +264,18 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
             "device, dtype, shape)");
       }
       const v1::UploadRequest::Header& h = message_.header();
+      if (!request_id_.empty()) {
+        ASSIGN_OR_RETURN(
+            std::optional<std::string> remembered,
+            service_->runtime_->BeginRequest(h.session(), request_id_));
+        if (remembered.has_value()) {
+          replayed_ = true;
+          return resp_->ParseFromString(*remembered)
+                     ? absl::OkStatus()
+                     : absl::InternalError("a remembered response does not parse");
+        }
+        session_ = h.session();  // the request is ours to end
+      }
       ASSIGN_OR_RETURN(core::DType dtype, FromProto(h.dtype()));
       ASSIGN_OR_RETURN(upload_, service_->runtime_->BeginUpload(
                                     h.session(), h.device(), dtype,
@@ -199,17 +297,35 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
     }
     absl::Status status = FillTensor(upload_->Finish(), resp_);
     upload_.reset();
+    if (!status.ok()) {
+      Fail(status);
+      return;
+    }
+    EndRequest(true);
     Finish(scope_.Finish(status));
   }
 
   void Fail(const absl::Status& status) {
     upload_.reset();
+    EndRequest(false);
     Finish(scope_.Finish(status));
+  }
+
+  // Records the outcome of a request id this upload began.
+  void EndRequest(bool ok) {
+    if (session_.empty()) return;
+    const std::string bytes = ok ? resp_->SerializeAsString() : "";
+    service_->runtime_->EndRequest(session_, request_id_,
+                                   ok ? &bytes : nullptr);
+    session_.clear();
   }
 
   TensorServiceImpl* service_;  // borrowed
   v1::TensorResponse* resp_;    // owned by gRPC
   RpcScope scope_;
+  const std::string request_id_;  // "" = none
+  std::string session_;  // set while a request id of this upload is open
+  bool replayed_ = false;
   v1::UploadRequest message_;
   std::unique_ptr<core::Runtime::Upload> upload_;
 };
@@ -222,7 +338,7 @@ grpc::ServerReadReactor<v1::UploadRequest>* TensorServiceImpl::Upload(
 grpc::ServerUnaryReactor* TensorServiceImpl::To(
     grpc::CallbackServerContext* ctx, const v1::ToRequest* req,
     v1::TensorResponse* resp) {
-  return Unary(ctx, "To", [&] {
+  return Mutating(ctx, "To", req->session(), resp, [&] {
     return FillTensor(runtime_->To(req->session(), req->handle(),
                                    req->device(), req->copy()),
                       resp);
@@ -232,7 +348,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::To(
 grpc::ServerUnaryReactor* TensorServiceImpl::Binary(
     grpc::CallbackServerContext* ctx, const v1::BinaryRequest* req,
     v1::TensorResponse* resp) {
-  return Unary(ctx, "Binary", [&]() -> absl::Status {
+  return Mutating(ctx, "Binary", req->session(), resp, [&]() -> absl::Status {
     ASSIGN_OR_RETURN(core::BinaryOp op, FromProto(req->op()));
     if (!req->has_scalar()) {
       return FillTensor(
@@ -250,7 +366,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Binary(
 grpc::ServerUnaryReactor* TensorServiceImpl::MatMul(
     grpc::CallbackServerContext* ctx, const v1::MatMulRequest* req,
     v1::TensorResponse* resp) {
-  return Unary(ctx, "MatMul", [&] {
+  return Mutating(ctx, "MatMul", req->session(), resp, [&] {
     return FillTensor(runtime_->MatMul(req->session(), req->lhs(), req->rhs()),
                       resp);
   });
@@ -259,7 +375,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::MatMul(
 grpc::ServerUnaryReactor* TensorServiceImpl::Run(
     grpc::CallbackServerContext* ctx, const v1::RunRequest* req,
     v1::TensorResponse* resp) {
-  return Unary(ctx, "Run", [&]() -> absl::Status {
+  return Mutating(ctx, "Run", req->session(), resp, [&]() -> absl::Status {
     ASSIGN_OR_RETURN(core::OpSpec spec, FromProto(req->op()));
     return FillTensor(runtime_->Run(req->session(), spec), resp);
   });
@@ -268,7 +384,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Run(
 grpc::ServerUnaryReactor* TensorServiceImpl::Execute(
     grpc::CallbackServerContext* ctx, const v1::ExecuteRequest* req,
     v1::ExecuteResponse* resp) {
-  return Unary(ctx, "Execute", [&]() -> absl::Status {
+  return Mutating(ctx, "Execute", req->session(), resp, [&]() -> absl::Status {
     std::vector<core::OpSpec> ops;
     ops.reserve(req->ops_size());
     for (int i = 0; i < req->ops_size(); ++i) {
@@ -284,7 +400,8 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Execute(
         std::vector<core::TensorMeta> kept,
         runtime_->Execute(req->session(), ops,
                           {req->keep().data(),
-                           static_cast<size_t>(req->keep_size())}));
+                           static_cast<size_t>(req->keep_size())},
+                          [ctx] { return ctx->IsCancelled(); }));
     for (const core::TensorMeta& meta : kept) ToProto(meta, resp->add_kept());
     return absl::OkStatus();
   });
@@ -297,7 +414,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchChunk> {
  public:
   FetchReactor(TensorServiceImpl* service, grpc::CallbackServerContext* ctx,
                const v1::FetchRequest& req)
-      : scope_(service, "Fetch") {
+      : scope_(service, ctx, "Fetch") {
     absl::Status status = Open(service, ctx, req);
     if (!status.ok()) {
       Finish(scope_.Finish(status));
@@ -308,6 +425,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchChunk> {
 
   void OnWriteDone(bool ok) override {
     if (!ok) {  // client went away; nothing more to do
+      reader_.reset();  // stop reading; let go of the tensor's memory now
       Finish(scope_.Finish(absl::CancelledError("client cancelled the fetch")));
       return;
     }
@@ -356,6 +474,10 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchChunk> {
         crc32(crc32(0L, Z_NULL, 0), bytes, static_cast<uInt>(n))));
     offset_ += n;
     if (offset_ >= end_) {
+      // Every byte is read: let go of the tensor before the status goes
+      // out, so that a client releasing it right after sees it freed
+      // (OnDone may run after the client has the status).
+      reader_.reset();
       // The last chunk and the status go out together. (StartWriteLast
       // would hold the chunk back until Finish, which we would only call
       // from its OnWriteDone: a stall that only other traffic unblocks.)
@@ -383,7 +505,7 @@ grpc::ServerWriteReactor<v1::FetchChunk>* TensorServiceImpl::Fetch(
 grpc::ServerUnaryReactor* TensorServiceImpl::Release(
     grpc::CallbackServerContext* ctx, const v1::ReleaseRequest* req,
     v1::ReleaseResponse* resp) {
-  return Unary(ctx, "Release", [&] {
+  return Mutating(ctx, "Release", req->session(), resp, [&] {
     return runtime_->Release(req->session(), req->handle());
   });
 }

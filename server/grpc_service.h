@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 #include "core/runtime.h"
 #include "server/auth.h"
@@ -23,17 +24,28 @@ namespace tensord::server {
 
 inline constexpr uint32_t kDefaultFetchChunkBytes = 1 << 20;
 inline constexpr uint32_t kMaxFetchChunkBytes = 4 << 20;
+// Metadata keys: the server instance id on every reply (trailing), and the
+// client's request id on mutating calls (see tensord.proto).
+inline constexpr char kInstanceMetadataKey[] = "tensord-instance";
+inline constexpr char kRequestIdMetadataKey[] = "tensord-request-id";
+inline constexpr uint64_t kDefaultMaxInlineBytes = 4 << 20;
 
 class TensorServiceImpl final : public v1::TensorService::CallbackService {
  public:
   // `runtime`, `metrics` and `auth` (nullptr: no authentication) are
   // borrowed and must outlive the service.
   TensorServiceImpl(core::Runtime* runtime, Metrics* metrics,
-                    const TokenAuthenticator* auth = nullptr)
-      : runtime_(runtime), metrics_(metrics), auth_(auth) {}
+                    const TokenAuthenticator* auth = nullptr);
 
   // After this, new RPCs fail with UNAVAILABLE ("server is shutting down").
   void StartDraining() { draining_.store(true); }
+  // RPCs that have started and not yet finished.
+  int64_t in_flight() const { return in_flight_.load(); }
+  // This server instance's id (16 hex digits), sent on every reply.
+  const std::string& instance_id() const { return instance_id_; }
+  // Create's inline `data` larger than this is INVALID_ARGUMENT (use
+  // Upload). 0 = no limit beyond the message size.
+  void set_max_inline_bytes(uint64_t bytes) { max_inline_bytes_ = bytes; }
 
   grpc::ServerUnaryReactor* ListDevices(grpc::CallbackServerContext* ctx,
                                         const v1::ListDevicesRequest* req,
@@ -44,6 +56,9 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
   grpc::ServerUnaryReactor* CloseSession(
       grpc::CallbackServerContext* ctx, const v1::CloseSessionRequest* req,
       v1::CloseSessionResponse* resp) override;
+  grpc::ServerUnaryReactor* KeepAlive(grpc::CallbackServerContext* ctx,
+                                      const v1::KeepAliveRequest* req,
+                                      v1::KeepAliveResponse* resp) override;
   grpc::ServerUnaryReactor* Create(grpc::CallbackServerContext* ctx,
                                    const v1::CreateRequest* req,
                                    v1::TensorResponse* resp) override;
@@ -91,6 +106,15 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
   template <typename Body>
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx,
                                   const char* method, Body&& body);
+  // Unary() for a mutating RPC: with a request id in the metadata, a
+  // remembered response of that id in `session` is returned without running
+  // `body`, and a successful `resp` is remembered.
+  template <typename Body>
+  grpc::ServerUnaryReactor* Mutating(grpc::CallbackServerContext* ctx,
+                                     const char* method,
+                                     const std::string& session,
+                                     google::protobuf::Message* resp,
+                                     Body&& body);
   // UNAVAILABLE while draining; UNAUTHENTICATED without a valid token.
   absl::Status CheckServing(const grpc::CallbackServerContext* ctx) const;
   uint64_t NextRequestId() { return next_request_id_.fetch_add(1) + 1; }
@@ -100,6 +124,9 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
   const TokenAuthenticator* auth_;  // borrowed; nullptr = no auth
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_request_id_{0};
+  std::atomic<int64_t> in_flight_{0};
+  const std::string instance_id_;
+  uint64_t max_inline_bytes_ = kDefaultMaxInlineBytes;
   const std::chrono::steady_clock::time_point started_ =
       std::chrono::steady_clock::now();
 

@@ -3,6 +3,9 @@
 //   tensord [--config /etc/tensord/tensord.toml] [--listen 127.0.0.1:50051]
 //           [--host-devices N] [--memory-limit 8GiB] [--log-level info]
 //           [--metrics-listen 127.0.0.1:9100] [--port-file PATH]
+//           [--session-ttl 60s] [--max-sessions N] [--session-max-bytes SIZE]
+//           [--session-max-tensors N] [--max-message-bytes SIZE]
+//           [--max-inline-bytes SIZE] [--max-tensor-bytes SIZE]
 //
 // Settings: defaults < config file < TENSORD_* env < flags (server/config.h).
 // SIGINT/SIGTERM shut it down cleanly: health turns NOT_SERVING, new RPCs
@@ -13,12 +16,14 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "core/device_registry.h"
 #include "server/byte_size.h"
 #include "server/config.h"
@@ -54,6 +59,26 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "CA bundle (PEM): require client certificates it signed (mTLS)");
 ABSL_FLAG(bool, insecure, false,
           "allow listening beyond loopback with neither a token nor TLS");
+ABSL_FLAG(absl::Duration, session_ttl, absl::Seconds(60),
+          "session lease, e.g. 60s or 500ms: a session no call names for this "
+          "long is closed and its tensors freed (0 = never); clients may ask "
+          "for another within 100ms..24h");
+ABSL_FLAG(int64_t, max_sessions, 0,
+          "most sessions open at once; OpenSession past it is "
+          "RESOURCE_EXHAUSTED (0 = unlimited)");
+ABSL_FLAG(std::string, session_max_bytes, "",
+          "most bytes one session's tensors may hold, e.g. 4GiB "
+          "(empty or 0 = unlimited)");
+ABSL_FLAG(int64_t, session_max_tensors, 0,
+          "most tensors one session may hold (0 = unlimited)");
+ABSL_FLAG(std::string, max_message_bytes, "64MiB",
+          "largest gRPC message received or sent");
+ABSL_FLAG(std::string, max_inline_bytes, "4MiB",
+          "largest inline data Create accepts; larger tensors must use Upload "
+          "(0 = up to the message limit)");
+ABSL_FLAG(std::string, max_tensor_bytes, "",
+          "largest single tensor, e.g. 16GiB (empty or 0 = no limit beyond "
+          "the device budget)");
 ABSL_FLAG(std::string, config, "",
           "TOML config file (default /etc/tensord/tensord.toml if present); "
           "keys are these flags' names, e.g. listen = \"0.0.0.0:50051\"");
@@ -145,6 +170,41 @@ int main(int argc, char** argv) {
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   options.insecure = absl::GetFlag(FLAGS_insecure);
+  const absl::Duration ttl = absl::GetFlag(FLAGS_session_ttl);
+  if (ttl < absl::ZeroDuration()) {
+    return Fail("--session-ttl must be >= 0");
+  }
+  options.runtime.session_ttl = absl::ToChronoMilliseconds(ttl);
+  if (absl::GetFlag(FLAGS_max_sessions) < 0 ||
+      absl::GetFlag(FLAGS_session_max_tensors) < 0) {
+    return Fail("--max-sessions and --session-max-tensors must be >= 0");
+  }
+  options.runtime.max_sessions =
+      static_cast<size_t>(absl::GetFlag(FLAGS_max_sessions));
+  options.runtime.session_max_tensors =
+      static_cast<uint64_t>(absl::GetFlag(FLAGS_session_max_tensors));
+  uint64_t max_message_bytes = 0;
+  for (auto [name, flag, target] :
+       {std::tuple{"--session-max-bytes", absl::GetFlag(FLAGS_session_max_bytes),
+                   &options.runtime.session_max_bytes},
+        std::tuple{"--max-message-bytes", absl::GetFlag(FLAGS_max_message_bytes),
+                   &max_message_bytes},
+        std::tuple{"--max-inline-bytes", absl::GetFlag(FLAGS_max_inline_bytes),
+                   &options.max_inline_bytes},
+        std::tuple{"--max-tensor-bytes", absl::GetFlag(FLAGS_max_tensor_bytes),
+                   &options.runtime.max_tensor_bytes}}) {
+    if (flag.empty()) continue;
+    absl::StatusOr<uint64_t> bytes = tensord::server::ParseByteSize(flag);
+    if (!bytes.ok()) {
+      return Fail(std::string(name) + ": " +
+                  std::string(bytes.status().message()));
+    }
+    *target = *bytes;
+  }
+  if (max_message_bytes == 0 || max_message_bytes > (uint64_t{1} << 31) - 1) {
+    return Fail("--max-message-bytes must be between 1 byte and 2GiB - 1");
+  }
+  options.max_message_bytes = static_cast<int>(max_message_bytes);
   for (auto [flag, target] :
        {std::pair{absl::GetFlag(FLAGS_memory_limit),
                   &options.runtime.host_memory_budget},

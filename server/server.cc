@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -89,11 +90,25 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     ASSIGN_OR_RETURN(server->auth_,
                      TokenAuthenticator::FromFile(options.auth_token_file));
   }
+  if (!options.runtime.on_session_expired) {
+    options.runtime.on_session_expired = [](const core::ExpiredSessionInfo& s) {
+      spdlog::info(
+          "session {} ({}) expired: its lease ran out; freed {} tensors, {} "
+          "bytes",
+          s.id_prefix, s.client_name.empty() ? "unnamed" : s.client_name,
+          s.released_tensors, s.released_bytes);
+    };
+  }
+  if (options.max_message_bytes <= 0) {
+    return absl::InvalidArgumentError("max_message_bytes must be > 0");
+  }
   ASSIGN_OR_RETURN(server->runtime_,
                    core::Runtime::Create(std::move(options.runtime)));
   server->metrics_ = std::make_unique<Metrics>();
   server->service_ = std::make_unique<TensorServiceImpl>(
       server->runtime_.get(), server->metrics_.get(), server->auth_.get());
+  server->service_->set_max_inline_bytes(options.max_inline_bytes);
+  server->max_message_bytes_ = options.max_message_bytes;
 
   // Process-wide switches; they apply to servers built after this point.
   grpc::EnableDefaultHealthCheckService(true);
@@ -109,8 +124,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 1);
-  builder.SetMaxReceiveMessageSize(64 << 20);
-  builder.SetMaxSendMessageSize(64 << 20);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
   int bound_port = 0;
   if (!options.listen.empty()) {
     builder.AddListeningPort(options.listen, credentials, &bound_port);
@@ -121,9 +136,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
       (!options.listen.empty() && bound_port == 0)) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on '", options.listen,
-                     "' (address in use, or not a valid host:port)"));
+                     "' (address in use, or not a valid host:port or unix:PATH)"));
   }
-  server->port_ = bound_port;
+  const bool unix_socket = options.listen.rfind("unix:", 0) == 0;
+  server->port_ = unix_socket ? 0 : bound_port;
   server->server_->GetHealthCheckService()->SetServingStatus(
       v1::TensorService::service_full_name(), true);
   if (!options.metrics_listen.empty()) {
@@ -132,7 +148,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
                                               server->metrics_.get(),
                                               server->runtime_.get()));
   }
-  if (bound_port != 0) {
+  if (unix_socket) {
+    server->address_ = options.listen;  // clients dial the same unix: URI
+  } else if (bound_port != 0) {
     // Dial the address we bound; for wildcard binds, loopback reaches it.
     std::string host = options.listen.substr(0, options.listen.rfind(':'));
     if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
@@ -153,16 +171,30 @@ int Server::metrics_port() const {
 
 std::shared_ptr<grpc::Channel> Server::InProcessChannel() {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(64 << 20);
-  args.SetMaxSendMessageSize(64 << 20);
+  args.SetMaxReceiveMessageSize(max_message_bytes_);
+  args.SetMaxSendMessageSize(max_message_bytes_);
   return server_->InProcessChannel(args);
+}
+
+const std::string& Server::instance_id() const {
+  return service_->instance_id();
 }
 
 void Server::Shutdown(std::chrono::milliseconds grace) {
   if (server_ == nullptr) return;
+  const auto deadline = std::chrono::steady_clock::now() + grace;
   service_->StartDraining();
   server_->GetHealthCheckService()->SetServingStatus(false);
-  server_->Shutdown(std::chrono::system_clock::now() + grace);
+  // Keep the transport open while draining, so that new calls reach the
+  // service and get its UNAVAILABLE "server is shutting down" rather than a
+  // connection error, and in-flight streams keep flowing. Polling is fine
+  // here: it happens once, for at most the grace period.
+  while (service_->in_flight() > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  server_->Shutdown(std::chrono::system_clock::now() +
+                    std::chrono::milliseconds(50));
 }
 
 void Server::Wait() {

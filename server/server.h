@@ -24,8 +24,9 @@ class Server;
 namespace tensord::server {
 
 struct ServerOptions {
-  // "host:port" (port 0 picks a free one), or "" for no listening socket
-  // (in-process channel only).
+  // "host:port" (port 0 picks a free one), "unix:/path/to/socket" (a
+  // unix-domain socket: same-host clients, less overhead than TCP), or ""
+  // for no listening socket (in-process channel only).
   std::string listen = "127.0.0.1:50051";
   core::RuntimeOptions runtime;
   // "host:port" for Prometheus metrics over HTTP (GET /metrics); "" = off.
@@ -43,6 +44,14 @@ struct ServerOptions {
   // Secure by default: listening beyond loopback with neither a token nor
   // TLS is refused unless this is set.
   bool insecure = false;
+
+  // Limits. The largest gRPC message either way (Fetch and Upload stream
+  // in chunks, so this bounds only one message), and the largest inline
+  // `data` Create accepts (larger: INVALID_ARGUMENT, use Upload; 0 = only
+  // the message limit). Session TTL, quotas, max sessions and max tensor
+  // bytes are in `runtime`.
+  int max_message_bytes = 64 << 20;
+  uint64_t max_inline_bytes = 4 << 20;
 };
 
 class TensorServiceImpl;
@@ -66,14 +75,19 @@ class Server {
   int port() const { return port_; }
   // The bound metrics port (0 when metrics are off).
   int metrics_port() const;
-  // "127.0.0.1:<port>" style address a client on this host can dial.
+  // "127.0.0.1:<port>" style address (or the "unix:" URI) a client on this
+  // host can dial.
   const std::string& address() const { return address_; }
+  // This server's instance id (16 hex digits), sent on every reply.
+  const std::string& instance_id() const;
   // A channel to this server that bypasses the network stack.
   std::shared_ptr<grpc::Channel> InProcessChannel();
   core::Runtime& runtime() { return *runtime_; }
 
-  // Marks health NOT_SERVING, stops accepting RPCs, lets in-flight ones
-  // finish within `grace`, then cancels the rest. Idempotent.
+  // Graceful shutdown: marks health NOT_SERVING and refuses new RPCs with
+  // UNAVAILABLE "server is shutting down" at once, lets in-flight RPCs
+  // (streams included) finish within `grace`, then cancels the rest and
+  // stops. Idempotent. The tensors are freed when the Server is destroyed.
   void Shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
   // Blocks until the server has shut down.
   void Wait();
@@ -87,6 +101,7 @@ class Server {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;
   int port_ = 0;
+  int max_message_bytes_ = 64 << 20;
   std::string address_;
 };
 

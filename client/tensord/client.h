@@ -32,6 +32,7 @@
 #include <grpcpp/support/status_code_enum.h>
 
 #include <bit>
+#include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <filesystem>
@@ -173,6 +174,7 @@ struct TensorInfo {
 // Tensors
 
 class Client;
+struct ClientOptions;
 class Batch;
 namespace internal {
 class Session;
@@ -514,17 +516,55 @@ class BatchResults {
 // ---------------------------------------------------------------------------
 // Client
 
+// How a Client gets its session.
+struct ClientOptions {
+  // An existing session to re-attach to (e.g. after the connection dropped,
+  // or from another process): the session id is its credential. "" opens a
+  // new session.
+  std::string session;
+  // The lease to ask for when opening (0 = the server's default); the
+  // server clamps it to its bounds.
+  std::chrono::milliseconds ttl{0};
+  // Keep the session alive in the background (a KeepAlive every third of
+  // the lease) while the Client or any of its Tensors lives.
+  bool keepalive = true;
+};
+
 // A session on a tensord server. Constructing one opens the session (throws
 // Error, e.g. UNAVAILABLE when the server cannot be reached).
+//
+// Sessions are leased: the Client keeps its session alive in the background
+// while it or any of its Tensors lives, and closes it when the last goes. A
+// client whose connection dropped re-attaches with Client::Attach(channel,
+// id) within the lease and finds its tensors. Every reply names the server
+// instance; if it changes (the server restarted and the session's tensors
+// are gone) calls throw FAILED_PRECONDITION "server restarted (instance X →
+// Y): this session's tensors are gone". Mutating calls carry a request id
+// and are retried on UNAVAILABLE (a dropped connection) without being done
+// twice.
 class Client {
  public:
   // Dials `address` ("host:port"; "" = ResolveAddress()) without TLS.
   explicit Client(std::string address = "");
   // Uses `channel` (e.g. a server's in-process channel, or one with TLS).
-  explicit Client(std::shared_ptr<grpc::Channel> channel);
+  explicit Client(std::shared_ptr<grpc::Channel> channel,
+                  const ClientOptions& options = {});
+  // Re-attaches to the existing session `session_id` (NOT_FOUND when it is
+  // unknown, closed or its lease ran out). The returned Client owns the
+  // session as if it had opened it.
+  static Client Attach(std::shared_ptr<grpc::Channel> channel,
+                       std::string session_id);
 
-  // The session id the server issued.
+  // The session id the server issued (the token for re-attaching).
   const std::string& session() const;
+  // The session's lease as the server granted it (0 = never expires).
+  std::chrono::milliseconds session_ttl() const;
+  // The server instance id the session belongs to (16 hex digits).
+  const std::string& server_instance() const;
+  // A Tensor for a live tensor of this session named by its handle (e.g.
+  // one made before re-attaching; see tensors()). NOT_FOUND if there is
+  // none. Its last copy releases it, as for any Tensor.
+  Tensor attach_tensor(uint64_t handle) const;
 
   // ---- Devices
   std::vector<DeviceInfo> devices() const;
@@ -639,6 +679,7 @@ using client::BatchResults;
 using client::BinaryOp;
 using client::cat;
 using client::Client;
+using client::ClientOptions;
 using client::linear;
 using client::ReduceOp;
 using client::Scalar;

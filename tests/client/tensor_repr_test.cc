@@ -15,7 +15,7 @@ namespace {
 template <typename T>
 std::string Bytes(const std::vector<T>& values) {
   std::string out(values.size() * sizeof(T), '\0');
-  std::memcpy(out.data(), values.data(), out.size());
+  if (!values.empty()) std::memcpy(out.data(), values.data(), out.size());
   return out;
 }
 
