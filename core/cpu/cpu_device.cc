@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "core/cpu/cpu_kernels.h"
+#include "core/cpu/host_pool.h"
 #include "core/op_checks.h"
 #include "core/status.h"
 
@@ -21,22 +22,33 @@ namespace {
 
 constexpr size_t kAlignment = 64;
 
-// Host memory aligned for vector loads. A zero-byte buffer still owns a
-// (minimal) allocation so data() is never null.
+// Host memory aligned for vector loads. Large blocks come from the
+// device's HostPool (pre-faulted, reused); small ones from the heap. A
+// zero-byte buffer still owns a (minimal) allocation so data() is never null.
 class HostBuffer final : public Buffer {
  public:
-  static std::unique_ptr<HostBuffer> Create(size_t bytes) {
+  // `pool` is borrowed and outlives every buffer (the device owns it and
+  // the Runtime frees tensors before devices).
+  static std::unique_ptr<HostBuffer> Create(size_t bytes, HostPool* pool) {
+    if (bytes >= HostPool::kMinBytes) {
+      void* p = pool->Acquire(bytes);
+      if (p == nullptr) return nullptr;
+      return std::unique_ptr<HostBuffer>(new HostBuffer(p, bytes, pool));
+    }
     const size_t rounded =
         bytes == 0 ? kAlignment
                    : (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    if (rounded < bytes) return nullptr;  // wrapped around
     void* p =
         ::operator new(rounded, std::align_val_t(kAlignment), std::nothrow);
     if (p == nullptr) return nullptr;
-    return std::unique_ptr<HostBuffer>(new HostBuffer(p, bytes));
+    return std::unique_ptr<HostBuffer>(new HostBuffer(p, bytes, nullptr));
   }
   ~HostBuffer() override {
-    ::operator delete(data_, std::align_val_t(kAlignment));
+    if (pool_ != nullptr) {
+      pool_->Release(data_, size_);
+    } else {
+      ::operator delete(data_, std::align_val_t(kAlignment));
+    }
   }
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
@@ -46,9 +58,11 @@ class HostBuffer final : public Buffer {
   size_t size() const override { return size_; }
 
  private:
-  HostBuffer(void* data, size_t size) : data_(data), size_(size) {}
+  HostBuffer(void* data, size_t size, HostPool* pool)
+      : data_(data), size_(size), pool_(pool) {}
   void* data_;
   size_t size_;
+  HostPool* pool_;  // borrowed; nullptr for heap blocks
 };
 
 // First "model name" line of /proc/cpuinfo, or "unknown CPU".
@@ -107,7 +121,8 @@ class CpuDevice final : public Device {
         index_(options.index),
         model_(CpuModel()),
         total_memory_(options.total_memory != 0 ? options.total_memory
-                                                : PhysicalMemory()) {}
+                                                : PhysicalMemory()),
+        pool_(options.host_cache_bytes) {}
 
   const std::string& name() const override { return name_; }
   DeviceKind kind() const override { return DeviceKind::kCpu; }
@@ -146,7 +161,7 @@ class CpuDevice final : public Device {
   }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
-    std::unique_ptr<Buffer> buffer = HostBuffer::Create(bytes);
+    std::unique_ptr<Buffer> buffer = HostBuffer::Create(bytes, &pool_);
     if (buffer == nullptr) {
       return absl::ResourceExhaustedError(
           absl::StrCat(name_, ": host allocation of ", bytes, " bytes failed"));
@@ -253,6 +268,7 @@ class CpuDevice final : public Device {
   const int index_;
   const std::string model_;
   const uint64_t total_memory_;
+  HostPool pool_;  // must outlive buffers: the Runtime frees tensors first
 };
 
 }  // namespace

@@ -16,6 +16,9 @@ struct CpuDeviceOptions {
   int index = 0;
   // Memory this device reports as its total; 0 = the machine's RAM.
   uint64_t total_memory = 0;
+  // Freed blocks of >= 1 MiB kept warm for reuse (core/cpu/host_pool.h).
+  // Not counted against the budget, which counts live tensors.
+  uint64_t host_cache_bytes = uint64_t{1} << 30;
 };
 
 std::unique_ptr<Device> CreateCpuDevice(const CpuDeviceOptions& options);

@@ -1,0 +1,512 @@
+// tensord-bench: what a remote tensor costs, next to the floors, in one run.
+//
+//   (a) bare gRPC empty unary round trip (bench/tensord_bench/echo.proto)
+//   (b) tensord round trips: Create (3 elements), Binary mul, Fetch (3
+//       elements), each one RPC through raw stubs: p50/p99
+//   (c) small-op throughput with --threads client threads (ops/s), beside
+//       bare unary throughput with the same threads
+//   (d) upload and fetch of --sizes float32 bytes through the client library,
+//       in GB/s, beside a bare gRPC stream of the same bytes in the same
+//       chunk size and beside memcpy
+//   (e) (b) and (d) over TCP loopback and over a unix-domain socket
+//   (f) CPU matmul GFLOP/s through the service (rand on the device, matmul;
+//       the RPC returns when the product is done) for --matmul-sizes, beside
+//       cblas_sgemm called directly in this process
+//
+// Servers run in this process on real sockets (one tensord and one echo
+// server per transport). Prints a table, then one JSON line. Ratios are what
+// matter on a shared machine; absolute numbers only on a quiet one.
+#include <cblas.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "server/byte_size.h"
+#include "server/server.h"
+#include "tensord/channel.h"
+#include "tensord/client.h"
+#include "tensord/v1/tensord.grpc.pb.h"
+#include "tensord_bench/echo.grpc.pb.h"
+
+ABSL_FLAG(int, iterations, 10000, "round trips per latency measurement");
+ABSL_FLAG(int, threads, 8, "client threads for the throughput measurement");
+ABSL_FLAG(double, seconds, 3.0, "duration of each throughput measurement");
+ABSL_FLAG(std::string, sizes, "1MiB,64MiB,1GiB", "upload/fetch sizes");
+ABSL_FLAG(std::string, matmul_sizes, "256,512,1024,2048,4096",
+          "square matmul sizes for (f)");
+ABSL_FLAG(bool, quick, false,
+          "tiny sizes and counts: checks the benchmark runs (CI smoke test)");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace bench = ::tensord_bench;
+namespace v1 = ::tensord::v1;
+
+constexpr uint32_t kChunkBytes = 1 << 20;  // as the client's Upload and Fetch
+
+double Seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+// The floors: nothing behind the calls but gRPC.
+class EchoService final : public bench::Echo::CallbackService {
+  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* ctx,
+                                 const bench::Empty*, bench::Empty*) override {
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  grpc::ServerReadReactor<bench::Chunk>* Sink(grpc::CallbackServerContext*,
+                                              bench::Empty*) override {
+    class Reader : public grpc::ServerReadReactor<bench::Chunk> {
+     public:
+      Reader() { StartRead(&chunk_); }
+      void OnReadDone(bool ok) override {
+        if (!ok) {
+          Finish(grpc::Status::OK);
+          return;
+        }
+        StartRead(&chunk_);
+      }
+      void OnDone() override { delete this; }
+
+     private:
+      bench::Chunk chunk_;
+    };
+    return new Reader();
+  }
+
+  grpc::ServerWriteReactor<bench::Chunk>* Source(
+      grpc::CallbackServerContext*, const bench::SourceRequest* req) override {
+    class Writer : public grpc::ServerWriteReactor<bench::Chunk> {
+     public:
+      Writer(uint64_t total, uint32_t chunk) : left_(total) {
+        chunk_.mutable_data()->assign(chunk, '\x5a');
+        Next();
+      }
+      void OnWriteDone(bool ok) override {
+        if (!ok) {
+          Finish(grpc::Status::CANCELLED);
+          return;
+        }
+        Next();
+      }
+      void OnDone() override { delete this; }
+
+     private:
+      void Next() {
+        if (left_ == 0) {
+          Finish(grpc::Status::OK);
+          return;
+        }
+        const uint64_t n = std::min<uint64_t>(left_, chunk_.data().size());
+        chunk_.mutable_data()->resize(n);
+        left_ -= n;
+        StartWrite(&chunk_);
+      }
+      uint64_t left_;
+      bench::Chunk chunk_;
+    };
+    return new Writer(req->total_bytes(),
+                      req->chunk_bytes() ? req->chunk_bytes() : kChunkBytes);
+  }
+};
+
+struct Transport {
+  std::string name;  // "tcp" or "unix"
+  std::unique_ptr<grpc::Server> echo_server;
+  std::unique_ptr<tensord::server::Server> tensord;
+  std::shared_ptr<grpc::Channel> echo_channel;
+  std::shared_ptr<grpc::Channel> tensord_channel;
+};
+
+std::shared_ptr<grpc::Channel> Dial(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                   args);
+}
+
+std::unique_ptr<Transport> StartTransport(const std::string& name,
+                                          const std::string& echo_listen,
+                                          const std::string& tensord_listen,
+                                          EchoService* echo) {
+  auto t = std::make_unique<Transport>();
+  t->name = name;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(echo_listen, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.RegisterService(echo);
+  t->echo_server = builder.BuildAndStart();
+  if (!t->echo_server) return nullptr;
+  const std::string echo_address =
+      name == "tcp" ? "127.0.0.1:" + std::to_string(port) : echo_listen;
+  tensord::server::ServerOptions options;
+  options.listen = tensord_listen;
+  auto server = tensord::server::Server::Start(std::move(options));
+  if (!server.ok()) {
+    std::fprintf(stderr, "tensord-bench: %s\n",
+                 std::string(server.status().message()).c_str());
+    return nullptr;
+  }
+  t->tensord = std::move(*server);
+  t->echo_channel = Dial(echo_address);
+  t->tensord_channel = Dial(t->tensord->address());
+  return t;
+}
+
+struct Row {
+  std::string group, name, transport, unit;
+  double value = 0, p99 = -1, ratio = -1;  // ratio: value over its floor
+  std::string ratio_of;
+};
+
+struct Latency {
+  double p50 = 0, p99 = 0;
+};
+
+Latency MeasureLatency(int iterations, const std::function<void()>& body) {
+  for (int i = 0; i < std::max(50, iterations / 20); ++i) body();
+  std::vector<double> us(iterations);
+  for (int i = 0; i < iterations; ++i) {
+    const auto t0 = Clock::now();
+    body();
+    us[i] = Seconds(Clock::now() - t0) * 1e6;
+  }
+  std::sort(us.begin(), us.end());
+  return {us[iterations / 2], us[std::min(iterations - 1, iterations * 99 / 100)]};
+}
+
+// Runs `body` on `threads` threads for `seconds`; returns calls per second.
+double MeasureThroughput(int threads, double seconds,
+                         const std::function<void()>& body) {
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> calls{0};
+  std::vector<std::thread> workers;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < threads; ++i) {
+    workers.emplace_back([&] {
+      uint64_t n = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        body();
+        ++n;
+      }
+      calls += n;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& w : workers) w.join();
+  return static_cast<double>(calls.load()) / Seconds(Clock::now() - t0);
+}
+
+void Check(const grpc::Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "tensord-bench: %s failed: %s\n", what,
+                 s.error_message().c_str());
+    std::exit(1);
+  }
+}
+
+// (a), (b), (c) on one transport.
+void SmallOps(Transport& t, int iterations, int threads, double seconds,
+              std::vector<Row>& rows) {
+  auto echo = bench::Echo::NewStub(t.echo_channel);
+  auto stub = v1::TensorService::NewStub(t.tensord_channel);
+  v1::OpenSessionResponse session;
+  {
+    grpc::ClientContext ctx;
+    Check(stub->OpenSession(&ctx, {}, &session), "OpenSession");
+  }
+  auto ping = [&] {
+    grpc::ClientContext ctx;
+    bench::Empty req, resp;
+    Check(echo->Ping(&ctx, req, &resp), "Ping");
+  };
+  v1::CreateRequest create;
+  create.set_session(session.session());
+  create.set_dtype(v1::INT64);
+  create.add_shape(3);
+  const int64_t values[3] = {1, 2, 3};
+  create.set_data(std::string(reinterpret_cast<const char*>(values), sizeof values));
+  auto make = [&] {
+    grpc::ClientContext ctx;
+    v1::TensorResponse resp;
+    Check(stub->Create(&ctx, create, &resp), "Create");
+    return resp.tensor().handle();
+  };
+  const uint64_t x = make();
+  const uint64_t y = make();
+  std::vector<uint64_t> made;
+  made.reserve(static_cast<size_t>(iterations) * 3);
+  v1::BinaryRequest mul;
+  mul.set_session(session.session());
+  mul.set_op(v1::MUL);
+  mul.set_lhs(x);
+  mul.set_rhs(y);
+  auto multiply = [&] {
+    grpc::ClientContext ctx;
+    v1::TensorResponse resp;
+    Check(stub->Binary(&ctx, mul, &resp), "Binary");
+    return resp.tensor().handle();
+  };
+  v1::FetchRequest fetch;
+  fetch.set_session(session.session());
+  fetch.set_handle(x);
+  auto fetch3 = [&] {
+    grpc::ClientContext ctx;
+    auto reader = stub->Fetch(&ctx, fetch);
+    v1::FetchChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    Check(reader->Finish(), "Fetch");
+  };
+  const Latency bare = MeasureLatency(iterations, ping);
+  rows.push_back({"latency", "bare_unary", t.name, "us", bare.p50, bare.p99, 1,
+                  "bare_unary"});
+  auto add_latency = [&](const char* name, const std::function<void()>& body) {
+    const Latency l = MeasureLatency(iterations, body);
+    rows.push_back({"latency", name, t.name, "us", l.p50, l.p99, l.p50 / bare.p50,
+                    "bare_unary"});
+  };
+  add_latency("create_3", [&] { made.push_back(make()); });
+  add_latency("mul", [&] { made.push_back(multiply()); });
+  add_latency("fetch_3", fetch3);
+  // The PyTorch-like loop through the client library: two creates, a mul,
+  // a fetch, and the three releases its RAII handles make.
+  tensord::Client client(t.tensord_channel);
+  add_latency("client_create_mul_fetch", [&] {
+    auto a = client.tensor<int64_t>({1, 2, 3});
+    auto b = client.tensor<int64_t>({5, 8, 1});
+    if ((a * b).fetch<int64_t>()[1] != 16) std::abort();
+  });
+  // Free what the latency loops made (one session close).
+  {
+    grpc::ClientContext ctx;
+    v1::CloseSessionRequest close;
+    close.set_session(session.session());
+    v1::CloseSessionResponse resp;
+    Check(stub->CloseSession(&ctx, close, &resp), "CloseSession");
+  }
+
+  // (c) Throughput: each thread multiplies in its own session and releases.
+  const double bare_ops = MeasureThroughput(threads, seconds, ping);
+  rows.push_back({"throughput", "bare_unary", t.name, "calls/s", bare_ops, -1,
+                  1, "bare_unary"});
+  const double mul_ops = MeasureThroughput(threads, seconds, [&] {
+    thread_local std::unique_ptr<tensord::Client> c;
+    thread_local std::unique_ptr<tensord::Tensor> a, b;
+    if (!c) {
+      c = std::make_unique<tensord::Client>(t.tensord_channel);
+      a = std::make_unique<tensord::Tensor>(c->tensor<int64_t>({1, 2, 3}));
+      b = std::make_unique<tensord::Tensor>(c->tensor<int64_t>({5, 8, 1}));
+    }
+    grpc::ClientContext ctx;
+    v1::BinaryRequest req;
+    req.set_session(c->session());
+    req.set_op(v1::MUL);
+    req.set_lhs(a->handle());
+    req.set_rhs(b->handle());
+    v1::TensorResponse resp;
+    Check(stub->Binary(&ctx, req, &resp), "Binary");
+    grpc::ClientContext rctx;
+    v1::ReleaseRequest rel;
+    rel.set_session(c->session());
+    rel.set_handle(resp.tensor().handle());
+    v1::ReleaseResponse rresp;
+    Check(stub->Release(&rctx, rel, &rresp), "Release");
+  });
+  // Each mul op is two RPCs (the op and its release): compare per RPC.
+  rows.push_back({"throughput", "mul_plus_release", t.name, "ops/s", mul_ops,
+                  -1, 2 * mul_ops / bare_ops, "bare_unary (per RPC)"});
+}
+
+// (d) Upload and fetch through the client library vs bare streams.
+void Bulk(Transport& t, const std::vector<uint64_t>& sizes, std::vector<Row>& rows) {
+  auto echo = bench::Echo::NewStub(t.echo_channel);
+  tensord::Client client(t.tensord_channel);
+  for (uint64_t bytes : sizes) {
+    const std::string label = bytes >= (1ull << 30)
+                                  ? std::to_string(bytes >> 30) + "GiB"
+                                  : std::to_string(bytes >> 20) + "MiB";
+    std::string host(bytes, '\0');
+    for (uint64_t i = 0; i < bytes; i += 4096) host[i] = static_cast<char>(i);
+    const int reps = bytes >= (256ull << 20) ? 1 : (bytes >= (32ull << 20) ? 3 : 20);
+    auto rate = [&](const std::function<void()>& body) {
+      body();  // warm: touch buffers, open streams
+      const auto t0 = Clock::now();
+      for (int r = 0; r < reps; ++r) body();
+      return static_cast<double>(bytes) * reps / Seconds(Clock::now() - t0) / 1e9;
+    };
+    const double sink = rate([&] {
+      grpc::ClientContext ctx;
+      bench::Empty resp;
+      auto writer = echo->Sink(&ctx, &resp);
+      bench::Chunk chunk;
+      for (uint64_t off = 0; off < bytes; off += kChunkBytes) {
+        chunk.mutable_data()->assign(host.data() + off,
+                                     std::min<uint64_t>(kChunkBytes, bytes - off));
+        if (!writer->Write(chunk)) break;
+      }
+      writer->WritesDone();
+      Check(writer->Finish(), "Sink");
+    });
+    const double source = rate([&] {
+      grpc::ClientContext ctx;
+      bench::SourceRequest req;
+      req.set_total_bytes(bytes);
+      req.set_chunk_bytes(kChunkBytes);
+      auto reader = echo->Source(&ctx, req);
+      bench::Chunk chunk;
+      std::string out;
+      out.reserve(bytes);
+      while (reader->Read(&chunk)) out.append(chunk.data());
+      Check(reader->Finish(), "Source");
+    });
+    std::unique_ptr<tensord::Tensor> last;
+    const double upload = rate([&] {
+      last.reset();
+      last = std::make_unique<tensord::Tensor>(client.FromBytes(
+          tensord::DType::kFloat32, {static_cast<int64_t>(bytes / 4)}, host));
+    });
+    const double fetch = rate([&] {
+      std::string out = last->fetch_bytes();
+      if (out.size() != bytes) std::abort();
+    });
+    last.reset();
+    std::string dst(bytes, '\0');
+    const double memcpy_rate = rate([&] {
+      std::memcpy(dst.data(), host.data(), bytes);
+    });
+    rows.push_back({"bulk", "bare_stream_up_" + label, t.name, "GB/s", sink, -1, 1, ""});
+    rows.push_back({"bulk", "upload_" + label, t.name, "GB/s", upload, -1,
+                    upload / sink, "bare_stream_up"});
+    rows.push_back({"bulk", "bare_stream_down_" + label, t.name, "GB/s", source, -1, 1, ""});
+    rows.push_back({"bulk", "fetch_" + label, t.name, "GB/s", fetch, -1,
+                    fetch / source, "bare_stream_down"});
+    rows.push_back({"bulk", "memcpy_" + label, t.name, "GB/s", memcpy_rate, -1,
+                    -1, ""});
+  }
+}
+
+// (f) CPU matmul through the service vs BLAS in this process.
+void Matmul(Transport& t, const std::vector<int>& sizes, std::vector<Row>& rows) {
+  tensord::Client client(t.tensord_channel);
+  for (int n : sizes) {
+    const double flop = 2.0 * n * n * n;
+    const int reps = n <= 512 ? 20 : (n <= 1024 ? 5 : (n <= 2048 ? 2 : 1));
+    auto a = client.rand({n, n}, "cpu", 1);
+    auto b = client.rand({n, n}, "cpu", 2);
+    (void)a.matmul(b);  // warm
+    auto t0 = Clock::now();
+    for (int r = 0; r < reps; ++r) (void)a.matmul(b);
+    const double service = flop * reps / Seconds(Clock::now() - t0) / 1e9;
+    std::vector<float> x(static_cast<size_t>(n) * n, 0.5f), y = x, z = x;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f,
+                x.data(), n, y.data(), n, 0.0f, z.data(), n);
+    t0 = Clock::now();
+    for (int r = 0; r < reps; ++r) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f,
+                  x.data(), n, y.data(), n, 0.0f, z.data(), n);
+    }
+    const double direct = flop * reps / Seconds(Clock::now() - t0) / 1e9;
+    const std::string size = std::to_string(n);
+    rows.push_back({"matmul", "blas_direct_n" + size, "in-process", "GFLOP/s",
+                    direct, -1, 1, ""});
+    rows.push_back({"matmul", "service_n" + size, t.name, "GFLOP/s", service,
+                    -1, service / direct, "blas_direct"});
+  }
+}
+
+std::vector<uint64_t> ParseSizes(const std::string& text) {
+  std::vector<uint64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    auto bytes = tensord::server::ParseByteSize(std::string(part));
+    if (!bytes.ok()) {
+      std::fprintf(stderr, "tensord-bench: %s\n",
+                   std::string(bytes.status().message()).c_str());
+      std::exit(2);
+    }
+    out.push_back(*bytes / 4 * 4);
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const bool quick = absl::GetFlag(FLAGS_quick);
+  const int iterations = quick ? 200 : std::max(10, absl::GetFlag(FLAGS_iterations));
+  const int threads = std::max(1, absl::GetFlag(FLAGS_threads));
+  const double seconds = quick ? 0.3 : absl::GetFlag(FLAGS_seconds);
+  const std::vector<uint64_t> sizes =
+      ParseSizes(quick ? "1MiB" : absl::GetFlag(FLAGS_sizes));
+  std::vector<int> matmul_sizes;
+  for (absl::string_view part : absl::StrSplit(
+           quick ? "64,128" : absl::GetFlag(FLAGS_matmul_sizes), ',',
+           absl::SkipEmpty())) {
+    int n = 0;
+    if (absl::SimpleAtoi(part, &n) && n > 0) matmul_sizes.push_back(n);
+  }
+
+  EchoService echo;
+  const std::string dir = "/tmp/tensord-bench-" + std::to_string(::getpid());
+  std::vector<std::unique_ptr<Transport>> transports;
+  transports.push_back(StartTransport("tcp", "127.0.0.1:0", "127.0.0.1:0", &echo));
+  transports.push_back(StartTransport("unix", "unix:" + dir + "-echo.sock",
+                                      "unix:" + dir + "-tensord.sock", &echo));
+  std::vector<Row> rows;
+  for (auto& t : transports) {
+    if (!t) return 1;
+    SmallOps(*t, iterations, threads, seconds, rows);
+    Bulk(*t, sizes, rows);
+  }
+  Matmul(*transports[0], matmul_sizes, rows);
+
+  std::printf("%-11s %-28s %-10s %12s %10s %9s  %s\n", "group", "measurement",
+              "transport", "value", "p99", "ratio", "unit / ratio of");
+  for (const Row& r : rows) {
+    std::printf("%-11s %-28s %-10s %12.2f %10s %9s  %s%s%s\n", r.group.c_str(),
+                r.name.c_str(), r.transport.c_str(), r.value,
+                r.p99 >= 0 ? std::to_string(r.p99).substr(0, 8).c_str() : "-",
+                r.ratio >= 0 ? std::to_string(r.ratio).substr(0, 5).c_str() : "-",
+                r.unit.c_str(), r.ratio_of.empty() ? "" : " / ",
+                r.ratio_of.c_str());
+  }
+  std::printf("{\"benchmark\":\"tensord-bench\",\"iterations\":%d,\"threads\":%d,\"results\":[",
+              iterations, threads);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    std::printf("%s{\"group\":\"%s\",\"name\":\"%s\",\"transport\":\"%s\",\"unit\":\"%s\",\"value\":%.3f,\"p99\":%.3f,\"ratio\":%.4f,\"ratio_of\":\"%s\"}",
+                i ? "," : "", r.group.c_str(), r.name.c_str(), r.transport.c_str(),
+                r.unit.c_str(), r.value, r.p99, r.ratio, r.ratio_of.c_str());
+  }
+  std::printf("]}\n");
+  for (auto& t : transports) {
+    t->tensord.reset();
+    t->echo_server->Shutdown();
+  }
+  ::unlink((dir + "-echo.sock").c_str());
+  ::unlink((dir + "-tensord.sock").c_str());
+  return 0;
+}
