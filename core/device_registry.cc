@@ -1,19 +1,40 @@
 #include "core/device_registry.h"
 
 #ifdef TENSORD_WITH_CUDA
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/cuda/cuda_device.h"
 #include "core/cuda/cuda_probe.h"
 #endif
 
 namespace tensord::core {
 
-AcceleratorDiscovery DiscoverAccelerators() {
+AcceleratorDiscovery DiscoverAccelerators(const AcceleratorOptions& options) {
   AcceleratorDiscovery found;
 #ifdef TENSORD_WITH_CUDA
   const cuda::CudaProbe probe = cuda::ProbeCuda();
   found.summary = probe.summary;
-  // The CUDA Device implementation is the CUDA issue's work; until it lands
-  // the probe reports the GPUs it sees and none is registered.
+  if (probe.gpus.empty()) return found;
+  cuda::CudaDeviceOptions cuda_options;
+  cuda_options.allow_tf32 = options.allow_tf32;
+  absl::StatusOr<std::vector<std::unique_ptr<Device>>> devices =
+      cuda::CreateCudaDevices(cuda_options);
+  if (!devices.ok()) {
+    found.summary = absl::StrCat(found.summary,
+                                 "; not served: ", devices.status().ToString());
+    return found;
+  }
+  found.devices = std::move(*devices);
+  std::string names;
+  for (const auto& d : found.devices) {
+    absl::StrAppend(&names, names.empty() ? "" : ", ", d->name());
+  }
+  absl::StrAppend(&found.summary, "; serving ", names,
+                  options.allow_tf32 ? " (float32 matmul may use TF32)"
+                                     : " (float32 matmul exact, no TF32)");
 #else
+  (void)options;
   found.summary = "CUDA: not built in (configure with -DTENSORD_CUDA=ON)";
 #endif
   return found;

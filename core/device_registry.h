@@ -21,9 +21,17 @@ struct AcceleratorDiscovery {
   std::string summary;
 };
 
+struct AcceleratorOptions {
+  // float32 matmuls on GPUs may use TF32 tensor cores (PyTorch's
+  // allow_tf32). Off: float32 matmul is exact float32.
+  bool allow_tf32 = false;
+};
+
 // Never fails: a build or machine without accelerators yields no devices
-// and says why in `summary`.
-AcceleratorDiscovery DiscoverAccelerators();
+// and says why in `summary`; a GPU that is visible but cannot be set up is
+// left out and the summary says why.
+AcceleratorDiscovery DiscoverAccelerators(
+    const AcceleratorOptions& options = {});
 
 }  // namespace tensord::core
 

@@ -43,6 +43,12 @@ build_pkgs=(
   python3 python3-grpcio python3-protobuf python3-numpy
   # tests/deploy parses the Kubernetes and Compose YAML.
   python3-yaml
+  # deploy/bundle.sh sets the bundle's RUNPATH (tests/bundle).
+  patchelf
+  # `make fuzz`: clang with libFuzzer and the sanitizer runtimes (the
+  # unversioned names follow each release's default LLVM: 14 on Debian 12);
+  # llvm gives llvm-symbolizer for readable sanitizer stacks.
+  clang libclang-rt-dev llvm
 )
 
 pkgs=("${runtime_pkgs[@]}")

@@ -1,8 +1,8 @@
-#include "core/cuda/cuda_probe.h"
-
 #include <cuda_runtime.h>
 
 #include <string>
+
+#include "core/cuda/cuda_probe.h"
 
 namespace tensord::core::cuda {
 
@@ -10,14 +10,15 @@ CudaProbe ProbeCuda() {
   CudaProbe probe;
   int runtime_version = 0;
   cudaRuntimeGetVersion(&runtime_version);
-  const std::string built =
-      "CUDA: built in (runtime " + std::to_string(runtime_version / 1000) +
-      "." + std::to_string(runtime_version % 1000 / 10) + ")";
+  const std::string built = "CUDA: built in (runtime " +
+                            std::to_string(runtime_version / 1000) + "." +
+                            std::to_string(runtime_version % 1000 / 10) + ")";
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     cudaGetLastError();  // clear the sticky error for later callers
-    probe.summary = built + "; no GPU visible (" + cudaGetErrorString(err) + ")";
+    probe.summary =
+        built + "; no GPU visible (" + cudaGetErrorString(err) + ")";
     return probe;
   }
   std::string names;
@@ -31,14 +32,12 @@ CudaProbe ProbeCuda() {
     gpu.compute_capability_major = prop.major;
     gpu.compute_capability_minor = prop.minor;
     gpu.multiprocessor_count = prop.multiProcessorCount;
-    names += (names.empty() ? "" : ", ") + ("cuda:" + std::to_string(i)) +
-             " " + gpu.name;
+    names += (names.empty() ? "" : ", ") + ("cuda:" + std::to_string(i)) + " " +
+             gpu.name;
     probe.gpus.push_back(std::move(gpu));
   }
   probe.summary = built + "; " + std::to_string(count) + " GPU(s) visible" +
-                  (names.empty() ? "" : ": " + names) +
-                  "; the CUDA device is not implemented in this build, so "
-                  "they are not served yet";
+                  (names.empty() ? "" : ": " + names);
   return probe;
 }
 

@@ -1,0 +1,922 @@
+#include "core/cuda/cuda_device.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "core/absl_compat.h"
+#include "core/cuda/binary.cuh"
+#include "core/cuda/cast.cuh"
+#include "core/cuda/cuda_status.h"
+#include "core/cuda/fill.cuh"
+#include "core/cuda/matmul_int.cuh"
+#include "core/cuda/permute.cuh"
+#include "core/cuda/reduce.cuh"
+#include "core/cuda/unary.cuh"
+#include "core/op_checks.h"
+#include "core/status.h"
+
+namespace tensord::core::cuda {
+namespace {
+
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;  // Hopper's advice
+// Staging buffers per device: enough to keep copies of several threads in
+// flight; beyond it a copy waits for the oldest buffer to drain.
+constexpr size_t kMaxStagingBuffers = 16;
+// cudaMallocAsync of 0 bytes gives no pointer; a zero-byte Buffer still
+// owns a minimal allocation so data() is never null (as on the CPU).
+constexpr size_t kMinAllocation = 256;
+
+// The kernels' enums mirror core's one to one (kernel_types.h).
+static_assert(static_cast<int>(BinOp::kGe) == static_cast<int>(BinaryOp::kGe) &&
+              static_cast<int>(BinOp::kPow) ==
+                  static_cast<int>(BinaryOp::kPow) &&
+              static_cast<int>(BinOp::kEq) == static_cast<int>(BinaryOp::kEq));
+static_assert(static_cast<int>(UnOp::kTanh) ==
+                  static_cast<int>(UnaryOp::kTanh) &&
+              static_cast<int>(UnOp::kRelu) ==
+                  static_cast<int>(UnaryOp::kRelu));
+static_assert(static_cast<int>(RedOp::kNorm) ==
+                  static_cast<int>(ReduceOp::kNorm) &&
+              static_cast<int>(RedOp::kArgmax) ==
+                  static_cast<int>(ReduceOp::kArgmax));
+static_assert(static_cast<int>(FillKind::kRandn) ==
+                  static_cast<int>(FillSpec::Kind::kRandn) &&
+              static_cast<int>(FillKind::kArange) ==
+                  static_cast<int>(FillSpec::Kind::kArange));
+
+ElemType ToElem(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return ElemType::kF32;
+    case DType::kFloat64:
+      return ElemType::kF64;
+    case DType::kInt32:
+      return ElemType::kI32;
+    case DType::kInt64:
+      return ElemType::kI64;
+    case DType::kBool:
+      return ElemType::kBool;
+    case DType::kFloat16:
+      return ElemType::kF16;
+    case DType::kBFloat16:
+      return ElemType::kBF16;
+  }
+  return ElemType::kF32;  // unreachable: dtypes are validated upstream
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) return absl::StrCat(bytes, " bytes");
+  double value = static_cast<double>(bytes) / 1024;
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
+    value /= 1024;
+    ++unit;
+  }
+  return absl::StrFormat("%.2f %s", value, kUnits[unit]);
+}
+
+absl::Status CheckRange(const Buffer& buffer, size_t offset, size_t bytes) {
+  if (offset > buffer.size() || bytes > buffer.size() - offset) {
+    return absl::OutOfRangeError(
+        absl::StrCat("copy of ", bytes, " bytes at offset ", offset,
+                     " is outside a buffer of ", buffer.size(), " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+// The stream and ordinal a device's buffers are freed on. Shared by the
+// device and its buffers, so a buffer that outlives its device (which the
+// Runtime never lets happen, but nothing enforces) still frees safely.
+struct StreamContext {
+  int ordinal = 0;
+  bool use_pool = true;
+  cudaStream_t stream = nullptr;
+
+  StreamContext() = default;
+  StreamContext(const StreamContext&) = delete;
+  StreamContext& operator=(const StreamContext&) = delete;
+  ~StreamContext() {
+    if (stream == nullptr) return;
+    // Nothing to report a failure to in a destructor; the device is going.
+    cudaSetDevice(ordinal);
+    cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
+  }
+};
+
+class CudaBuffer final : public Buffer {
+ public:
+  CudaBuffer(std::shared_ptr<StreamContext> ctx, void* data, size_t size)
+      : ctx_(std::move(ctx)), data_(data), size_(size) {}
+  ~CudaBuffer() override {
+    // Freed in stream order: kernels queued before this point that read the
+    // buffer still see valid memory. A failure here cannot be reported and
+    // only leaks the block.
+    cudaSetDevice(ctx_->ordinal);
+    if (ctx_->use_pool) {
+      cudaFreeAsync(data_, ctx_->stream);
+    } else {
+      cudaFree(data_);  // synchronizes the device
+    }
+  }
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
+
+  void* data() override { return data_; }
+  const void* data() const override { return data_; }
+  size_t size() const override { return size_; }
+
+ private:
+  std::shared_ptr<StreamContext> ctx_;
+  void* data_;
+  size_t size_;
+};
+
+// One pinned host buffer and the event that marks the end of the last
+// copy that uses it.
+struct StagingBuffer {
+  void* host = nullptr;
+  cudaEvent_t done = nullptr;
+  bool busy = false;  // held by a copy right now
+};
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(int ordinal, const CudaDeviceOptions& options)
+      : name_(absl::StrCat("cuda:", ordinal)),
+        ordinal_(ordinal),
+        options_(options),
+        ctx_(std::make_shared<StreamContext>()) {
+    ctx_->ordinal = ordinal;
+  }
+
+  ~CudaDevice() override {
+    cudaSetDevice(ordinal_);
+    if (ctx_->stream != nullptr) cudaStreamSynchronize(ctx_->stream);
+    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    if (workspace_ != nullptr) cudaFree(workspace_);
+    for (StagingBuffer& s : staging_) {
+      if (s.done != nullptr) cudaEventDestroy(s.done);
+      if (s.host != nullptr) cudaFreeHost(s.host);
+    }
+  }
+
+  // Creates the stream, memory pool settings and cuBLAS handle.
+  absl::Status Init() {
+    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    cudaDeviceProp prop{};
+    RETURN_IF_ERROR(Check(cudaGetDeviceProperties(&prop, ordinal_),
+                          "cudaGetDeviceProperties"));
+    model_ = prop.name;
+    cc_major_ = prop.major;
+    cc_minor_ = prop.minor;
+    sm_count_ = prop.multiProcessorCount;
+    total_memory_ = prop.totalGlobalMem;
+    RETURN_IF_ERROR(
+        Check(cudaStreamCreateWithFlags(&ctx_->stream, cudaStreamNonBlocking),
+              "cudaStreamCreateWithFlags"));
+
+    int pools = 0;
+    RETURN_IF_ERROR(
+        Check(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported,
+                                     ordinal_),
+              "cudaDeviceGetAttribute(MemoryPoolsSupported)"));
+    ctx_->use_pool = pools != 0;
+    if (ctx_->use_pool) {
+      RETURN_IF_ERROR(Check(cudaDeviceGetDefaultMemPool(&pool_, ordinal_),
+                            "cudaDeviceGetDefaultMemPool"));
+      // Keep freed memory in the pool instead of returning it to the
+      // driver at every synchronization: the caching that makes
+      // allocation cheap. Allocate() trims it when memory runs out.
+      uint64_t threshold = UINT64_MAX;
+      RETURN_IF_ERROR(
+          Check(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold,
+                                        &threshold),
+                "cudaMemPoolSetAttribute(ReleaseThreshold)"));
+    }
+
+    RETURN_IF_ERROR(CheckBlas(cublasCreate(&cublas_), "cublasCreate"));
+    RETURN_IF_ERROR(
+        CheckBlas(cublasSetStream(cublas_, ctx_->stream), "cublasSetStream"));
+    RETURN_IF_ERROR(
+        CheckBlas(cublasSetMathMode(cublas_, options_.allow_tf32
+                                                 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                 : CUBLAS_DEFAULT_MATH),
+                  "cublasSetMathMode"));
+    RETURN_IF_ERROR(Check(cudaMalloc(&workspace_, kCublasWorkspaceBytes),
+                          "cudaMalloc(cuBLAS workspace)"));
+    RETURN_IF_ERROR(CheckBlas(
+        cublasSetWorkspace(cublas_, workspace_, kCublasWorkspaceBytes),
+        "cublasSetWorkspace"));
+    return absl::OkStatus();
+  }
+
+  // Records that kernels of this device may read memory of `peer` directly
+  // (peer access enabled, pool access granted).
+  void SetPeerAccess(int peer) {
+    if (peer >= static_cast<int>(peer_access_.size())) {
+      peer_access_.resize(peer + 1, false);
+    }
+    peer_access_[peer] = true;
+  }
+  int ordinal() const { return ordinal_; }
+  cudaMemPool_t pool() const { return pool_; }
+  bool use_pool() const { return ctx_->use_pool; }
+  cudaStream_t stream() const { return ctx_->stream; }
+
+  const std::string& name() const override { return name_; }
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  int index() const override { return ordinal_; }
+
+  DeviceProperties Properties() const override {
+    DeviceProperties p;
+    p.model = model_;
+    p.total_memory = total_memory_;
+    p.compute_capability_major = cc_major_;
+    p.compute_capability_minor = cc_minor_;
+    p.multiprocessor_count = sm_count_;
+    size_t free = 0, total = 0;
+    if (cudaSetDevice(ordinal_) == cudaSuccess &&
+        cudaMemGetInfo(&free, &total) == cudaSuccess) {
+      p.free_memory = free;
+      p.total_memory = total;
+    } else {
+      cudaGetLastError();  // reported as 0 free; not worth failing a listing
+    }
+    return p;
+  }
+
+  absl::Status Supports(OpKind op, DType dtype) const override {
+    const bool half = dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+    bool ok = true;
+    switch (op) {
+      case OpKind::kFill:
+      case OpKind::kCast:
+      case OpKind::kBinary:
+      case OpKind::kUnary:
+        ok = true;
+        break;
+      case OpKind::kRandomFill:
+        ok = IsFloating(dtype);
+        break;
+      case OpKind::kReduce:
+        ok = !half;
+        break;
+      case OpKind::kMatMul:
+        ok = dtype != DType::kBool;
+        break;
+    }
+    return ok ? absl::OkStatus()
+              : NotImplementedError(OpKindName(op), dtype, name_);
+  }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
+    if (bytes > total_memory_) {  // cannot fit, whatever the driver says
+      return absl::ResourceExhaustedError(OutOfMemoryMessage(bytes));
+    }
+    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    const size_t n = std::max(bytes, kMinAllocation);
+    void* p = nullptr;
+    cudaError_t err = RawAllocate(&p, n);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // not sticky; clear it for this thread
+      // Memory freed in stream order becomes reusable once the stream gets
+      // there, and the pool may cache blocks of the wrong size: wait, give
+      // the cache back to the driver and try once more.
+      cudaStreamSynchronize(ctx_->stream);
+      if (ctx_->use_pool) cudaMemPoolTrimTo(pool_, 0);
+      err = RawAllocate(&p, n);
+    }
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return absl::ResourceExhaustedError(OutOfMemoryMessage(bytes));
+    }
+    RETURN_IF_ERROR(Check(err, "cudaMallocAsync"));
+    return std::unique_ptr<Buffer>(new CudaBuffer(ctx_, p, bytes));
+  }
+
+  absl::Status CopyFromHost(const void* src, Buffer& dst, size_t offset,
+                            size_t bytes) override {
+    RETURN_IF_ERROR(CheckRange(dst, offset, bytes));
+    if (bytes == 0) return absl::OkStatus();
+    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    return StagedUpload(static_cast<const char*>(src),
+                        static_cast<char*>(dst.data()) + offset, bytes);
+  }
+
+  absl::Status CopyToHost(const Buffer& src, size_t offset, void* dst,
+                          size_t bytes) override {
+    RETURN_IF_ERROR(CheckRange(src, offset, bytes));
+    if (bytes == 0) return absl::OkStatus();
+    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    return StagedDownload(static_cast<const char*>(src.data()) + offset,
+                          static_cast<char*>(dst), bytes);
+  }
+
+  absl::Status CopyFromDevice(Device& src_device, const Buffer& src,
+                              Buffer& dst, size_t bytes) override {
+    RETURN_IF_ERROR(CheckRange(dst, 0, bytes));
+    RETURN_IF_ERROR(CheckRange(src, 0, bytes));
+    if (bytes == 0) return absl::OkStatus();
+    if (src_device.kind() != DeviceKind::kCuda) {
+      // Any non-CUDA device keeps its tensors in host memory (Device's
+      // contract for the CPU), and runs its kernels synchronously.
+      return CopyFromHost(src.data(), dst, 0, bytes);
+    }
+    auto* peer = dynamic_cast<CudaDevice*>(&src_device);
+    if (peer == nullptr) {
+      return absl::InternalError(
+          absl::StrCat(name_, ": source device ", src_device.name(),
+                       " says it is CUDA but is not a CudaDevice"));
+    }
+    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    if (peer == this) {
+      return Check(cudaMemcpyAsync(dst.data(), src.data(), bytes,
+                                   cudaMemcpyDeviceToDevice, ctx_->stream),
+                   "cudaMemcpyAsync(device to device)");
+    }
+    if (HasPeerAccess(peer->ordinal())) {
+      return PeerCopy(*peer, src, dst, bytes);
+    }
+    return StagedDeviceCopy(*peer, src, dst, bytes);
+  }
+
+  absl::Status Fill(const FillSpec& spec, const TensorRef& out) override {
+    const bool random = spec.kind == FillSpec::Kind::kRand ||
+                        spec.kind == FillSpec::Kind::kRandn;
+    RETURN_IF_ERROR(
+        Supports(random ? OpKind::kRandomFill : OpKind::kFill, out.dtype));
+    FillParams p;
+    p.kind = static_cast<FillKind>(static_cast<int>(spec.kind));
+    p.value = spec.value;
+    p.start = spec.start;
+    p.step = spec.step;
+    p.low = spec.low;
+    p.high = spec.high;
+    p.mean = spec.mean;
+    p.stddev = spec.stddev;
+    if (spec.seed.has_value()) {
+      p.seed = *spec.seed;
+    } else {
+      std::random_device rd;
+      p.seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    }
+    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    return Check(LaunchFill(p, ToElem(out.dtype), out.buffer->data(),
+                            out.shape.NumElements(), ctx_->stream),
+                 "fill kernel");
+  }
+
+  absl::Status Cast(const TensorRef& in, const TensorRef& out) override {
+    RETURN_IF_ERROR(Supports(OpKind::kCast, in.dtype));
+    RETURN_IF_ERROR(Supports(OpKind::kCast, out.dtype));
+    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    return Check(
+        LaunchCast(ToElem(in.dtype), in.buffer->data(), ToElem(out.dtype),
+                   out.buffer->data(), in.shape.NumElements(), ctx_->stream),
+        "cast kernel");
+  }
+
+  absl::Status Binary(BinaryOp op, const TensorRef& a, const TensorRef& b,
+                      const TensorRef& out) override {
+    RETURN_IF_ERROR(Supports(OpKind::kBinary, a.dtype));
+    RETURN_IF_ERROR(CheckBinaryOpDType(op, a.dtype));
+    if (op == BinaryOp::kDiv && !IsFloating(a.dtype)) {
+      return NotImplementedError(BinaryOpName(op), a.dtype, name_);
+    }
+    if (out.shape.rank() > kMaxKernelRank) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", out.shape.rank(), " exceeds ", kMaxKernelRank));
+    }
+    BroadcastIndex index;
+    const bool contiguous = a.shape == out.shape && b.shape == out.shape;
+    if (!contiguous) {
+      const std::vector<int64_t> sa = BroadcastStrides(a.shape, out.shape);
+      const std::vector<int64_t> sb = BroadcastStrides(b.shape, out.shape);
+      index.rank = out.shape.rank();
+      for (int d = 0; d < index.rank; ++d) {
+        index.dims[d] = out.shape.dim(d);
+        index.a_strides[d] = sa[d];
+        index.b_strides[d] = sb[d];
+      }
+    }
+    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    return Check(
+        LaunchBinary(static_cast<BinOp>(static_cast<int>(op)), ToElem(a.dtype),
+                     a.buffer->data(), b.buffer->data(), out.buffer->data(),
+                     out.shape.NumElements(), contiguous, index, ctx_->stream),
+        "binary kernel");
+  }
+
+  absl::Status MatMul(const MatMulDims& dims, const TensorRef& a,
+                      const TensorRef& b, const TensorRef& out) override {
+    RETURN_IF_ERROR(Supports(OpKind::kMatMul, out.dtype));
+    if (dims.batch <= 0 || dims.m <= 0 || dims.n <= 0) return absl::OkStatus();
+    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    const size_t elem = DTypeSize(out.dtype);
+    if (dims.k == 0) {  // empty sums
+      for (int64_t p = 0; p < dims.batch; ++p) {
+        RETURN_IF_ERROR(
+            Check(cudaMemsetAsync(static_cast<char*>(out.buffer->data()) +
+                                      p * dims.out_batch_stride * elem,
+                                  0, dims.m * dims.n * elem, ctx_->stream),
+                  "cudaMemsetAsync"));
+      }
+      return absl::OkStatus();
+    }
+    if (!IsFloating(out.dtype)) {
+      const cudaError_t err = LaunchIntMatMul(
+          ToElem(out.dtype), dims.batch, dims.m, dims.n, dims.k,
+          a.buffer->data(), dims.a_batch_stride, b.buffer->data(),
+          dims.b_batch_stride, out.buffer->data(), dims.out_batch_stride,
+          ctx_->stream);
+      if (err == cudaErrorInvalidValue) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("matmul: ", dims.m, "x", dims.n,
+                         " output is too large for the integer matmul kernel"));
+      }
+      return Check(err, "integer matmul kernel");
+    }
+    return BlasMatMul(dims, out.dtype, a.buffer->data(), b.buffer->data(),
+                      out.buffer->data());
+  }
+
+  absl::Status Unary(UnaryOp op, const TensorRef& in,
+                     const TensorRef& out) override {
+    RETURN_IF_ERROR(Supports(OpKind::kUnary, in.dtype));
+    RETURN_IF_ERROR(CheckUnaryOpDType(op, in.dtype));
+    if (IsFloatingUnary(op) && !IsFloating(in.dtype)) {
+      return NotImplementedError(UnaryOpName(op), in.dtype, name_);
+    }
+    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    return Check(
+        LaunchUnary(static_cast<UnOp>(static_cast<int>(op)), ToElem(in.dtype),
+                    in.buffer->data(), out.buffer->data(),
+                    in.shape.NumElements(), ctx_->stream),
+        "unary kernel");
+  }
+
+  absl::Status Reduce(ReduceOp op, const ReduceDims& dims, const TensorRef& in,
+                      const TensorRef& out) override {
+    RETURN_IF_ERROR(Supports(OpKind::kReduce, in.dtype));
+    if (dims.n == 0 && (op == ReduceOp::kMax || op == ReduceOp::kMin ||
+                        op == ReduceOp::kArgmax)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(ToAbsl(ReduceOpName(op)),
+                       "(): cannot reduce over an empty dimension"));
+    }
+    if ((op == ReduceOp::kMean || op == ReduceOp::kNorm) &&
+        !IsFloating(in.dtype)) {
+      return NotImplementedError(ReduceOpName(op), in.dtype, name_);
+    }
+    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    return Check(
+        LaunchReduce(static_cast<RedOp>(static_cast<int>(op)), ToElem(in.dtype),
+                     dims.outer, dims.n, dims.inner, in.buffer->data(),
+                     out.buffer->data(), ctx_->stream),
+        "reduce kernel");
+  }
+
+  absl::Status Permute(const TensorRef& in, const std::vector<int>& perm,
+                       const TensorRef& out) override {
+    const int rank = in.shape.rank();
+    if (rank > kMaxKernelRank || static_cast<int>(perm.size()) != rank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "permute of rank ", rank, " with ", perm.size(), " dims"));
+    }
+    std::vector<int64_t> in_strides(rank, 1);
+    for (int d = rank - 2; d >= 0; --d) {
+      in_strides[d] = in_strides[d + 1] * in.shape.dim(d + 1);
+    }
+    BroadcastIndex index;
+    index.rank = rank;
+    for (int i = 0; i < rank; ++i) {
+      index.dims[i] = in.shape.dim(perm[i]);
+      index.a_strides[i] = in_strides[perm[i]];
+    }
+    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    return Check(LaunchPermute(DTypeSize(in.dtype), in.buffer->data(),
+                               out.buffer->data(), in.shape.NumElements(),
+                               index, ctx_->stream),
+                 "permute kernel");
+  }
+
+  absl::Status CopyBlocks(const BlockCopy& c, const Buffer& src,
+                          Buffer& dst) override {
+    if (c.rows <= 0 || c.row_bytes <= 0) return absl::OkStatus();
+    const int64_t src_end = c.src_offset + (c.rows - 1) * c.src_stride;
+    const int64_t dst_end = c.dst_offset + (c.rows - 1) * c.dst_stride;
+    if (c.src_offset < 0 || c.dst_offset < 0 || src_end < 0 || dst_end < 0) {
+      return absl::OutOfRangeError("block copy with a negative offset");
+    }
+    RETURN_IF_ERROR(CheckRange(src, src_end, c.row_bytes));
+    RETURN_IF_ERROR(CheckRange(dst, dst_end, c.row_bytes));
+    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    const char* s = static_cast<const char*>(src.data()) + c.src_offset;
+    char* d = static_cast<char*>(dst.data()) + c.dst_offset;
+    if (c.rows == 1) {
+      return Check(cudaMemcpyAsync(d, s, c.row_bytes, cudaMemcpyDeviceToDevice,
+                                   ctx_->stream),
+                   "cudaMemcpyAsync(device to device)");
+    }
+    constexpr int64_t kMaxPitch = INT_MAX;
+    if (c.src_stride >= c.row_bytes && c.dst_stride >= c.row_bytes &&
+        c.src_stride <= kMaxPitch && c.dst_stride <= kMaxPitch) {
+      return Check(
+          cudaMemcpy2DAsync(d, c.dst_stride, s, c.src_stride, c.row_bytes,
+                            c.rows, cudaMemcpyDeviceToDevice, ctx_->stream),
+          "cudaMemcpy2DAsync");
+    }
+    return Check(LaunchCopyBlocks(s, c.src_stride, d, c.dst_stride, c.rows,
+                                  c.row_bytes, ctx_->stream),
+                 "block copy kernel");
+  }
+
+  absl::Status Synchronize() override {
+    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    return Check(cudaStreamSynchronize(ctx_->stream), "cudaStreamSynchronize");
+  }
+
+ private:
+  absl::Status Check(cudaError_t err, const char* what) const {
+    return CudaStatus(err, name_, what);
+  }
+  absl::Status CheckBlas(cublasStatus_t st, const char* what) const {
+    return CublasStatus(st, name_, what);
+  }
+
+  cudaError_t RawAllocate(void** p, size_t n) {
+    return ctx_->use_pool ? cudaMallocAsync(p, n, ctx_->stream)
+                          : cudaMalloc(p, n);
+  }
+
+  // PyTorch's "CUDA out of memory" detail: what was asked, what tensord
+  // holds, what the GPU has left.
+  std::string OutOfMemoryMessage(size_t bytes) const {
+    uint64_t used = 0, reserved = 0;
+    if (ctx_->use_pool) {
+      cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemCurrent, &used);
+      cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent,
+                              &reserved);
+    }
+    size_t free = 0, total = 0;
+    if (cudaSetDevice(ordinal_) != cudaSuccess ||
+        cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      cudaGetLastError();  // the message goes out with zeros
+    }
+    return absl::StrCat(
+        name_, ": CUDA out of memory. Tried to allocate ", FormatBytes(bytes),
+        " (", bytes, " bytes); in use by tensord ", FormatBytes(used),
+        " (reserved ", FormatBytes(reserved), "); free ", FormatBytes(free),
+        " of ", FormatBytes(total), " total GPU memory");
+  }
+
+  bool HasPeerAccess(int peer) const {
+    return peer < static_cast<int>(peer_access_.size()) && peer_access_[peer];
+  }
+
+  // --- Pinned staging ------------------------------------------------------
+
+  // A staging buffer whose last copy has finished, marked busy. Allocates
+  // up to kMaxStagingBuffers; past that waits for one to drain, or with
+  // !may_wait returns nullptr.
+  absl::StatusOr<StagingBuffer*> AcquireStaging(bool may_wait = true) {
+    for (;;) {
+      StagingBuffer* wait_for = nullptr;
+      {
+        absl::MutexLock lock(&staging_mu_);
+        for (StagingBuffer& s : staging_) {
+          if (s.busy) continue;
+          const cudaError_t q = cudaEventQuery(s.done);
+          if (q == cudaSuccess) {
+            s.busy = true;
+            return &s;
+          }
+          if (q != cudaErrorNotReady) return Check(q, "cudaEventQuery");
+          if (wait_for == nullptr) wait_for = &s;
+        }
+        if (staging_.size() < kMaxStagingBuffers) {
+          StagingBuffer s;
+          RETURN_IF_ERROR(
+              Check(cudaHostAlloc(&s.host, options_.staging_chunk_bytes,
+                                  cudaHostAllocPortable),
+                    "cudaHostAlloc(staging)"));
+          const cudaError_t e =
+              cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming);
+          if (e != cudaSuccess) {
+            cudaFreeHost(s.host);
+            return Check(e, "cudaEventCreateWithFlags");
+          }
+          s.busy = true;
+          staging_.push_back(s);
+          return &staging_.back();
+        }
+      }
+      if (!may_wait) return nullptr;
+      if (wait_for != nullptr) {
+        // The event may be re-recorded meanwhile; waiting on it is still
+        // only a wait, and the loop re-checks.
+        RETURN_IF_ERROR(Check(cudaEventSynchronize(wait_for->done),
+                              "cudaEventSynchronize"));
+      } else {
+        absl::SleepFor(absl::Microseconds(50));  // all busy in other threads
+      }
+    }
+  }
+
+  void ReleaseStaging(StagingBuffer* s) {
+    absl::MutexLock lock(&staging_mu_);
+    s->busy = false;
+  }
+
+  // Host -> device in chunks: copy chunk k into pinned memory while the
+  // DMA engine moves chunk k-1. Returns once `src` has been read; the DMA
+  // of the last chunks may still be in flight (stream-ordered before any
+  // kernel queued afterwards).
+  absl::Status StagedUpload(const char* src, char* dst, size_t bytes) {
+    const size_t chunk = options_.staging_chunk_bytes;
+    for (size_t off = 0; off < bytes; off += chunk) {
+      const size_t n = std::min(chunk, bytes - off);
+      ASSIGN_OR_RETURN(StagingBuffer * s, AcquireStaging());
+      std::memcpy(s->host, src + off, n);
+      absl::Status st =
+          Check(cudaMemcpyAsync(dst + off, s->host, n, cudaMemcpyHostToDevice,
+                                ctx_->stream),
+                "cudaMemcpyAsync(host to device)");
+      if (st.ok())
+        st = Check(cudaEventRecord(s->done, ctx_->stream), "cudaEventRecord");
+      ReleaseStaging(s);
+      RETURN_IF_ERROR(st);
+    }
+    return absl::OkStatus();
+  }
+
+  // Device -> host in chunks, two in flight when a second staging buffer
+  // is free: the DMA of chunk k+1 overlaps the host copy of chunk k out of
+  // pinned memory. Waits (through the stream order) for every kernel queued
+  // before it.
+  absl::Status StagedDownload(const char* src, char* dst, size_t bytes) {
+    const size_t chunk = options_.staging_chunk_bytes;
+    const size_t chunks = (bytes + chunk - 1) / chunk;
+    StagingBuffer* bufs[2] = {nullptr, nullptr};
+    ASSIGN_OR_RETURN(bufs[0], AcquireStaging());
+    size_t nbuf = 1;
+    if (chunks > 1) {
+      // Never wait for a second buffer while holding one: two threads
+      // doing that could wait on each other.
+      absl::StatusOr<StagingBuffer*> second = AcquireStaging(false);
+      if (second.ok() && *second != nullptr) {
+        bufs[1] = *second;
+        nbuf = 2;
+      }
+    }
+    auto issue = [&](size_t k) -> absl::Status {
+      StagingBuffer* s = bufs[k % nbuf];
+      const size_t off = k * chunk;
+      const size_t n = std::min(chunk, bytes - off);
+      RETURN_IF_ERROR(
+          Check(cudaMemcpyAsync(s->host, src + off, n, cudaMemcpyDeviceToHost,
+                                ctx_->stream),
+                "cudaMemcpyAsync(device to host)"));
+      return Check(cudaEventRecord(s->done, ctx_->stream), "cudaEventRecord");
+    };
+    absl::Status status = issue(0);
+    for (size_t k = 0; k < chunks && status.ok(); ++k) {
+      // With two buffers, the other one held chunk k-1, already copied out.
+      if (nbuf == 2 && k + 1 < chunks) {
+        status = issue(k + 1);
+        if (!status.ok()) break;
+      }
+      StagingBuffer* s = bufs[k % nbuf];
+      status = Check(cudaEventSynchronize(s->done), "cudaEventSynchronize");
+      if (!status.ok()) break;
+      const size_t off = k * chunk;
+      std::memcpy(dst + off, s->host, std::min(chunk, bytes - off));
+      if (nbuf == 1 && k + 1 < chunks) status = issue(k + 1);
+    }
+    if (!status.ok()) {
+      // Do not hand back buffers a failed DMA may still write: drain.
+      cudaStreamSynchronize(ctx_->stream);
+      cudaGetLastError();
+    }
+    for (StagingBuffer* s : bufs) {
+      if (s != nullptr) ReleaseStaging(s);
+    }
+    return status;
+  }
+
+  // Peer copy on this device's stream, ordered after the source device's
+  // queued work, and the source stream ordered after the copy (so the
+  // source buffer, freed in its stream's order, outlives the read).
+  absl::Status PeerCopy(CudaDevice& peer, const Buffer& src, Buffer& dst,
+                        size_t bytes) {
+    cudaEvent_t src_ready = nullptr, copied = nullptr;
+    absl::Status status;
+    auto destroy = [&] {
+      // Destroying a recorded event is safe: its resources go once it
+      // completes.
+      if (src_ready != nullptr) cudaEventDestroy(src_ready);
+      if (copied != nullptr) cudaEventDestroy(copied);
+    };
+    status = Check(cudaEventCreateWithFlags(&src_ready, cudaEventDisableTiming),
+                   "cudaEventCreateWithFlags");
+    if (status.ok()) {
+      status = Check(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming),
+                     "cudaEventCreateWithFlags");
+    }
+    if (status.ok()) {
+      status = Check(cudaSetDevice(peer.ordinal()), "cudaSetDevice");
+    }
+    if (status.ok()) {
+      status = Check(cudaEventRecord(src_ready, peer.stream()),
+                     "cudaEventRecord(source stream)");
+    }
+    if (status.ok()) status = Check(cudaSetDevice(ordinal_), "cudaSetDevice");
+    if (status.ok()) {
+      status = Check(cudaStreamWaitEvent(ctx_->stream, src_ready, 0),
+                     "cudaStreamWaitEvent");
+    }
+    if (status.ok()) {
+      status = Check(cudaMemcpyPeerAsync(dst.data(), ordinal_, src.data(),
+                                         peer.ordinal(), bytes, ctx_->stream),
+                     "cudaMemcpyPeerAsync");
+    }
+    if (status.ok()) {
+      status = Check(cudaEventRecord(copied, ctx_->stream), "cudaEventRecord");
+    }
+    if (status.ok()) {
+      status = Check(cudaStreamWaitEvent(peer.stream(), copied, 0),
+                     "cudaStreamWaitEvent(source stream)");
+    }
+    destroy();
+    cudaSetDevice(ordinal_);
+    return status;
+  }
+
+  // No peer access: through pinned host memory, chunk by chunk (the
+  // source's download waits for its queued writers).
+  absl::Status StagedDeviceCopy(CudaDevice& peer, const Buffer& src,
+                                Buffer& dst, size_t bytes) {
+    const size_t chunk = options_.staging_chunk_bytes;
+    for (size_t off = 0; off < bytes; off += chunk) {
+      const size_t n = std::min(chunk, bytes - off);
+      ASSIGN_OR_RETURN(StagingBuffer * s, AcquireStaging());
+      absl::Status st = peer.CopyToHost(src, off, s->host, n);
+      if (st.ok()) st = Check(cudaSetDevice(ordinal_), "cudaSetDevice");
+      if (st.ok()) {
+        st =
+            Check(cudaMemcpyAsync(static_cast<char*>(dst.data()) + off, s->host,
+                                  n, cudaMemcpyHostToDevice, ctx_->stream),
+                  "cudaMemcpyAsync(host to device)");
+      }
+      if (st.ok())
+        st = Check(cudaEventRecord(s->done, ctx_->stream), "cudaEventRecord");
+      ReleaseStaging(s);
+      RETURN_IF_ERROR(st);
+    }
+    return absl::OkStatus();
+  }
+
+  // --- cuBLAS ----------------------------------------------------------------
+
+  // Row-major C = A * B is column-major C^T = B^T * A^T: cuBLAS gets
+  // (n, m, k) with B first; no transposes, no copies.
+  absl::Status BlasMatMul(const MatMulDims& d, DType dtype, const void* a,
+                          const void* b, void* out) {
+    if (d.m > INT_MAX || d.n > INT_MAX || d.k > INT_MAX || d.batch > INT_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "matmul dimensions (", d.m, "x", d.k, " and ", d.k, "x", d.n,
+          ", batch ", d.batch, ") exceed the cuBLAS index range"));
+    }
+    cudaDataType_t type = CUDA_R_32F;
+    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+    const float alpha_f = 1.0f, beta_f = 0.0f;
+    const double alpha_d = 1.0, beta_d = 0.0;
+    const void* alpha = &alpha_f;
+    const void* beta = &beta_f;
+    switch (dtype) {
+      case DType::kFloat32:
+        type = CUDA_R_32F;
+        compute = options_.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                      : CUBLAS_COMPUTE_32F;
+        break;
+      case DType::kFloat64:
+        type = CUDA_R_64F;
+        compute = CUBLAS_COMPUTE_64F;
+        alpha = &alpha_d;
+        beta = &beta_d;
+        break;
+      case DType::kFloat16:
+        type = CUDA_R_16F;  // tensor cores, float32 accumulation
+        break;
+      case DType::kBFloat16:
+        type = CUDA_R_16BF;
+        break;
+      default:
+        return NotImplementedError("matmul", dtype, name_);
+    }
+    const int m = static_cast<int>(d.m), n = static_cast<int>(d.n),
+              k = static_cast<int>(d.k);
+    absl::MutexLock lock(&cublas_mu_);  // a handle is not thread-safe
+    return CheckBlas(
+        cublasGemmStridedBatchedEx(
+            cublas_, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, alpha, b, type, n,
+            d.b_batch_stride, a, type, k, d.a_batch_stride, beta, out, type, n,
+            d.out_batch_stride, static_cast<int>(d.batch), compute,
+            CUBLAS_GEMM_DEFAULT),
+        "cublasGemmStridedBatchedEx");
+  }
+
+  const std::string name_;
+  const int ordinal_;
+  const CudaDeviceOptions options_;
+  std::shared_ptr<StreamContext> ctx_;
+  std::string model_;
+  int cc_major_ = 0, cc_minor_ = 0, sm_count_ = 0;
+  uint64_t total_memory_ = 0;
+  cudaMemPool_t pool_ = nullptr;
+  std::vector<bool> peer_access_;  // set before the device is shared
+
+  absl::Mutex cublas_mu_;
+  cublasHandle_t cublas_ = nullptr;
+  void* workspace_ = nullptr;
+
+  absl::Mutex staging_mu_;
+  // A deque: pointers to elements stay valid as it grows.
+  std::deque<StagingBuffer> staging_ ABSL_GUARDED_BY(staging_mu_);
+};
+
+// Lets `a`'s kernels and copies read and write `b`'s memory, including
+// memory from b's stream-ordered pool. Best effort: on failure the pair
+// falls back to staged copies.
+bool EnablePeer(CudaDevice& a, CudaDevice& b) {
+  int can = 0;
+  if (cudaDeviceCanAccessPeer(&can, a.ordinal(), b.ordinal()) != cudaSuccess ||
+      can == 0) {
+    cudaGetLastError();
+    return false;
+  }
+  if (cudaSetDevice(a.ordinal()) != cudaSuccess) return false;
+  const cudaError_t e = cudaDeviceEnablePeerAccess(b.ordinal(), 0);
+  if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) {
+    cudaGetLastError();
+    return false;
+  }
+  cudaGetLastError();  // clears cudaErrorPeerAccessAlreadyEnabled
+  if (b.use_pool()) {
+    cudaMemAccessDesc desc{};
+    desc.location.type = cudaMemLocationTypeDevice;
+    desc.location.id = a.ordinal();
+    desc.flags = cudaMemAccessFlagsProtReadWrite;
+    if (cudaMemPoolSetAccess(b.pool(), &desc, 1) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateCudaDevices(
+    const CudaDeviceOptions& options) {
+  std::vector<std::unique_ptr<Device>> devices;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no GPU: no devices, not an error
+    return devices;
+  }
+  std::vector<CudaDevice*> cuda;
+  for (int i = 0; i < count; ++i) {
+    auto device = std::make_unique<CudaDevice>(i, options);
+    RETURN_IF_ERROR(device->Init());
+    cuda.push_back(device.get());
+    devices.push_back(std::move(device));
+  }
+  for (CudaDevice* a : cuda) {
+    for (CudaDevice* b : cuda) {
+      // a copies from b on a's stream: a needs access to b's memory.
+      if (a != b && EnablePeer(*a, *b)) a->SetPeerAccess(b->ordinal());
+    }
+  }
+  return devices;
+}
+
+}  // namespace tensord::core::cuda

@@ -1,0 +1,61 @@
+// Internal: the plain types the CUDA kernel launchers take.
+//
+// Launchers are compiled by nvcc, which never sees Abseil or gRPC, so the
+// device code gets its own small vocabulary here; cuda_device.cc maps the
+// core enums onto it. The enumerators mirror core/device.h one to one.
+// Thread-safety: plain data.
+#ifndef TENSORD_CORE_CUDA_KERNEL_TYPES_H_
+#define TENSORD_CORE_CUDA_KERNEL_TYPES_H_
+
+#include <cstdint>
+
+namespace tensord::core::cuda {
+
+// Element types; bool is one byte (0 or 1 written, any nonzero read true).
+enum class ElemType : int { kF32, kF64, kI32, kI64, kBool, kF16, kBF16 };
+
+enum class BinOp : int {
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kMaximum,
+  kMinimum,
+  kPow,
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+};
+
+enum class UnOp : int { kNeg, kAbs, kExp, kLog, kSqrt, kRelu, kSigmoid, kTanh };
+
+enum class RedOp : int { kSum, kMean, kMax, kMin, kArgmax, kNorm };
+
+enum class FillKind : int { kZeros, kOnes, kFull, kArange, kRand, kRandn };
+
+inline constexpr int kMaxKernelRank = 8;
+
+// An output shape and, per operand, element strides that read it under
+// broadcasting (0 for a broadcast dim). Passed to kernels by value.
+struct BroadcastIndex {
+  int rank = 0;
+  int64_t dims[kMaxKernelRank] = {};
+  int64_t a_strides[kMaxKernelRank] = {};
+  int64_t b_strides[kMaxKernelRank] = {};
+};
+
+struct FillParams {
+  FillKind kind = FillKind::kZeros;
+  double value = 0;
+  double start = 0, step = 1;
+  double low = 0, high = 1;
+  double mean = 0, stddev = 1;
+  uint64_t seed = 0;
+};
+
+}  // namespace tensord::core::cuda
+
+#endif  // TENSORD_CORE_CUDA_KERNEL_TYPES_H_

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# bundle.sh: a relocatable tarball of tensord for any x86-64/arm64 Linux
+# machine that has only the NVIDIA driver.
+#
+#   deploy/bundle.sh [--build-dir DIR] [--out DIR] [--version V]
+#                    [--only NAME,NAME...] [--fast] [--keep-tree]
+#
+# Without --build-dir it configures and builds a Release build with CUDA in
+# build-bundle/ (CUDA_ARCHS=90 for H100/H200 only; default all cloud GPUs).
+# It writes OUT/tensord-bundle-<version>-<arch>.tar.gz holding
+#   bin/  tensord, tensorctl, every test binary, the benchmarks, the examples
+#         (debug info stripped; RUNPATH $ORIGIN/../lib)
+#   lib/  every shared library they need that is not part of the base system
+#         or the driver (resolved with ldd: gRPC, protobuf, abseil, OpenBLAS,
+#         CUDA runtime, cuBLAS/cuBLASLt, libstdc++, libgcc_s, ...; RUNPATH
+#         $ORIGIN) -- never libc/libm/libpthread/libdl/librt/ld-linux or the
+#         driver's libcuda/libnvidia-*
+#   run-gpu-validation.sh   runs the whole test suite and the GPU benchmark
+#   BUILD-INFO              version, commit, build flags, date
+# --only limits bin/ to the named binaries (tests/bundle uses it to stay
+# quick); --fast compresses with gzip -1; --keep-tree leaves the unpacked
+# tree next to the tarball. Needs patchelf (Debian: apt-get install
+# patchelf). Prints the tarball's path on its last line.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_dir=""
+out_dir="$PWD"
+version=""
+only=""
+gzip_level=6
+keep_tree=0
+
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --build-dir) build_dir=$2; shift 2 ;;
+    --out) out_dir=$2; shift 2 ;;
+    --version) version=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
+    --fast) gzip_level=1; shift ;;
+    --keep-tree) keep_tree=1; shift ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bundle.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+die() { echo "bundle.sh: $*" >&2; exit 1; }
+command -v patchelf >/dev/null || die "patchelf not found (apt-get install patchelf)"
+command -v ldd >/dev/null || die "ldd not found"
+
+if [[ -z "$build_dir" ]]; then
+  build_dir="$repo/build-bundle"
+  cmake_flags=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DTENSORD_CUDA="${TENSORD_CUDA:-ON}")
+  [[ -n "${CUDA_ARCHS:-}" ]] && cmake_flags+=(-DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS")
+  cmake -S "$repo" -B "$build_dir" "${cmake_flags[@]}"
+  cmake --build "$build_dir" -j "${JOBS:-$(nproc)}"
+fi
+build_dir=$(cd "$build_dir" && pwd)
+[[ -f "$build_dir/CMakeCache.txt" ]] || die "$build_dir is not a CMake build directory"
+[[ -x "$build_dir/server/tensord" ]] || die "$build_dir/server/tensord is missing: build first"
+
+cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build_dir/CMakeCache.txt" | head -1; }
+if [[ -z "$version" ]]; then
+  version=$(cache_value CMAKE_PROJECT_VERSION)
+  [[ -n "$version" ]] || version=0.0.0
+fi
+arch=$(uname -m)
+name="tensord-bundle-$version-$arch"
+mkdir -p "$out_dir"
+out_dir=$(cd "$out_dir" && pwd)
+stage="$out_dir/$name"
+rm -rf "$stage" "$out_dir/$name.tar.gz"
+mkdir -p "$stage/bin" "$stage/lib"
+
+# --- Binaries ------------------------------------------------------------
+is_elf() { [[ "$(head -c 4 "$1" 2>/dev/null | od -An -c | tr -d ' ')" == '177ELF' ]]; }
+declare -A wanted=()
+if [[ -n "$only" ]]; then
+  IFS=, read -r -a names <<<"$only"
+  for n in "${names[@]}"; do wanted[$n]=1; done
+fi
+binaries=()
+while IFS= read -r -d '' f; do
+  is_elf "$f" || continue
+  base=$(basename "$f")
+  [[ -n "$only" && -z "${wanted[$base]:-}" ]] && continue
+  if [[ -e "$stage/bin/$base" ]]; then
+    die "two binaries are named $base ($f)"
+  fi
+  cp "$f" "$stage/bin/$base"
+  binaries+=("$stage/bin/$base")
+done < <(find "$build_dir/server" "$build_dir/client" "$build_dir/tests" \
+              "$build_dir/bench" "$build_dir/examples" \
+              -path '*/CMakeFiles' -prune -o -type f -perm -u+x -print0 2>/dev/null | sort -z)
+[[ ${#binaries[@]} -gt 0 ]] || die "no binaries found under $build_dir"
+if [[ -n "$only" ]]; then
+  for n in "${!wanted[@]}"; do
+    [[ -e "$stage/bin/$n" ]] || die "--only: no binary named $n in $build_dir"
+  done
+fi
+
+# --- Libraries -------------------------------------------------------------
+# Part of every Linux (glibc) or of the NVIDIA driver: never bundled.
+system_lib() {
+  case "$1" in
+    linux-vdso.so*|linux-gate.so*|ld-linux*|ld64.so*|libc.so*|libm.so*| \
+    libpthread.so*|libdl.so*|librt.so*|libresolv.so*|libutil.so*| \
+    libcuda.so*|libnvidia-*|libnvcuvid.so*) return 0 ;;
+  esac
+  return 1
+}
+declare -A copied=()
+missing=()
+for bin in "${binaries[@]}"; do
+  # "libfoo.so.1 => /path/libfoo.so.1 (0x...)" or "libfoo.so.1 => not found"
+  while read -r soname arrow path _; do
+    [[ "$arrow" == "=>" ]] || continue
+    system_lib "$soname" && continue
+    if [[ "$path" == "not" ]]; then
+      missing+=("$soname (needed by $(basename "$bin"))")
+      continue
+    fi
+    [[ -n "${copied[$soname]:-}" ]] && continue
+    cp -L "$path" "$stage/lib/$soname"
+    chmod u+w "$stage/lib/$soname"
+    copied[$soname]=1
+  done < <(ldd "$bin")
+done
+[[ ${#missing[@]} -eq 0 ]] || die "unresolved libraries: ${missing[*]}"
+
+# --- Strip and point at lib/ -----------------------------------------------
+for bin in "${binaries[@]}"; do
+  strip --strip-debug "$bin" 2>/dev/null || true
+  patchelf --set-rpath '$ORIGIN/../lib' "$bin"
+done
+for lib in "$stage"/lib/*; do
+  [[ -e "$lib" ]] || continue
+  # NVIDIA's libraries come stripped; ours (and Debian's) may not.
+  case "$(basename "$lib")" in
+    libcublas*|libcudart*|libcurand*) ;;
+    *) strip --strip-debug "$lib" 2>/dev/null || true ;;
+  esac
+  patchelf --set-rpath '$ORIGIN' "$lib"
+done
+
+# --- Validation script and build info ---------------------------------------
+install -m 0755 "$repo/deploy/run-gpu-validation.sh" "$stage/run-gpu-validation.sh"
+commit=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
+dirty=$(git -C "$repo" status --porcelain 2>/dev/null | head -1)
+{
+  echo "version: $version"
+  echo "commit: $commit${dirty:+ (with uncommitted changes)}"
+  echo "arch: $arch"
+  echo "build_type: $(cache_value CMAKE_BUILD_TYPE)"
+  echo "cuda: $(cache_value TENSORD_CUDA)"
+  echo "cuda_architectures: $(cache_value CMAKE_CUDA_ARCHITECTURES)"
+  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -sr)"
+  echo "binaries: ${#binaries[@]}; libraries: ${#copied[@]}"
+} >"$stage/BUILD-INFO"
+
+tar -C "$out_dir" -cf - "$name" | gzip -"$gzip_level" >"$out_dir/$name.tar.gz"
+[[ $keep_tree -eq 1 ]] || rm -rf "$stage"
+echo "bundle.sh: ${#binaries[@]} binaries, ${#copied[@]} libraries" >&2
+echo "$out_dir/$name.tar.gz"

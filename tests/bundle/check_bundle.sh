@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# check_bundle.sh SOURCE_DIR BUILD_DIR SCRATCH_DIR: runs deploy/bundle.sh on
+# BUILD_DIR and checks the unpacked bundle's binaries start without
+# LD_LIBRARY_PATH and load every library from the bundle's lib/.
+set -euo pipefail
+src=$1 build=$2 scratch=$3
+if ! command -v patchelf >/dev/null; then
+  echo "SKIP: patchelf not installed (deploy/install-deps.sh installs it)"
+  exit 77
+fi
+rm -rf "$scratch"
+mkdir -p "$scratch"
+trap 'rm -rf "$scratch"' EXIT
+tarball=$(bash "$src/deploy/bundle.sh" --build-dir "$build" --out "$scratch" \
+              --version check --fast \
+              --only tensord,tensorctl,core_dtype_shape_test | tail -1)
+echo "bundle: $tarball ($(du -h "$tarball" | cut -f1))"
+[[ "$(basename "$tarball")" == "tensord-bundle-check-$(uname -m).tar.gz" ]]
+mkdir "$scratch/unpacked"
+tar -C "$scratch/unpacked" -xzf "$tarball"
+root="$scratch/unpacked/tensord-bundle-check-$(uname -m)"
+for f in bin/tensord bin/tensorctl bin/core_dtype_shape_test \
+         run-gpu-validation.sh BUILD-INFO; do
+  [[ -e "$root/$f" ]] || { echo "FAIL: $f missing from the bundle"; exit 1; }
+done
+bash -n "$root/run-gpu-validation.sh"
+unset LD_LIBRARY_PATH
+
+for b in "$root"/bin/*; do
+  runpath=$(patchelf --print-rpath "$b")
+  [[ "$runpath" == '$ORIGIN/../lib' ]] || { echo "FAIL: $b RUNPATH '$runpath'"; exit 1; }
+  # Every library resolves, and every bundled one from lib/.
+  if ldd "$b" | grep -q "not found"; then
+    echo "FAIL: $b has unresolved libraries:"; ldd "$b"; exit 1
+  fi
+  for lib in "$root"/lib/*; do
+    soname=$(basename "$lib")
+    where=$(ldd "$b" | awk -v s="$soname" '$1 == s {print $3}')
+    [[ -n "$where" ]] && where=$(readlink -f "$where")
+    if [[ -n "$where" && "$where" != "$(readlink -f "$root/lib/$soname")" ]]; then
+      echo "FAIL: $b loads $soname from $where, not the bundle"; exit 1
+    fi
+  done
+done
+# Never the C library, the loader or the driver.
+for forbidden in 'libc.so*' 'ld-linux*' 'libm.so*' 'libpthread.so*' 'libcuda.so*'; do
+  if compgen -G "$root/lib/$forbidden" >/dev/null; then
+    echo "FAIL: the bundle ships $forbidden"; exit 1
+  fi
+done
+[[ -e "$root/lib/$(ldd "$root/bin/tensord" | awk '$1 ~ /^libstdc\+\+/ {print $1}')" ]] ||
+  { echo "FAIL: libstdc++ is not bundled"; exit 1; }
+
+help=$("$root/bin/tensord" --help 2>&1 || true)
+grep -q "Usage: tensord" <<<"$help" || { echo "FAIL: tensord --help: $help"; exit 1; }
+"$root/bin/core_dtype_shape_test" --gtest_brief=1 >"$scratch/test.log" 2>&1 ||
+  { cat "$scratch/test.log"; echo "FAIL: core_dtype_shape_test"; exit 1; }
+tail -1 "$scratch/test.log"
+echo "PASS: bundle binaries start with LD_LIBRARY_PATH unset"

@@ -1,0 +1,985 @@
+// Device conformance (STYLE.md 11b): every op x dtype x broadcast pattern on
+// every device this build produces, checked against the CPU device as the
+// reference, with a tolerance per op and dtype.
+//
+// The devices under test are a fresh CPU device (CPU vs CPU: exercises the
+// harness in CI) and every accelerator DiscoverAccelerators() returns. When
+// it returns none, a "cuda" instantiation skips every test saying why
+// ("no CUDA device: <probe summary>").
+//
+// float16/bfloat16 compute is not implemented on the CPU; for those the
+// reference runs the op on the CPU in float32 on the same (exactly
+// representable) inputs and rounds the result, which is what the device's
+// kernels are specified to do.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cpu/cpu_device.h"
+#include "core/cpu/half.h"
+#include "core/device.h"
+#include "core/device_registry.h"
+#include "core/status.h"
+
+namespace tensord::core {
+namespace {
+
+constexpr DType kAllDTypes[] = {
+    DType::kFloat32, DType::kFloat64, DType::kInt32,   DType::kInt64,
+    DType::kBool,    DType::kFloat16, DType::kBFloat16};
+constexpr BinaryOp kBinaryOps[] = {
+    BinaryOp::kAdd,     BinaryOp::kSub,     BinaryOp::kMul, BinaryOp::kDiv,
+    BinaryOp::kMaximum, BinaryOp::kMinimum, BinaryOp::kPow, BinaryOp::kEq,
+    BinaryOp::kNe,      BinaryOp::kLt,      BinaryOp::kLe,  BinaryOp::kGt,
+    BinaryOp::kGe};
+constexpr UnaryOp kUnaryOps[] = {
+    UnaryOp::kNeg,  UnaryOp::kAbs,  UnaryOp::kExp,     UnaryOp::kLog,
+    UnaryOp::kSqrt, UnaryOp::kRelu, UnaryOp::kSigmoid, UnaryOp::kTanh};
+constexpr ReduceOp kReduceOps[] = {ReduceOp::kSum,    ReduceOp::kMean,
+                                   ReduceOp::kMax,    ReduceOp::kMin,
+                                   ReduceOp::kArgmax, ReduceOp::kNorm};
+
+bool IsHalf(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+
+Shape S(const std::vector<int64_t>& dims) { return Shape::Make(dims).value(); }
+
+// --- The devices -------------------------------------------------------------
+
+struct Devices {
+  AcceleratorDiscovery accelerators;
+  std::unique_ptr<Device> reference;  // the CPU everything is checked against
+  std::unique_ptr<Device> cpu_under_test;
+};
+
+Devices& AllDevices() {
+  static Devices* devices = [] {
+    auto* d = new Devices;
+    d->accelerators = DiscoverAccelerators();
+    d->reference = CreateCpuDevice({.name = "cpu", .index = 0});
+    d->cpu_under_test = CreateCpuDevice({.name = "cpu:1", .index = 1});
+    return d;
+  }();
+  return *devices;
+}
+
+// Test parameter: "cpu", an accelerator's name, or "cuda" standing in for
+// absent GPUs.
+std::vector<std::string> DeviceParams() {
+  std::vector<std::string> names = {"cpu"};
+  bool cuda = false;
+  for (const auto& d : AllDevices().accelerators.devices) {
+    names.push_back(d->name());
+    cuda = cuda || d->kind() == DeviceKind::kCuda;
+  }
+  if (!cuda) names.push_back("cuda");
+  return names;
+}
+
+Device* FindDeviceUnderTest(const std::string& name) {
+  Devices& all = AllDevices();
+  if (name == "cpu") return all.cpu_under_test.get();
+  for (const auto& d : all.accelerators.devices) {
+    if (d->name() == name) return d.get();
+  }
+  return nullptr;
+}
+
+// --- Host values -------------------------------------------------------------
+
+float HalfBitsToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400u) == 0);
+      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 |
+             (mant & 0x3ffu) << 13;
+    }
+  } else {
+    bits = sign | (exp + 127 - 15) << 23 | mant << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+float BFloat16BitsToFloat(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// Element i of raw bytes of `dtype`, as double (bool: the raw byte).
+double ValueAt(DType dtype, const std::vector<uint8_t>& bytes, size_t i) {
+  auto load = [&]<typename T>() {
+    T v;
+    std::memcpy(&v, bytes.data() + i * sizeof(T), sizeof(T));
+    return v;
+  };
+  switch (dtype) {
+    case DType::kFloat32:
+      return load.operator()<float>();
+    case DType::kFloat64:
+      return load.operator()<double>();
+    case DType::kInt32:
+      return load.operator()<int32_t>();
+    case DType::kInt64:
+      return static_cast<double>(load.operator()<int64_t>());
+    case DType::kBool:
+      return load.operator()<uint8_t>();
+    case DType::kFloat16:
+      return HalfBitsToFloat(load.operator()<uint16_t>());
+    case DType::kBFloat16:
+      return BFloat16BitsToFloat(load.operator()<uint16_t>());
+  }
+  return 0;
+}
+
+// Bytes of `n` float32 values rounded to a half type.
+std::vector<uint8_t> RoundToHalf(DType half, const std::vector<uint8_t>& f32) {
+  const size_t n = f32.size() / 4;
+  std::vector<uint8_t> out(n * 2);
+  for (size_t i = 0; i < n; ++i) {
+    float f;
+    std::memcpy(&f, f32.data() + 4 * i, 4);
+    const uint16_t h = half == DType::kFloat16 ? cpu::FloatToHalfBits(f)
+                                               : cpu::FloatToBFloat16Bits(f);
+    std::memcpy(out.data() + 2 * i, &h, 2);
+  }
+  return out;
+}
+
+// Half bytes -> float32 bytes (exact).
+std::vector<uint8_t> WidenHalf(DType half, const std::vector<uint8_t>& h) {
+  const size_t n = h.size() / 2;
+  std::vector<uint8_t> out(n * 4);
+  for (size_t i = 0; i < n; ++i) {
+    const float f = static_cast<float>(ValueAt(half, h, i));
+    std::memcpy(out.data() + 4 * i, &f, 4);
+  }
+  return out;
+}
+
+// Deterministic inputs per dtype. Floating values are in [-4, 4] (and
+// exactly representable in the dtype); integers small enough for pow, with
+// some values near the limits to exercise wraparound; bool 0/1.
+std::vector<uint8_t> RandomValues(DType dtype, int64_t n, uint32_t seed,
+                                  bool positive = false) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> out(static_cast<size_t>(n) * DTypeSize(dtype));
+  auto put = [&]<typename T>(int64_t i, T v) {
+    std::memcpy(out.data() + i * sizeof(T), &v, sizeof(T));
+  };
+  std::uniform_real_distribution<double> real(positive ? 0.05 : -4.0, 4.0);
+  std::uniform_int_distribution<int> small(positive ? 0 : -6, 9);
+  for (int64_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DType::kFloat32:
+        put(i, static_cast<float>(real(rng)));
+        break;
+      case DType::kFloat64:
+        put(i, real(rng));
+        break;
+      case DType::kInt32:
+        put(i, i % 17 == 5 && !positive
+                   ? std::numeric_limits<int32_t>::max() - 3
+                   : static_cast<int32_t>(small(rng)));
+        break;
+      case DType::kInt64:
+        put(i, i % 13 == 7 && !positive
+                   ? std::numeric_limits<int64_t>::min() + 5
+                   : static_cast<int64_t>(small(rng)));
+        break;
+      case DType::kBool:
+        put(i, static_cast<uint8_t>(rng() & 1u));
+        break;
+      case DType::kFloat16:
+        put(i, cpu::FloatToHalfBits(static_cast<float>(real(rng))));
+        break;
+      case DType::kBFloat16:
+        put(i, cpu::FloatToBFloat16Bits(static_cast<float>(real(rng))));
+        break;
+    }
+  }
+  return out;
+}
+
+struct Tolerance {
+  double rtol = 0, atol = 0;
+};
+
+// Elementwise ops: exactly rounded ones (add, sub, mul, div, max, min,
+// comparisons, neg, abs, relu) match bit for bit; transcendental ones may
+// differ by a few ulp between libm and CUDA's math library; half types by
+// one rounding of their own.
+Tolerance ElementwiseTolerance(DType dtype, bool transcendental) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return transcendental ? Tolerance{4e-6, 1e-6} : Tolerance{};
+    case DType::kFloat64:
+      return transcendental ? Tolerance{1e-13, 1e-14} : Tolerance{};
+    case DType::kFloat16:
+      return {2e-3, 1e-4};
+    case DType::kBFloat16:
+      return {1.6e-2, 1e-3};
+    default:
+      return {};
+  }
+}
+
+// Matmul of inputs in [-4, 4] with depth k: summation order differs.
+Tolerance MatMulTolerance(DType dtype, int64_t k) {
+  const double scale = 16.0 * std::sqrt(static_cast<double>(k) + 1);
+  switch (dtype) {
+    case DType::kFloat32:
+      return {1e-5, 1e-6 * scale};
+    case DType::kFloat64:
+      return {1e-12, 1e-14 * scale};
+    case DType::kFloat16:
+      return {2e-3, 2e-3 * scale};
+    case DType::kBFloat16:
+      return {1.6e-2, 1e-2 * scale};
+    default:
+      return {};
+  }
+}
+
+::testing::AssertionResult Matches(DType dtype,
+                                   const std::vector<uint8_t>& expected,
+                                   const std::vector<uint8_t>& actual,
+                                   Tolerance tol) {
+  if (expected.size() != actual.size()) {
+    return ::testing::AssertionFailure()
+           << "sizes differ: " << expected.size() << " vs " << actual.size();
+  }
+  const size_t n = expected.size() / DTypeSize(dtype);
+  for (size_t i = 0; i < n; ++i) {
+    const double e = ValueAt(dtype, expected, i);
+    const double a = ValueAt(dtype, actual, i);
+    if (std::isnan(e) && std::isnan(a)) continue;
+    if (e == a) continue;
+    if (std::isfinite(e) && std::isfinite(a) &&
+        std::abs(e - a) <= tol.atol + tol.rtol * std::abs(e)) {
+      continue;
+    }
+    return ::testing::AssertionFailure()
+           << "element " << i << " of " << n << ": expected " << e << ", got "
+           << a << " (rtol " << tol.rtol << ", atol " << tol.atol << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// --- Tensors on a device
+// ------------------------------------------------------
+
+struct DevTensor {
+  Device* device = nullptr;
+  std::unique_ptr<Buffer> buffer;
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  TensorRef ref() const { return TensorRef{buffer.get(), dtype, shape}; }
+  size_t nbytes() const {
+    return static_cast<size_t>(shape.NumElements()) * DTypeSize(dtype);
+  }
+};
+
+DevTensor Empty(Device& device, DType dtype, const Shape& shape) {
+  DevTensor t;
+  t.device = &device;
+  t.dtype = dtype;
+  t.shape = shape;
+  auto buffer = device.Allocate(t.nbytes());
+  EXPECT_TRUE(buffer.ok()) << buffer.status();
+  if (buffer.ok()) t.buffer = std::move(*buffer);
+  return t;
+}
+
+DevTensor Upload(Device& device, DType dtype, const Shape& shape,
+                 const std::vector<uint8_t>& bytes) {
+  DevTensor t = Empty(device, dtype, shape);
+  EXPECT_EQ(bytes.size(), t.nbytes());
+  absl::Status s =
+      device.CopyFromHost(bytes.data(), *t.buffer, 0, bytes.size());
+  EXPECT_TRUE(s.ok()) << s;
+  return t;
+}
+
+std::vector<uint8_t> Download(const DevTensor& t) {
+  std::vector<uint8_t> out(t.nbytes());
+  absl::Status s = t.device->CopyToHost(*t.buffer, 0, out.data(), out.size());
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
+// An op run on one device: its status and, if OK, the output bytes.
+struct Outcome {
+  absl::Status status;
+  std::vector<uint8_t> bytes;
+};
+
+class ConformanceTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    device_ = FindDeviceUnderTest(GetParam());
+    if (device_ == nullptr) {
+      GTEST_SKIP() << "no CUDA device: " << AllDevices().accelerators.summary;
+    }
+    ref_ = AllDevices().reference.get();
+  }
+
+  // Runs `op` (taking the device and input tensors, writing `out`) on the
+  // device under test and on the reference. For a half dtype the reference
+  // runs in float32 and rounds (compute_dtype -> out_dtype as given).
+  template <typename Op>
+  void CheckOp(const std::string& what, DType in_dtype,
+               const std::vector<Shape>& in_shapes,
+               const std::vector<std::vector<uint8_t>>& inputs, DType out_dtype,
+               const Shape& out_shape, Tolerance tol, Op op) {
+    SCOPED_TRACE(what);
+    const bool half = IsHalf(in_dtype);
+    // Device under test.
+    Outcome dut;
+    {
+      std::vector<DevTensor> in;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        in.push_back(Upload(*device_, in_dtype, in_shapes[i], inputs[i]));
+      }
+      DevTensor out = Empty(*device_, out_dtype, out_shape);
+      dut.status = op(*device_, in, out);
+      if (dut.status.ok()) dut.bytes = Download(out);
+    }
+    // Reference.
+    Outcome ref;
+    {
+      const DType ref_in = half ? DType::kFloat32 : in_dtype;
+      const DType ref_out = out_dtype == in_dtype ? ref_in : out_dtype;
+      std::vector<DevTensor> in;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        in.push_back(Upload(*ref_, ref_in, in_shapes[i],
+                            half ? WidenHalf(in_dtype, inputs[i]) : inputs[i]));
+      }
+      DevTensor out = Empty(*ref_, ref_out, out_shape);
+      ref.status = op(*ref_, in, out);
+      if (ref.status.ok()) {
+        ref.bytes = Download(out);
+        if (ref_out != out_dtype) ref.bytes = RoundToHalf(out_dtype, ref.bytes);
+      }
+    }
+    if (!ref.status.ok()) {
+      EXPECT_EQ(dut.status.code(), ref.status.code())
+          << "reference: " << ref.status << "; device: " << dut.status;
+      return;
+    }
+    ASSERT_TRUE(dut.status.ok()) << dut.status;
+    EXPECT_TRUE(Matches(out_dtype, ref.bytes, dut.bytes, tol));
+  }
+
+  Device* device_ = nullptr;
+  Device* ref_ = nullptr;
+};
+
+bool Transcendental(UnaryOp op) { return IsFloatingUnary(op); }
+
+// --- Device basics
+// ------------------------------------------------------------
+
+TEST_P(ConformanceTest, PropertiesAndName) {
+  EXPECT_FALSE(device_->name().empty());
+  const DeviceProperties p = device_->Properties();
+  EXPECT_FALSE(p.model.empty());
+  EXPECT_GT(p.total_memory, 0u);
+  EXPECT_LE(p.free_memory, p.total_memory);
+  if (device_->kind() == DeviceKind::kCuda) {
+    EXPECT_EQ(device_->name(), "cuda:" + std::to_string(device_->index()));
+    EXPECT_GE(p.compute_capability_major, 5);
+    EXPECT_GT(p.multiprocessor_count, 0);
+  }
+}
+
+TEST_P(ConformanceTest, SupportsAgreesWithTheReference) {
+  for (DType dtype : kAllDTypes) {
+    for (OpKind op :
+         {OpKind::kFill, OpKind::kRandomFill, OpKind::kCast, OpKind::kBinary,
+          OpKind::kMatMul, OpKind::kUnary, OpKind::kReduce}) {
+      const absl::Status r = ref_->Supports(op, dtype);
+      const absl::Status d = device_->Supports(op, dtype);
+      // A device may do more than the CPU, never less.
+      if (r.ok()) {
+        EXPECT_TRUE(d.ok()) << d;
+      }
+      if (!d.ok()) {
+        EXPECT_EQ(d.code(), absl::StatusCode::kFailedPrecondition);
+        EXPECT_NE(d.message().find(device_->name()), std::string::npos) << d;
+      }
+    }
+  }
+  EXPECT_FALSE(device_->Supports(OpKind::kMatMul, DType::kBool).ok());
+}
+
+TEST_P(ConformanceTest, AllocateZeroAndHuge) {
+  auto zero = device_->Allocate(0);
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_EQ((*zero)->size(), 0u);
+  EXPECT_NE((*zero)->data(), nullptr);
+  auto huge = device_->Allocate(size_t{1} << 50);  // 1 PiB
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted)
+      << huge.status();
+  // The device keeps working after a refused allocation.
+  auto again = device_->Allocate(1024);
+  EXPECT_TRUE(again.ok()) << again.status();
+}
+
+TEST_P(ConformanceTest, HostCopiesRoundTripAtOffsetsAndAcrossChunks) {
+  // 20 MiB + 3: several pinned staging chunks and a ragged tail.
+  for (size_t bytes : {size_t{1}, size_t{4096}, (size_t{20} << 20) + 3}) {
+    SCOPED_TRACE(bytes);
+    std::vector<uint8_t> host(bytes);
+    for (size_t i = 0; i < bytes; ++i)
+      host[i] = static_cast<uint8_t>(i * 31 + 7);
+    auto buffer = device_->Allocate(bytes + 16);
+    ASSERT_TRUE(buffer.ok()) << buffer.status();
+    ASSERT_TRUE(device_->CopyFromHost(host.data(), **buffer, 16, bytes).ok());
+    std::vector<uint8_t> back(bytes);
+    ASSERT_TRUE(device_->CopyToHost(**buffer, 16, back.data(), bytes).ok());
+    EXPECT_TRUE(host == back);
+    // A piece from the middle.
+    if (bytes > 100) {
+      std::vector<uint8_t> piece(50);
+      ASSERT_TRUE(
+          device_->CopyToHost(**buffer, 16 + 40, piece.data(), 50).ok());
+      EXPECT_TRUE(std::equal(piece.begin(), piece.end(), host.begin() + 40));
+    }
+  }
+  auto small = device_->Allocate(8);
+  ASSERT_TRUE(small.ok());
+  uint8_t tmp[16] = {};
+  EXPECT_EQ(device_->CopyFromHost(tmp, **small, 4, 8).code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(device_->CopyToHost(**small, 9, tmp, 0).code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_TRUE(device_->CopyToHost(**small, 8, tmp, 0).ok());
+}
+
+TEST_P(ConformanceTest, CopyFromDeviceEveryDirection) {
+  const std::vector<uint8_t> data = RandomValues(DType::kInt64, 1 << 16, 3);
+  const Shape shape = S({1 << 16});
+  // reference cpu -> device under test -> itself -> reference cpu.
+  DevTensor on_cpu = Upload(*ref_, DType::kInt64, shape, data);
+  DevTensor on_dut = Empty(*device_, DType::kInt64, shape);
+  ASSERT_TRUE(
+      device_
+          ->CopyFromDevice(*ref_, *on_cpu.buffer, *on_dut.buffer, data.size())
+          .ok());
+  DevTensor copy = Empty(*device_, DType::kInt64, shape);
+  ASSERT_TRUE(
+      device_
+          ->CopyFromDevice(*device_, *on_dut.buffer, *copy.buffer, data.size())
+          .ok());
+  DevTensor back = Empty(*ref_, DType::kInt64, shape);
+  ASSERT_TRUE(
+      ref_->CopyFromDevice(*device_, *copy.buffer, *back.buffer, data.size())
+          .ok());
+  EXPECT_TRUE(Download(back) == data);
+  // To every other accelerator (peer or staged) and back.
+  for (const auto& other : AllDevices().accelerators.devices) {
+    if (other.get() == device_) continue;
+    SCOPED_TRACE(other->name());
+    DevTensor there = Empty(*other, DType::kInt64, shape);
+    ASSERT_TRUE(
+        other
+            ->CopyFromDevice(*device_, *copy.buffer, *there.buffer, data.size())
+            .ok());
+    DevTensor home = Empty(*device_, DType::kInt64, shape);
+    ASSERT_TRUE(
+        device_
+            ->CopyFromDevice(*other, *there.buffer, *home.buffer, data.size())
+            .ok());
+    EXPECT_TRUE(Download(home) == data);
+  }
+}
+
+// Kernels queued back to back, temporaries freed while queued, then one
+// read: the read sees every write (stream order on a GPU).
+TEST_P(ConformanceTest, QueuedKernelsAreOrderedBeforeReads) {
+  const Shape shape = S({1 << 20});
+  DevTensor acc = Empty(*device_, DType::kFloat32, shape);
+  FillSpec zeros;
+  ASSERT_TRUE(device_->Fill(zeros, acc.ref()).ok());
+  for (int i = 0; i < 50; ++i) {
+    DevTensor one = Empty(*device_, DType::kFloat32, shape);
+    FillSpec full;
+    full.kind = FillSpec::Kind::kFull;
+    full.value = 1;
+    ASSERT_TRUE(device_->Fill(full, one.ref()).ok());
+    ASSERT_TRUE(
+        device_->Binary(BinaryOp::kAdd, acc.ref(), one.ref(), acc.ref()).ok());
+    // `one` is freed here, possibly before the add has run.
+  }
+  const std::vector<uint8_t> out = Download(acc);
+  for (size_t i = 0; i < out.size() / 4; i += 4099) {
+    EXPECT_EQ(ValueAt(DType::kFloat32, out, i), 50.0) << i;
+  }
+  EXPECT_TRUE(device_->Synchronize().ok());
+}
+
+// --- Fill
+// -----------------------------------------------------------------------
+
+TEST_P(ConformanceTest, DeterministicFills) {
+  std::vector<FillSpec> specs;
+  FillSpec f;
+  f.kind = FillSpec::Kind::kZeros;
+  specs.push_back(f);
+  f.kind = FillSpec::Kind::kOnes;
+  specs.push_back(f);
+  f.kind = FillSpec::Kind::kFull;
+  for (double v : {-2.5, 7.0, 1e10, -1e30, std::nan("")}) {
+    f.value = v;
+    specs.push_back(f);
+  }
+  f.kind = FillSpec::Kind::kArange;
+  for (auto [start, step] : std::vector<std::pair<double, double>>{
+           {0, 1}, {-3, 0.25}, {5, -2}, {4611686018427387000.0, 3}}) {
+    f.start = start;
+    f.step = step;
+    specs.push_back(f);
+  }
+  for (DType dtype : kAllDTypes) {
+    for (size_t s = 0; s < specs.size(); ++s) {
+      for (int64_t n : {0, 1, 1000}) {
+        SCOPED_TRACE(testing::Message()
+                     << DTypeName(dtype) << " spec " << s << " n " << n);
+        DevTensor d = Empty(*device_, dtype, S({n}));
+        DevTensor r = Empty(*ref_, dtype, S({n}));
+        ASSERT_TRUE(ref_->Fill(specs[s], r.ref()).ok());
+        ASSERT_TRUE(device_->Fill(specs[s], d.ref()).ok());
+        EXPECT_TRUE(Matches(dtype, Download(r), Download(d), {}));
+      }
+    }
+  }
+}
+
+TEST_P(ConformanceTest, RandomFillsAreSeededAndDistributed) {
+  const int64_t n = 200001;  // odd: a ragged last group
+  for (DType dtype : kAllDTypes) {
+    if (!device_->Supports(OpKind::kRandomFill, dtype).ok()) {
+      EXPECT_FALSE(IsFloating(dtype) &&
+                   ref_->Supports(OpKind::kRandomFill, dtype).ok());
+      continue;
+    }
+    SCOPED_TRACE(DTypeName(dtype));
+    for (FillSpec::Kind kind :
+         {FillSpec::Kind::kRand, FillSpec::Kind::kRandn}) {
+      FillSpec f;
+      f.kind = kind;
+      f.low = -1;
+      f.high = 3;
+      f.mean = 2;
+      f.stddev = 0.5;
+      f.seed = 1234;
+      DevTensor a = Empty(*device_, dtype, S({n}));
+      DevTensor b = Empty(*device_, dtype, S({n}));
+      DevTensor c = Empty(*device_, dtype, S({n}));
+      ASSERT_TRUE(device_->Fill(f, a.ref()).ok());
+      ASSERT_TRUE(device_->Fill(f, b.ref()).ok());
+      f.seed = 1235;
+      ASSERT_TRUE(device_->Fill(f, c.ref()).ok());
+      const std::vector<uint8_t> va = Download(a), vb = Download(b),
+                                 vc = Download(c);
+      EXPECT_TRUE(va == vb) << "same seed, different values";
+      EXPECT_FALSE(va == vc) << "different seeds, same values";
+      double sum = 0, sq = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double v = ValueAt(dtype, va, i);
+        ASSERT_TRUE(std::isfinite(v)) << i;
+        if (kind == FillSpec::Kind::kRand) {
+          ASSERT_GE(v, -1.0) << i;
+          ASSERT_LT(v, 3.0) << i;
+        }
+        sum += v;
+        sq += v * v;
+      }
+      const double mean = sum / n, var = sq / n - mean * mean;
+      const double want_mean = kind == FillSpec::Kind::kRand ? 1.0 : 2.0;
+      const double want_var = kind == FillSpec::Kind::kRand ? 16.0 / 12 : 0.25;
+      EXPECT_NEAR(mean, want_mean, 0.02);
+      EXPECT_NEAR(var, want_var, 0.03 * want_var + 0.01);
+    }
+  }
+}
+
+// --- Cast
+// -----------------------------------------------------------------------
+
+TEST_P(ConformanceTest, CastEveryPair) {
+  // Specials for the saturating floating -> integer rules.
+  const std::vector<double> specials = {
+      0.0, -0.0, 0.5,          -0.5,     1.5,       -7.9,  1e20, -1e20,
+      3e9, -3e9, std::nan(""), INFINITY, -INFINITY, 65504, 70000};
+  for (DType from : kAllDTypes) {
+    for (DType to : kAllDTypes) {
+      if (!device_->Supports(OpKind::kCast, from).ok() ||
+          !device_->Supports(OpKind::kCast, to).ok()) {
+        continue;
+      }
+      SCOPED_TRACE(testing::Message()
+                   << DTypeName(from) << " -> " << DTypeName(to));
+      std::vector<uint8_t> in = RandomValues(from, 257, 11);
+      if (IsFloating(from)) {
+        for (size_t i = 0; i < specials.size(); ++i) {
+          const float f = static_cast<float>(specials[i]);
+          if (from == DType::kFloat32) std::memcpy(&in[i * 4], &f, 4);
+          if (from == DType::kFloat64) std::memcpy(&in[i * 8], &specials[i], 8);
+          if (IsHalf(from)) {
+            const uint16_t h = from == DType::kFloat16
+                                   ? cpu::FloatToHalfBits(f)
+                                   : cpu::FloatToBFloat16Bits(f);
+            std::memcpy(&in[i * 2], &h, 2);
+          }
+        }
+      }
+      const Shape shape = S({257});
+      if (!IsHalf(from) && !IsHalf(to)) {
+        CheckOp("cast", from, {shape}, {in}, to, shape, {},
+                [](Device& d, std::vector<DevTensor>& x, DevTensor& out) {
+                  return d.Cast(x[0].ref(), out.ref());
+                });
+        continue;
+      }
+      if (device_->kind() == DeviceKind::kCpu) continue;
+      // Half conversions: against the host's conversions through float32.
+      DevTensor x = Upload(*device_, from, shape, in);
+      DevTensor out = Empty(*device_, to, shape);
+      ASSERT_TRUE(device_->Cast(x.ref(), out.ref()).ok());
+      const std::vector<uint8_t> got = Download(out);
+      for (int64_t i = 0; i < 257; ++i) {
+        const double v = ValueAt(from, in, i);
+        double want;
+        if (IsHalf(to)) {
+          const float f =
+              static_cast<float>(from == DType::kBool ? (v != 0) : v);
+          want = to == DType::kFloat16
+                     ? HalfBitsToFloat(cpu::FloatToHalfBits(f))
+                     : BFloat16BitsToFloat(cpu::FloatToBFloat16Bits(f));
+        } else if (to == DType::kBool) {
+          want = v != 0 ? 1 : 0;
+        } else if (to == DType::kInt32 || to == DType::kInt64) {
+          const double lo =
+              to == DType::kInt32 ? -2147483648.0 : -9223372036854775808.0;
+          const double hi =
+              to == DType::kInt32 ? 2147483647.0 : 9223372036854775807.0;
+          want = std::isnan(v) ? 0
+                 : v <= lo     ? lo
+                 : v >= hi     ? hi
+                               : std::trunc(v);
+        } else {
+          want = v;  // float32/float64 hold every half value exactly
+        }
+        const double g = ValueAt(to, got, i);
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(g)) << i;
+        } else {
+          EXPECT_EQ(g, want) << "element " << i << " from " << v;
+        }
+      }
+    }
+  }
+}
+
+// --- Binary
+// -----------------------------------------------------------------------
+
+struct BroadcastCase {
+  std::vector<int64_t> a, b;
+};
+
+const std::vector<BroadcastCase>& BroadcastCases() {
+  static const auto* cases = new std::vector<BroadcastCase>{
+      {{}, {}},
+      {{7}, {7}},
+      {{3, 4}, {3, 4}},
+      {{3, 4}, {4}},
+      {{3, 1}, {1, 4}},
+      {{2, 3, 4}, {3, 1}},
+      {{1}, {5}},
+      {{5}, {}},
+      {{}, {2, 2}},
+      {{0, 3}, {3}},
+      {{2, 1, 3, 1, 2}, {4, 3, 1, 1}},
+      {{1000, 33}, {33}},
+      {{4097}, {4097}},
+      {{2, 1, 1, 1, 1, 1, 1, 3}, {5, 1, 1, 1, 1, 1, 1}},
+  };
+  return *cases;
+}
+
+TEST_P(ConformanceTest, BinaryEveryOpDTypeAndBroadcast) {
+  for (DType dtype : kAllDTypes) {
+    if (!device_->Supports(OpKind::kBinary, dtype).ok()) continue;
+    for (BinaryOp op : kBinaryOps) {
+      for (size_t c = 0; c < BroadcastCases().size(); ++c) {
+        const BroadcastCase& bc = BroadcastCases()[c];
+        const Shape a = S(bc.a), b = S(bc.b);
+        const Shape out = BroadcastShapes(a, b).value();
+        // pow of integers: a small exponent keeps the values readable (the
+        // wraparound is covered by the large bases).
+        const bool pow_int = op == BinaryOp::kPow && !IsFloating(dtype);
+        std::vector<uint8_t> va = RandomValues(dtype, a.NumElements(), 100 + c);
+        std::vector<uint8_t> vb =
+            RandomValues(dtype, b.NumElements(), 200 + c, pow_int);
+        const DType out_dtype = IsComparison(op) ? DType::kBool : dtype;
+        const bool inexact = op == BinaryOp::kPow;
+        CheckOp(std::string(BinaryOpName(op)) + " " +
+                    std::string(DTypeName(dtype)) + " " + a.ToString() + " " +
+                    b.ToString(),
+                dtype, {a, b}, {va, vb}, out_dtype, out,
+                out_dtype == DType::kBool && dtype != DType::kBool
+                    ? Tolerance{}
+                    : ElementwiseTolerance(dtype, inexact),
+                [op](Device& d, std::vector<DevTensor>& x, DevTensor& o) {
+                  return d.Binary(op, x[0].ref(), x[1].ref(), o.ref());
+                });
+      }
+    }
+  }
+}
+
+TEST_P(ConformanceTest, BinarySpecialValuesAndInPlace) {
+  const std::vector<float> xs = {NAN,       1.0f, -0.0f, INFINITY,
+                                 -INFINITY, 2.0f, NAN,   0.0f};
+  const std::vector<float> ys = {1.0f, NAN,       0.0f, INFINITY,
+                                 3.0f, -INFINITY, NAN,  0.0f};
+  std::vector<uint8_t> a(xs.size() * 4), b(ys.size() * 4);
+  std::memcpy(a.data(), xs.data(), a.size());
+  std::memcpy(b.data(), ys.data(), b.size());
+  const Shape shape = S({8});
+  for (BinaryOp op : kBinaryOps) {
+    CheckOp(std::string(BinaryOpName(op)) + " specials", DType::kFloat32,
+            {shape, shape}, {a, b},
+            IsComparison(op) ? DType::kBool : DType::kFloat32, shape,
+            ElementwiseTolerance(DType::kFloat32, op == BinaryOp::kPow),
+            [op](Device& d, std::vector<DevTensor>& x, DevTensor& o) {
+              return d.Binary(op, x[0].ref(), x[1].ref(), o.ref());
+            });
+  }
+  // In place: out is a, b broadcasts.
+  for (DType dtype : {DType::kFloat32, DType::kInt64, DType::kBFloat16}) {
+    if (!device_->Supports(OpKind::kBinary, dtype).ok()) continue;
+    const Shape sa = S({3, 4}), sb = S({4});
+    const std::vector<uint8_t> va = RandomValues(dtype, 12, 5);
+    const std::vector<uint8_t> vb = RandomValues(dtype, 4, 6);
+    CheckOp("in-place mul " + std::string(DTypeName(dtype)), dtype, {sa, sb},
+            {va, vb}, dtype, sa, ElementwiseTolerance(dtype, false),
+            [](Device& d, std::vector<DevTensor>& x, DevTensor& o) {
+              RETURN_IF_ERROR(
+                  d.Binary(BinaryOp::kMul, x[0].ref(), x[1].ref(), x[0].ref()));
+              return d.CopyFromDevice(d, *x[0].buffer, *o.buffer, o.nbytes());
+            });
+  }
+}
+
+// --- Unary
+// ------------------------------------------------------------------------
+
+TEST_P(ConformanceTest, UnaryEveryOpAndDType) {
+  for (DType dtype : kAllDTypes) {
+    if (!device_->Supports(OpKind::kUnary, dtype).ok()) continue;
+    for (UnaryOp op : kUnaryOps) {
+      for (int64_t n : {0, 1, 1000}) {
+        const Shape shape = S({n});
+        std::vector<uint8_t> in = RandomValues(dtype, n, 7 + n);
+        CheckOp(std::string(UnaryOpName(op)) + " " +
+                    std::string(DTypeName(dtype)) + " n=" + std::to_string(n),
+                dtype, {shape}, {in}, dtype, shape,
+                ElementwiseTolerance(dtype, Transcendental(op)),
+                [op](Device& d, std::vector<DevTensor>& x, DevTensor& o) {
+                  return d.Unary(op, x[0].ref(), o.ref());
+                });
+      }
+    }
+  }
+}
+
+// --- Reduce
+// -----------------------------------------------------------------------
+
+TEST_P(ConformanceTest, ReduceEveryOpDTypeAndLayout) {
+  const std::vector<Device::ReduceDims> layouts = {
+      {1, 1, 1},      {1, 1000, 1}, {3, 5, 7}, {4, 1, 3},    {2, 3, 1},
+      {1, 100003, 1}, {7, 0, 3},    {1, 0, 1}, {64, 257, 1}, {1, 300, 65}};
+  for (DType dtype : kAllDTypes) {
+    if (!device_->Supports(OpKind::kReduce, dtype).ok()) continue;
+    for (ReduceOp op : kReduceOps) {
+      for (const Device::ReduceDims& d : layouts) {
+        const Shape in_shape = S({d.outer, d.n, d.inner});
+        const Shape out_shape = S({d.outer, d.inner});
+        const DType out_dtype = op == ReduceOp::kArgmax ? DType::kInt64 : dtype;
+        const std::vector<uint8_t> in =
+            RandomValues(dtype, in_shape.NumElements(), 17 + d.n);
+        Tolerance tol;
+        if (IsFloating(dtype)) {
+          // Both accumulate in double; only the order differs.
+          tol = dtype == DType::kFloat32 ? Tolerance{1e-6, 1e-6}
+                                         : Tolerance{1e-12, 1e-12};
+        }
+        CheckOp(std::string(ReduceOpName(op)) + " " +
+                    std::string(DTypeName(dtype)) + " " + in_shape.ToString(),
+                dtype, {in_shape}, {in}, out_dtype, out_shape, tol,
+                [op, d](Device& dev, std::vector<DevTensor>& x, DevTensor& o) {
+                  return dev.Reduce(op, d, x[0].ref(), o.ref());
+                });
+      }
+    }
+  }
+}
+
+TEST_P(ConformanceTest, ReduceTiesAndNaN) {
+  const std::vector<float> v = {1, 5, NAN, 5, NAN, -2, -2, 0};
+  std::vector<uint8_t> in(v.size() * 4);
+  std::memcpy(in.data(), v.data(), in.size());
+  for (ReduceOp op : kReduceOps) {
+    for (Device::ReduceDims d :
+         {Device::ReduceDims{1, 8, 1}, Device::ReduceDims{2, 4, 1},
+          Device::ReduceDims{1, 4, 2}, Device::ReduceDims{4, 2, 1}}) {
+      const DType out_dtype =
+          op == ReduceOp::kArgmax ? DType::kInt64 : DType::kFloat32;
+      CheckOp(std::string(ReduceOpName(op)) + " ties/NaN", DType::kFloat32,
+              {S({d.outer, d.n, d.inner})}, {in}, out_dtype,
+              S({d.outer, d.inner}), {1e-6, 1e-6},
+              [op, d](Device& dev, std::vector<DevTensor>& x, DevTensor& o) {
+                return dev.Reduce(op, d, x[0].ref(), o.ref());
+              });
+    }
+  }
+}
+
+// --- Permute and block copies
+// -------------------------------------------------------
+
+TEST_P(ConformanceTest, PermuteEveryDType) {
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int>>> cases = {
+      {{}, {}},
+      {{5}, {0}},
+      {{3, 4}, {1, 0}},
+      {{2, 3, 4}, {2, 0, 1}},
+      {{2, 3, 4, 5}, {3, 1, 0, 2}},
+      {{0, 3}, {1, 0}},
+      {{65, 129}, {1, 0}},
+      {{2, 1, 2, 1, 2, 1, 2, 3}, {7, 6, 5, 4, 3, 2, 1, 0}}};
+  for (DType dtype : kAllDTypes) {
+    for (const auto& [dims, perm] : cases) {
+      const Shape in_shape = S(dims);
+      std::vector<int64_t> out_dims;
+      for (int p : perm) out_dims.push_back(dims[p]);
+      const std::vector<uint8_t> in =
+          RandomValues(dtype, in_shape.NumElements(), 23);
+      // Byte moves: the CPU reference handles every dtype directly.
+      DevTensor x = Upload(*device_, dtype, in_shape, in);
+      DevTensor out = Empty(*device_, dtype, S(out_dims));
+      ASSERT_TRUE(device_->Permute(x.ref(), perm, out.ref()).ok());
+      DevTensor rx = Upload(*ref_, dtype, in_shape, in);
+      DevTensor rout = Empty(*ref_, dtype, S(out_dims));
+      ASSERT_TRUE(ref_->Permute(rx.ref(), perm, rout.ref()).ok());
+      EXPECT_TRUE(Download(out) == Download(rout))
+          << DTypeName(dtype) << " " << in_shape.ToString();
+    }
+  }
+}
+
+TEST_P(ConformanceTest, CopyBlocksPatterns) {
+  const std::vector<Device::BlockCopy> cases = {
+      {1, 64, 0, 0, 0, 0},     {8, 16, 4, 32, 0, 16},
+      {5, 12, 8, 24, 100, 40}, {3, 7, 1, 9, 2, 11},
+      {1000, 4, 0, 4, 0, 8},   {4, 24, 0, 8, 0, 24},  // overlapping reads
+      {0, 16, 0, 16, 0, 16}};
+  const std::vector<uint8_t> src = RandomValues(DType::kInt64, 1024, 29);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(i);
+    const Device::BlockCopy& c = cases[i];
+    std::vector<uint8_t> zero(8192, 0);
+    DevTensor s = Upload(*device_, DType::kInt64, S({1024}), src);
+    DevTensor d = Upload(*device_, DType::kBool, S({8192}), zero);
+    ASSERT_TRUE(device_->CopyBlocks(c, *s.buffer, *d.buffer).ok());
+    DevTensor rs = Upload(*ref_, DType::kInt64, S({1024}), src);
+    DevTensor rd = Upload(*ref_, DType::kBool, S({8192}), zero);
+    ASSERT_TRUE(ref_->CopyBlocks(c, *rs.buffer, *rd.buffer).ok());
+    EXPECT_TRUE(Download(d) == Download(rd));
+  }
+  Device::BlockCopy past{2, 16, 0, 8192, 0, 0};
+  DevTensor s = Upload(*device_, DType::kInt64, S({1024}), src);
+  EXPECT_EQ(device_->CopyBlocks(past, *s.buffer, *s.buffer).code(),
+            absl::StatusCode::kOutOfRange);
+}
+
+// --- MatMul
+// -----------------------------------------------------------------------
+
+TEST_P(ConformanceTest, MatMulEveryDTypeAndBatchLayout) {
+  struct Case {
+    int64_t batch, m, n, k;
+    bool a_broadcast, b_broadcast;
+  };
+  const std::vector<Case> cases = {
+      {1, 1, 1, 1, false, false},    {1, 3, 5, 4, false, false},
+      {1, 64, 48, 96, false, false}, {4, 7, 9, 5, false, false},
+      {3, 16, 8, 32, true, false},   {3, 8, 16, 32, false, true},
+      {2, 5, 3, 0, false, false},    {1, 1, 130, 257, false, false},
+      {2, 0, 4, 3, false, false}};
+  for (DType dtype : kAllDTypes) {
+    if (!device_->Supports(OpKind::kMatMul, dtype).ok()) continue;
+    for (const Case& c : cases) {
+      Device::MatMulDims d;
+      d.batch = c.batch;
+      d.m = c.m;
+      d.n = c.n;
+      d.k = c.k;
+      d.a_batch_stride = c.a_broadcast ? 0 : c.m * c.k;
+      d.b_batch_stride = c.b_broadcast ? 0 : c.k * c.n;
+      d.out_batch_stride = c.m * c.n;
+      const Shape a = S({c.a_broadcast ? 1 : c.batch, c.m, c.k});
+      const Shape b = S({c.b_broadcast ? 1 : c.batch, c.k, c.n});
+      const Shape out = S({c.batch, c.m, c.n});
+      CheckOp("matmul " + std::string(DTypeName(dtype)) + " " + a.ToString() +
+                  " x " + b.ToString(),
+              dtype, {a, b},
+              {RandomValues(dtype, a.NumElements(), 31),
+               RandomValues(dtype, b.NumElements(), 37)},
+              dtype, out, MatMulTolerance(dtype, c.k),
+              [d](Device& dev, std::vector<DevTensor>& x, DevTensor& o) {
+                return dev.MatMul(d, x[0].ref(), x[1].ref(), o.ref());
+              });
+    }
+  }
+}
+
+std::string ParamName(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param;
+  std::replace(name.begin(), name.end(), ':', '_');
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, ConformanceTest,
+                         ::testing::ValuesIn(DeviceParams()), ParamName);
+
+}  // namespace
+}  // namespace tensord::core
