@@ -138,6 +138,7 @@ Session::~Session() {
   }
   keepalive_cv_.notify_all();
   if (keepalive_.joinable()) keepalive_.join();
+  WaitForReleases();
   v1::CloseSessionRequest request;
   request.set_session(id_);
   grpc::ClientContext context;
@@ -189,7 +190,30 @@ v1::TensorInfo Session::CreateFromBytes(v1::DType dtype,
   }
 }
 
-std::string Session::Fetch(uint64_t handle) const {
+std::string Session::Fetch(uint64_t handle, uint64_t nbytes) const {
+  if (nbytes <= kUploadChunkBytes) {
+    v1::ReadRequest request;
+    request.set_handle(handle);
+    const v1::FetchChunk chunk =
+        Call(&v1::TensorService::Stub::Read, std::move(request));
+    const std::string& data = chunk.data();
+    const uLong crc = crc32(crc32(0L, Z_NULL, 0),
+                            reinterpret_cast<const Bytef*>(data.data()),
+                            static_cast<uInt>(data.size()));
+    if (crc != chunk.crc32() || data.size() != chunk.tensor().nbytes()) {
+      throw Error(StatusCode::DATA_LOSS,
+                  "Read of tensor " + std::to_string(handle) + ": " +
+                      std::to_string(data.size()) + " bytes (tensor has " +
+                      std::to_string(chunk.tensor().nbytes()) +
+                      ") with CRC-32 " + std::to_string(crc) + " (sent " +
+                      std::to_string(chunk.crc32()) + ")");
+    }
+    return data;
+  }
+  return Stream(handle);
+}
+
+std::string Session::Stream(uint64_t handle) const {
   constexpr int kMaxResumes = 3;
   std::string bytes;
   std::optional<uint64_t> nbytes;  // known from the first chunk
@@ -249,13 +273,40 @@ std::string Session::Fetch(uint64_t handle) const {
 }
 
 void Session::ReleaseQuietly(uint64_t handle) const noexcept {
-  try {
+  struct PendingRelease {
+    grpc::ClientContext context;
     v1::ReleaseRequest request;
-    request.set_handle(handle);
-    Call(&v1::TensorService::Stub::Release, std::move(request));
+    v1::ReleaseResponse response;
+  };
+  try {
+    auto* call = new PendingRelease();
+    call->request.set_session(id_);
+    call->request.set_handle(handle);
+    call->context.AddMetadata(kRequestIdKey, NextRequestId());
+    call->context.set_deadline(std::chrono::system_clock::now() +
+                               std::chrono::seconds(30));
+    {
+      std::lock_guard<std::mutex> lock(release_mu_);
+      ++pending_releases_;
+    }
+    // `this` outlives the call: ~Session waits for pending releases.
+    stub_->async()->Release(
+        &call->context, &call->request, &call->response,
+        [this, call](const grpc::Status&) {
+          delete call;
+          std::lock_guard<std::mutex> lock(release_mu_);
+          if (--pending_releases_ == 0) release_cv_.notify_all();
+        });
   } catch (...) {
     // The tensor dies with the session anyway.
   }
+}
+
+bool Session::WaitForReleases() const {
+  std::unique_lock<std::mutex> lock(release_mu_);
+  if (pending_releases_ == 0) return false;
+  release_cv_.wait(lock, [this] { return pending_releases_ == 0; });
+  return true;
 }
 
 std::shared_ptr<const TensorState> Session::Adopt(

@@ -94,7 +94,12 @@ class Session : public std::enable_shared_from_this<Session> {
     constexpr bool kRetryable =
         !std::is_same_v<Request, v1::OpenSessionRequest> &&
         !std::is_same_v<Request, v1::CloseSessionRequest>;
+    // A listing must not show tensors this client already let go of.
+    if constexpr (std::is_same_v<Request, v1::ListTensorsRequest>) {
+      WaitForReleases();
+    }
     const std::string request_id = kMutating ? NextRequestId() : "";
+    bool waited_for_releases = false;
     for (int attempt = 0;; ++attempt) {
       grpc::ClientContext context;
       if (kMutating) context.AddMetadata(kRequestIdKey, request_id);
@@ -103,6 +108,14 @@ class Session : public std::enable_shared_from_this<Session> {
           (stub_.get()->*method)(&context, request, &response);
       CheckInstance(context);
       if (status.ok()) return response;
+      // Out of memory while releases of this client are still in flight:
+      // the memory they free may be what this call needs. Wait, try again.
+      if (kMutating && !waited_for_releases &&
+          status.error_code() == StatusCode::RESOURCE_EXHAUSTED &&
+          WaitForReleases()) {
+        waited_for_releases = true;
+        continue;
+      }
       if (!kRetryable || !ShouldRetry(status, attempt)) ThrowStatus(status);
     }
   }
@@ -127,14 +140,23 @@ class Session : public std::enable_shared_from_this<Session> {
                                  std::string_view bytes,
                                  const std::string& device) const;
 
-  // All bytes of tensor `handle`, streamed by Fetch. Each chunk's offset
+  // All bytes of tensor `handle`. Tensors of at most kUploadChunkBytes
+  // (`nbytes` as the caller knows it) come in one unary Read; larger ones
+  // are streamed by Fetch. Each chunk's offset
   // must continue the bytes so far and its CRC-32 must match, and the total
   // must equal the tensor's size: DATA_LOSS otherwise. A stream broken by
   // UNAVAILABLE is resumed from the last good offset a few times.
-  std::string Fetch(uint64_t handle) const;
+  std::string Fetch(uint64_t handle, uint64_t nbytes) const;
+  // The streamed path of Fetch, resuming a broken stream a few times.
+  std::string Stream(uint64_t handle) const;
 
-  // Releases `handle`; failures are ignored (used by destructors).
+  // Releases `handle` without waiting for the reply (destructors should not
+  // pay a round trip); failures are ignored. Later listings, an
+  // out-of-memory retry and the session's close wait for releases in flight.
   void ReleaseQuietly(uint64_t handle) const noexcept;
+  // Blocks until every release sent so far has been answered. Returns true
+  // if there was one to wait for.
+  bool WaitForReleases() const;
 
   // Wraps the metadata of a tensor this session just made in shared state
   // whose destruction releases it. Throws Error(INTERNAL) for a dtype this
@@ -163,6 +185,10 @@ class Session : public std::enable_shared_from_this<Session> {
   const std::string instance_;
   const std::string request_id_prefix_;
   mutable std::atomic<uint64_t> next_request_id_{0};
+
+  mutable std::mutex release_mu_;
+  mutable std::condition_variable release_cv_;
+  mutable int pending_releases_ = 0;  // guarded by release_mu_
 
   std::mutex keepalive_mu_;
   std::condition_variable keepalive_cv_;

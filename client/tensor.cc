@@ -77,7 +77,7 @@ Tensor Tensor::matmul(const Tensor& other) const {
 }
 
 std::string Tensor::fetch_bytes() const {
-  return state_->session->Fetch(state_->handle);
+  return state_->session->Fetch(state_->handle, state_->nbytes);
 }
 
 void Tensor::CheckElementType(DType requested, std::string_view what) const {

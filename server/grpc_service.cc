@@ -407,6 +407,53 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Execute(
   });
 }
 
+namespace {
+
+// Reads `n` bytes at `offset` of the reader's tensor into `chunk`, with the
+// offset and the CRC-32 the client checks.
+absl::Status ReadChunk(core::Runtime::Reader& reader, uint64_t offset,
+                       uint64_t n, v1::FetchChunk* chunk) {
+  std::string* data = chunk->mutable_data();
+  data->resize(n);
+  auto* bytes = reinterpret_cast<uint8_t*>(data->data());
+  RETURN_IF_ERROR(reader.Read(offset, {bytes, n}));
+  chunk->set_offset(offset);
+  chunk->set_crc32(static_cast<uint32_t>(
+      crc32(crc32(0L, Z_NULL, 0), bytes, static_cast<uInt>(n))));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* TensorServiceImpl::Read(
+    grpc::CallbackServerContext* ctx, const v1::ReadRequest* req,
+    v1::FetchChunk* resp) {
+  return Unary(ctx, "Read", [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(std::unique_ptr<core::Runtime::Reader> reader,
+                     runtime_->OpenReader(req->session(), req->handle()));
+    const uint64_t end = reader->meta().nbytes;
+    const uint64_t offset = req->offset();
+    if (offset > end) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "read offset ", offset, " is past the end of the tensor (", end,
+          " bytes)"));
+    }
+    const uint64_t n = req->length() == 0 ? end - offset : req->length();
+    if (n > end - offset) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "read of ", n, " bytes at offset ", offset,
+          " runs past the end of the tensor (", end, " bytes)"));
+    }
+    if (n > kMaxFetchChunkBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Read returns at most ", kMaxFetchChunkBytes, " bytes in one reply (",
+          n, " asked); stream larger tensors with Fetch"));
+    }
+    ToProto(reader->meta(), resp->mutable_tensor());
+    return ReadChunk(*reader, offset, n, resp);
+  });
+}
+
 // Streams a tensor's bytes from the requested offset in chunks, one write in
 // flight at a time. The first chunk carries the metadata; an empty tensor (or
 // an offset at the end) still gets that one chunk.
@@ -461,17 +508,11 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchChunk> {
     if (!first_) chunk_.clear_tensor();
     first_ = false;
     const uint64_t n = std::min<uint64_t>(chunk_bytes_, end_ - offset_);
-    std::string* data = chunk_.mutable_data();
-    data->resize(n);
-    auto* bytes = reinterpret_cast<uint8_t*>(data->data());
-    absl::Status status = reader_->Read(offset_, {bytes, n});
+    absl::Status status = ReadChunk(*reader_, offset_, n, &chunk_);
     if (!status.ok()) {
       Finish(scope_.Finish(status));
       return;
     }
-    chunk_.set_offset(offset_);
-    chunk_.set_crc32(static_cast<uint32_t>(
-        crc32(crc32(0L, Z_NULL, 0), bytes, static_cast<uInt>(n))));
     offset_ += n;
     if (offset_ >= end_) {
       // Every byte is read: let go of the tensor before the status goes

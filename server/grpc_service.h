@@ -79,6 +79,9 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
   grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* ctx,
                                     const v1::ExecuteRequest* req,
                                     v1::ExecuteResponse* resp) override;
+  grpc::ServerUnaryReactor* Read(grpc::CallbackServerContext* ctx,
+                                 const v1::ReadRequest* req,
+                                 v1::FetchChunk* resp) override;
   grpc::ServerWriteReactor<v1::FetchChunk>* Fetch(
       grpc::CallbackServerContext* ctx, const v1::FetchRequest* req) override;
   grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx,
