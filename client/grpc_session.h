@@ -94,10 +94,14 @@ class Session : public std::enable_shared_from_this<Session> {
     constexpr bool kRetryable =
         !std::is_same_v<Request, v1::OpenSessionRequest> &&
         !std::is_same_v<Request, v1::CloseSessionRequest>;
-    // A listing must not show tensors this client already let go of.
-    if constexpr (std::is_same_v<Request, v1::ListTensorsRequest>) {
-      WaitForReleases();
-    }
+    // What a listing shows must not include tensors this client already
+    // let go of: views wait for the releases in flight.
+    constexpr bool kView = std::is_same_v<Request, v1::ListTensorsRequest> ||
+                           std::is_same_v<Request, v1::ListDevicesRequest> ||
+                           std::is_same_v<Request, v1::GetStatsRequest> ||
+                           std::is_same_v<Request, v1::ListSessionsRequest> ||
+                           std::is_same_v<Request, v1::ListAllTensorsRequest>;
+    if constexpr (kView) WaitForReleases();
     const std::string request_id = kMutating ? NextRequestId() : "";
     bool waited_for_releases = false;
     for (int attempt = 0;; ++attempt) {

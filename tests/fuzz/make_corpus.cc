@@ -1,0 +1,258 @@
+// Writes the fuzzers' seed corpus: a handful of valid requests per RPC, in
+// the input layout of fuzz_common.h (structured mode, so session fields are
+// left empty and handles are slot numbers 0..9 that the fuzzer maps to its
+// live tensors; a few raw-mode copies too).
+//
+//   make_corpus OUT_DIR     writes OUT_DIR/<Rpc>/seed-<n>
+// The committed corpus (tests/fuzz/corpus) is this program's output:
+// `make fuzz-corpus` regenerates it.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tensord/v1/tensord.pb.h"
+#include "tests/fuzz/fuzz_common.h"
+
+namespace tensord::fuzz {
+namespace {
+
+std::map<std::string, std::vector<std::string>> seeds;
+
+void Add(const std::string& rpc, const google::protobuf::Message& m) {
+  seeds[rpc].push_back(std::string(1, '\0') + m.SerializeAsString());
+}
+void AddRaw(const std::string& rpc, const google::protobuf::Message& m) {
+  seeds[rpc].push_back(std::string(1, '\1') + m.SerializeAsString());
+}
+void AddStream(const std::string& rpc, const std::vector<v1::UploadRequest>& ms,
+               bool raw) {
+  std::vector<std::string> parts;
+  for (const auto& m : ms) parts.push_back(m.SerializeAsString());
+  seeds[rpc].push_back(std::string(1, raw ? '\1' : '\0') + JoinStream(parts));
+}
+
+v1::Operand H(uint64_t slot) {
+  v1::Operand o;
+  o.set_handle(slot);
+  return o;
+}
+v1::Operand R(uint32_t index) {
+  v1::Operand o;
+  o.set_result_of(index);
+  return o;
+}
+
+void Build() {
+  Add("ListDevices", v1::ListDevicesRequest());
+  Add("ListSessions", v1::ListSessionsRequest());
+  Add("ListAllTensors", v1::ListAllTensorsRequest());
+  Add("GetStats", v1::GetStatsRequest());
+  {
+    v1::OpenSessionRequest r;
+    Add("OpenSession", r);
+    r.set_client_name("fuzz-client");
+    Add("OpenSession", r);
+  }
+  {
+    v1::CloseSessionRequest r;
+    Add("CloseSession", r);
+    r.set_session("0123456789abcdef0123456789abcdef");
+    Add("CloseSession", r);
+  }
+  {
+    v1::CreateRequest r;
+    r.set_device("cpu:0");
+    r.set_dtype(v1::FLOAT32);
+    r.add_shape(2);
+    r.add_shape(2);
+    r.set_data(std::string(16, '\0'));
+    Add("Create", r);
+    AddRaw("Create", r);
+    r.set_device("cpu:1");
+    r.set_dtype(v1::INT64);
+    r.clear_shape();
+    r.add_shape(3);
+    r.mutable_fill()->set_kind(v1::Fill::ARANGE);
+    r.mutable_fill()->set_start(0);
+    r.mutable_fill()->set_end(3);
+    Add("Create", r);
+    r.set_dtype(v1::FLOAT32);
+    r.mutable_fill()->set_kind(v1::Fill::RANDN);
+    r.mutable_fill()->set_seed(7);
+    r.set_tag("t");
+    Add("Create", r);
+    r.set_device("cuda:3");
+    Add("Create", r);
+  }
+  {
+    v1::UploadRequest head;
+    head.mutable_header()->set_device("cpu:0");
+    head.mutable_header()->set_dtype(v1::INT32);
+    head.mutable_header()->add_shape(4);
+    head.set_data(std::string(8, '\1'));
+    v1::UploadRequest tail;
+    tail.set_data(std::string(8, '\2'));
+    AddStream("Upload", {head, tail}, false);
+    AddStream("Upload", {head, tail}, true);
+    AddStream("Upload", {head}, false);  // too few bytes
+    head.mutable_header()->set_dtype(v1::BOOL);
+    head.set_data(std::string(4, '\1'));
+    AddStream("Upload", {head}, false);
+  }
+  {
+    v1::ToRequest r;
+    r.set_handle(0);
+    r.set_device("cpu:1");
+    Add("To", r);
+    r.set_handle(2);
+    r.set_copy(true);
+    Add("To", r);
+    r.set_device("cpu:0");
+    r.set_handle(9);
+    Add("To", r);
+  }
+  {
+    v1::BinaryRequest r;
+    r.set_op(v1::ADD);
+    r.set_lhs(0);
+    r.set_rhs(0);
+    Add("Binary", r);
+    r.set_op(v1::MUL);
+    r.set_rhs(2);  // cross-device
+    Add("Binary", r);
+    r.set_op(v1::POW);
+    r.set_lhs(3);
+    r.mutable_scalar()->set_int_value(3);
+    Add("Binary", r);
+    r.set_op(v1::DIV);
+    r.set_lhs(6);
+    r.set_rhs(0);
+    r.clear_scalar();
+    Add("Binary", r);
+  }
+  {
+    v1::MatMulRequest r;
+    r.set_lhs(0);
+    r.set_rhs(1);
+    Add("MatMul", r);
+    r.set_rhs(0);  // bad shapes
+    Add("MatMul", r);
+    r.set_lhs(6);
+    r.set_rhs(1);
+    Add("MatMul", r);
+  }
+  v1::Op add, matmul, sum, reshape, cat, inplace, unary, linear;
+  {
+    *add.mutable_binary()->mutable_lhs() = H(0);
+    *add.mutable_binary()->mutable_rhs() = H(0);
+    add.mutable_binary()->set_op(v1::ADD);
+    *matmul.mutable_matmul()->mutable_lhs() = H(0);
+    *matmul.mutable_matmul()->mutable_rhs() = H(1);
+    *sum.mutable_reduce()->mutable_x() = H(0);
+    sum.mutable_reduce()->set_op(v1::SUM);
+    sum.mutable_reduce()->set_dim(1);
+    *reshape.mutable_reshape()->mutable_x() = H(0);
+    reshape.mutable_reshape()->add_shape(-1);
+    reshape.mutable_reshape()->add_shape(2);
+    *cat.mutable_cat()->add_xs() = H(0);
+    *cat.mutable_cat()->add_xs() = H(0);
+    cat.mutable_cat()->set_dim(1);
+    inplace.mutable_in_place()->set_op(v1::ADD_);
+    *inplace.mutable_in_place()->mutable_target() = H(0);
+    inplace.mutable_in_place()->mutable_scalar()->set_float_value(1.5);
+    unary.mutable_unary()->set_op(v1::SIGMOID);
+    *unary.mutable_unary()->mutable_x() = H(3);
+    *linear.mutable_linear()->mutable_x() = H(0);
+    *linear.mutable_linear()->mutable_weight() = H(0);
+  }
+  for (const v1::Op& op :
+       {add, matmul, sum, reshape, cat, inplace, unary, linear}) {
+    v1::RunRequest r;
+    *r.mutable_op() = op;
+    Add("Run", r);
+  }
+  {
+    v1::ExecuteRequest r;
+    *r.add_ops() = matmul;
+    v1::Op n;
+    *n.mutable_reduce()->mutable_x() = R(0);
+    n.mutable_reduce()->set_op(v1::NORM);
+    *r.add_ops() = n;
+    r.add_keep(1);
+    Add("Execute", r);
+    AddRaw("Execute", r);
+    *r.add_ops() = add;
+    *r.add_ops() = inplace;
+    *r.add_ops() = cat;
+    r.add_keep(4);
+    Add("Execute", r);
+    r.add_keep(99);  // past the list
+    Add("Execute", r);
+    v1::ExecuteRequest bad;
+    v1::Op fwd;  // refers to a later op
+    *fwd.mutable_unary()->mutable_x() = R(3);
+    fwd.mutable_unary()->set_op(v1::EXP);
+    *bad.add_ops() = fwd;
+    bad.add_keep(0);
+    Add("Execute", bad);
+  }
+  {
+    v1::FetchRequest r;
+    r.set_handle(0);
+    Add("Fetch", r);
+    r.set_chunk_bytes(5);
+    r.set_offset(3);
+    Add("Fetch", r);
+    r.set_offset(1000);
+    Add("Fetch", r);
+    r.set_handle(9);
+    Add("Fetch", r);
+  }
+  {
+    v1::ReleaseRequest r;
+    r.set_handle(1);
+    Add("Release", r);
+    r.set_handle(12345678);
+    Add("Release", r);
+    v1::GetTensorRequest g;
+    g.set_handle(4);
+    Add("GetTensor", g);
+    g.set_handle(9);
+    Add("GetTensor", g);
+    v1::ListTensorsRequest l;
+    Add("ListTensors", l);
+  }
+}
+
+}  // namespace
+}  // namespace tensord::fuzz
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  tensord::fuzz::Build();
+  namespace fs = std::filesystem;
+  int files = 0;
+  for (const char* rpc : tensord::fuzz::kRpcs) {
+    const fs::path dir = fs::path(argv[1]) / rpc;
+    fs::create_directories(dir);
+    const auto& list = tensord::fuzz::seeds[rpc];
+    if (list.empty()) {
+      std::fprintf(stderr, "no seeds for %s\n", rpc);
+      return 1;
+    }
+    for (size_t i = 0; i < list.size(); ++i) {
+      std::ofstream(dir / ("seed-" + std::to_string(i)), std::ios::binary)
+          << list[i];
+      ++files;
+    }
+  }
+  std::printf("wrote %d seeds for %zu RPCs to %s\n", files,
+              std::size(tensord::fuzz::kRpcs), argv[1]);
+  return 0;
+}
