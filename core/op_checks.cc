@@ -1,6 +1,9 @@
 #include "core/op_checks.h"
 
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/absl_compat.h"
 
 namespace tensord::core {
@@ -71,6 +74,27 @@ std::string_view OpKindName(OpKind op) {
       return "reduce";
   }
   return "unknown";
+}
+
+absl::Status CheckRange(const Buffer& buffer, size_t offset, size_t bytes) {
+  if (offset > buffer.size() || bytes > buffer.size() - offset) {
+    return absl::OutOfRangeError(
+        absl::StrCat("copy of ", bytes, " bytes at offset ", offset,
+                     " is outside a buffer of ", buffer.size(), " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes < 1024) return absl::StrCat(bytes, " bytes");
+  double value = static_cast<double>(bytes) / 1024;
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
+    value /= 1024;
+    ++unit;
+  }
+  return absl::StrFormat("%.2f %s", value, kUnits[unit]);
 }
 
 }  // namespace tensord::core

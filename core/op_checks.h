@@ -4,6 +4,8 @@
 #ifndef TENSORD_CORE_OP_CHECKS_H_
 #define TENSORD_CORE_OP_CHECKS_H_
 
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -30,6 +32,13 @@ absl::Status NotImplementedError(std::string_view op, DType dtype,
 
 // The name NotImplementedError uses for an OpKind ("fill", "matmul", ...).
 std::string_view OpKindName(OpKind op);
+
+// OUT_OF_RANGE unless [offset, offset + bytes) lies inside `buffer`: the
+// bounds check every device does before a copy.
+absl::Status CheckRange(const Buffer& buffer, size_t offset, size_t bytes);
+
+// "512.00 MiB"; "100 bytes" below 1 KiB. For messages.
+std::string FormatBytes(uint64_t bytes);
 
 }  // namespace tensord::core
 

@@ -40,19 +40,6 @@ struct DeviceSlot {
   std::atomic<uint64_t> allocation_failures{0};
 };
 
-// "512.00 MiB"; "100 bytes" below 1 KiB.
-std::string FormatBytes(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-  if (bytes < 1024) return absl::StrCat(bytes, " bytes");
-  double value = static_cast<double>(bytes) / 1024;
-  size_t unit = 0;
-  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
-    value /= 1024;
-    ++unit;
-  }
-  return absl::StrFormat("%.2f %s", value, kUnits[unit]);
-}
-
 int64_t MillisSince(HandleEntry::Clock::time_point t,
                     HandleEntry::Clock::time_point now) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(now - t).count();

@@ -105,15 +105,6 @@ uint64_t AvailableMemory() {
   return 0;
 }
 
-absl::Status CheckRange(const Buffer& buffer, size_t offset, size_t bytes) {
-  if (offset > buffer.size() || bytes > buffer.size() - offset) {
-    return absl::OutOfRangeError(
-        absl::StrCat("copy of ", bytes, " bytes at offset ", offset,
-                     " is outside a buffer of ", buffer.size(), " bytes"));
-  }
-  return absl::OkStatus();
-}
-
 class CpuDevice final : public Device {
  public:
   explicit CpuDevice(const CpuDeviceOptions& options)

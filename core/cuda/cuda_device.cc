@@ -80,27 +80,6 @@ ElemType ToElem(DType dtype) {
   return ElemType::kF32;  // unreachable: dtypes are validated upstream
 }
 
-std::string FormatBytes(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 1024) return absl::StrCat(bytes, " bytes");
-  double value = static_cast<double>(bytes) / 1024;
-  size_t unit = 0;
-  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
-    value /= 1024;
-    ++unit;
-  }
-  return absl::StrFormat("%.2f %s", value, kUnits[unit]);
-}
-
-absl::Status CheckRange(const Buffer& buffer, size_t offset, size_t bytes) {
-  if (offset > buffer.size() || bytes > buffer.size() - offset) {
-    return absl::OutOfRangeError(
-        absl::StrCat("copy of ", bytes, " bytes at offset ", offset,
-                     " is outside a buffer of ", buffer.size(), " bytes"));
-  }
-  return absl::OkStatus();
-}
-
 // The stream and ordinal a device's buffers are freed on. Shared by the
 // device and its buffers, so a buffer that outlives its device (which the
 // Runtime never lets happen, but nothing enforces) still frees safely.
