@@ -7,7 +7,8 @@
 //       bare unary throughput with the same threads
 //   (d) upload and fetch of --sizes float32 bytes through the client library,
 //       in GB/s, beside a bare gRPC stream of the same bytes in the same
-//       chunk size and beside memcpy
+//       chunk size and beside memcpy; on TCP also through shared memory
+//       (upload_shm_*, fetch_shm_*), as ratios of the socket rows
 //   (e) (b) and (d) over TCP loopback and over a unix-domain socket
 //   (f) CPU matmul GFLOP/s through the service (rand on the device, matmul;
 //       the RPC returns when the product is done) for --matmul-sizes, beside
@@ -340,10 +341,78 @@ void SmallOps(Transport& t, int iterations, int threads, double seconds,
                   -1, 2 * mul_ops / bare_ops, "bare_unary (per RPC)"});
 }
 
+// (d) over shared memory (same host: the client's automatic path and the
+// zero-copy region API), each beside the socket row of the same size.
+//   upload_shm:     FromBytes(std::string): memcpy into the region + the
+//                   server's one copy onto the device
+//   upload_shm_zc:  bytes already in the region (written in place)
+//   fetch_shm:      fetch_bytes(): the server's copy into the region + a
+//                   fresh std::string (every page faulted in, ~2 GB/s)
+//   fetch_shm_into: fetch_into() a reused buffer (no page faults)
+//   fetch_shm_zc:   fetch_shared(): the bytes stay in the region
+template <typename Rate>
+void SharedMemoryBulk(Transport& t, tensord::Client& client,
+                      tensord::SharedMemoryRegion& region, uint64_t bytes,
+                      const std::string& label, const std::string& host,
+                      Rate& rate, double upload, double fetch,
+                      std::vector<Row>& rows) {
+  const std::vector<int64_t> shape{static_cast<int64_t>(bytes / 4)};
+  std::unique_ptr<tensord::Tensor> last;
+  const double up = rate([&] {
+    last.reset();
+    (void)client.tensors();  // as the socket row: reuse the warm block
+    last = std::make_unique<tensord::Tensor>(
+        client.FromBytes(tensord::DType::kFloat32, shape, host));
+  });
+  const double down = rate([&] {
+    std::string out = last->fetch_bytes();
+    if (out.size() != bytes) std::abort();
+  });
+  std::vector<std::byte> reused(bytes);
+  const double down_into = rate([&] { last->fetch_into(reused); });
+  if (std::memcmp(reused.data(), host.data(), bytes) != 0) std::abort();
+  std::memcpy(region.data(), host.data(), bytes);
+  const double up_zc = rate([&] {
+    last.reset();
+    (void)client.tensors();
+    last = std::make_unique<tensord::Tensor>(
+        client.upload_shared(region, 0, tensord::DType::kFloat32, shape));
+  });
+  const double down_zc = rate([&] { last->fetch_shared(region, 0); });
+  last.reset();
+  rows.push_back({"bulk", "upload_shm_" + label, t.name, "GB/s", up, -1,
+                  up / upload, "upload (socket)"});
+  rows.push_back({"bulk", "upload_shm_zc_" + label, t.name, "GB/s", up_zc, -1,
+                  up_zc / upload, "upload (socket)"});
+  rows.push_back({"bulk", "fetch_shm_" + label, t.name, "GB/s", down, -1,
+                  down / fetch, "fetch (socket)"});
+  rows.push_back({"bulk", "fetch_shm_into_" + label, t.name, "GB/s", down_into,
+                  -1, down_into / fetch, "fetch (socket)"});
+  rows.push_back({"bulk", "fetch_shm_zc_" + label, t.name, "GB/s", down_zc, -1,
+                  down_zc / fetch, "fetch (socket)"});
+}
+
 // (d) Upload and fetch through the client library vs bare streams.
 void Bulk(Transport& t, const std::vector<uint64_t>& sizes, std::vector<Row>& rows) {
   auto echo = bench::Echo::NewStub(t.echo_channel);
   tensord::Client client(t.tensord_channel);
+  // Shared memory rows on the TCP group only (same host either way): one
+  // client with the automatic path, one zero-copy region, both sized for
+  // the largest transfer.
+  std::unique_ptr<tensord::Client> shm_client;
+  std::shared_ptr<tensord::SharedMemoryRegion> zero_copy;
+  if (t.name == "tcp" && !sizes.empty()) {
+    const uint64_t largest = *std::max_element(sizes.begin(), sizes.end());
+    shm_client = std::make_unique<tensord::Client>(t.tensord_channel);
+    std::string why;
+    if (shm_client->enable_shared_memory(largest, &why)) {
+      zero_copy = shm_client->create_shared_memory(largest);
+    } else {
+      std::fprintf(stderr, "tensord-bench: no shared memory rows: %s\n",
+                   why.c_str());
+      shm_client.reset();
+    }
+  }
   for (uint64_t bytes : sizes) {
     const std::string label = bytes >= (1ull << 30)
                                   ? std::to_string(bytes >> 30) + "GiB"
@@ -383,8 +452,13 @@ void Bulk(Transport& t, const std::vector<uint64_t>& sizes, std::vector<Row>& ro
       Check(reader->Finish(), "Source");
     });
     std::unique_ptr<tensord::Tensor> last;
+    // Each upload waits for the previous tensor's release (tensors() waits
+    // for releases in flight), so the server's host pool hands its warm
+    // block back instead of faulting in a fresh one: the rows measure the
+    // transfer, not the allocator.
     const double upload = rate([&] {
       last.reset();
+      (void)client.tensors();
       last = std::make_unique<tensord::Tensor>(client.FromBytes(
           tensord::DType::kFloat32, {static_cast<int64_t>(bytes / 4)}, host));
     });
@@ -405,6 +479,9 @@ void Bulk(Transport& t, const std::vector<uint64_t>& sizes, std::vector<Row>& ro
                     fetch / source, "bare_stream_down"});
     rows.push_back({"bulk", "memcpy_" + label, t.name, "GB/s", memcpy_rate, -1,
                     -1, ""});
+    // The client's automatic path starts above 1 MiB.
+    if (shm_client && bytes > (1u << 20)) SharedMemoryBulk(t, *shm_client, *zero_copy, bytes, label,
+                                     host, rate, upload, fetch, rows);
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <utility>
@@ -150,6 +151,13 @@ v1::TensorInfo Session::CreateFromBytes(v1::DType dtype,
                                         const std::vector<int64_t>& shape,
                                         std::string_view bytes,
                                         const std::string& device) const {
+  if (bytes.size() > kSharedMemoryMinBytes) {
+    std::lock_guard<std::mutex> lock(shm_mu_);
+    if (auto_region_ != nullptr && bytes.size() <= auto_region_->size()) {
+      std::memcpy(auto_region_->data(), bytes.data(), bytes.size());
+      return UploadShared(*auto_region_, 0, dtype, shape, device);
+    }
+  }
   if (bytes.size() <= kUploadChunkBytes) {
     v1::CreateRequest request;
     request.set_device(device);
@@ -191,6 +199,14 @@ v1::TensorInfo Session::CreateFromBytes(v1::DType dtype,
 }
 
 std::string Session::Fetch(uint64_t handle, uint64_t nbytes) const {
+  if (nbytes > kSharedMemoryMinBytes) {
+    std::lock_guard<std::mutex> lock(shm_mu_);
+    if (auto_region_ != nullptr && nbytes <= auto_region_->size()) {
+      FetchShared(handle, *auto_region_, 0);
+      return std::string(reinterpret_cast<const char*>(auto_region_->data()),
+                         nbytes);
+    }
+  }
   if (nbytes <= kUploadChunkBytes) {
     v1::ReadRequest request;
     request.set_handle(handle);
@@ -270,6 +286,31 @@ std::string Session::Stream(uint64_t handle) const {
                     (nbytes ? std::to_string(*nbytes) : "a size header"));
   }
   return bytes;
+}
+
+void Session::FetchInto(uint64_t handle, uint64_t nbytes,
+                        std::span<std::byte> dst) const {
+  if (dst.size() != nbytes) {
+    throw Error(StatusCode::INVALID_ARGUMENT,
+                "fetch_into: the destination is " + std::to_string(dst.size()) +
+                    " bytes but tensor " + std::to_string(handle) + " has " +
+                    std::to_string(nbytes));
+  }
+  if (nbytes > kSharedMemoryMinBytes) {
+    std::lock_guard<std::mutex> lock(shm_mu_);
+    if (auto_region_ != nullptr && nbytes <= auto_region_->size()) {
+      FetchShared(handle, *auto_region_, 0);
+      std::memcpy(dst.data(), auto_region_->data(), nbytes);
+      return;
+    }
+  }
+  const std::string bytes = Fetch(handle, nbytes);
+  if (bytes.size() != nbytes) {
+    throw Error(StatusCode::DATA_LOSS,
+                "fetch_into: received " + std::to_string(bytes.size()) +
+                    " bytes, expected " + std::to_string(nbytes));
+  }
+  if (nbytes != 0) std::memcpy(dst.data(), bytes.data(), nbytes);
 }
 
 void Session::ReleaseQuietly(uint64_t handle) const noexcept {

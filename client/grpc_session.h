@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -90,7 +91,10 @@ class Session : public std::enable_shared_from_this<Session> {
         std::is_same_v<Request, v1::MatMulRequest> ||
         std::is_same_v<Request, v1::RunRequest> ||
         std::is_same_v<Request, v1::ExecuteRequest> ||
-        std::is_same_v<Request, v1::ReleaseRequest>;
+        std::is_same_v<Request, v1::ReleaseRequest> ||
+        std::is_same_v<Request, v1::RegisterSharedMemoryRequest> ||
+        std::is_same_v<Request, v1::UnregisterSharedMemoryRequest> ||
+        std::is_same_v<Request, v1::UploadFromSharedMemoryRequest>;
     constexpr bool kRetryable =
         !std::is_same_v<Request, v1::OpenSessionRequest> &&
         !std::is_same_v<Request, v1::CloseSessionRequest>;
@@ -153,6 +157,29 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string Fetch(uint64_t handle, uint64_t nbytes) const;
   // The streamed path of Fetch, resuming a broken stream a few times.
   std::string Stream(uint64_t handle) const;
+  // Fetch into `dst` (exactly `nbytes` long): through the automatic region
+  // when it applies, else Fetch() and a copy.
+  void FetchInto(uint64_t handle, uint64_t nbytes,
+                 std::span<std::byte> dst) const;
+
+  // --- Shared memory (client/shared_memory.cc) ---
+  // Creates a POSIX shared-memory object with `data_bytes` of data area,
+  // writes the cookie and registers it. Throws Error (the server's code
+  // when it refuses: NOT_FOUND from a remote server).
+  std::shared_ptr<SharedMemoryRegion> CreateRegion(size_t data_bytes) const;
+  // UploadFromSharedMemory / FetchToSharedMemory with `region` (which must
+  // be this session's: INVALID_ARGUMENT otherwise).
+  v1::TensorInfo UploadShared(const SharedMemoryRegion& region,
+                              uint64_t offset, v1::DType dtype,
+                              const std::vector<int64_t>& shape,
+                              const std::string& device) const;
+  void FetchShared(uint64_t handle, const SharedMemoryRegion& region,
+                   uint64_t offset) const;
+  // The automatic path's region (nullptr: disabled). Transfers of more
+  // than kSharedMemoryMinBytes that fit it use it, one at a time.
+  void SetAutoRegion(std::shared_ptr<SharedMemoryRegion> region) const;
+  bool HasAutoRegion() const;
+  static constexpr size_t kSharedMemoryMinBytes = kUploadChunkBytes;
 
   // Releases `handle` without waiting for the reply (destructors should not
   // pay a round trip); failures are ignored. Later listings, an
@@ -189,6 +216,11 @@ class Session : public std::enable_shared_from_this<Session> {
   const std::string instance_;
   const std::string request_id_prefix_;
   mutable std::atomic<uint64_t> next_request_id_{0};
+
+  // Guards auto_region_ and is held for the whole of each transfer through
+  // it (one region, one transfer at a time).
+  mutable std::mutex shm_mu_;
+  mutable std::shared_ptr<SharedMemoryRegion> auto_region_;
 
   mutable std::mutex release_mu_;
   mutable std::condition_variable release_cv_;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/absl_compat.h"
+#include "core/shared_memory.h"
 #include "core/status.h"
 
 namespace tensord::core {
@@ -29,6 +30,11 @@ absl::Status UnknownSession(std::string_view session) {
 absl::Status UnknownHandle(uint64_t handle) {
   return absl::NotFoundError(
       absl::StrCat("unknown tensor handle ", handle, " in this session"));
+}
+
+absl::Status UnknownRegion(uint64_t region) {
+  return absl::NotFoundError(absl::StrCat(
+      "unknown shared memory region ", region, " in this session"));
 }
 
 }  // namespace
@@ -111,6 +117,7 @@ std::vector<ExpiredSession> HandleTable::ReapExpired(
     for (auto& [handle, entry] : s->entries) e.entries.push_back(std::move(entry));
     s->entries.clear();
     s->requests.clear();
+    s->regions.clear();
     out.push_back(std::move(e));
   }
   return out;
@@ -218,6 +225,7 @@ absl::StatusOr<std::vector<HandleEntry>> HandleTable::CloseSession(
   out.reserve(s->entries.size());
   for (auto& [handle, entry] : s->entries) out.push_back(std::move(entry));
   s->entries.clear();
+  s->regions.clear();
   return out;
 }
 
@@ -233,6 +241,7 @@ std::vector<HandleEntry> HandleTable::CloseAll() {
     s->closed = true;
     for (auto& [handle, entry] : s->entries) out.push_back(std::move(entry));
     s->entries.clear();
+    s->regions.clear();
   }
   return out;
 }
@@ -328,6 +337,43 @@ absl::StatusOr<HandleEntry> HandleTable::Remove(std::string_view session,
   (*s)->entries.erase(it);
   (*s)->bytes -= entry.tensor->nbytes;
   return entry;
+}
+
+absl::StatusOr<uint64_t> HandleTable::AddRegion(
+    std::string_view session, std::shared_ptr<SharedMemoryMapping> region) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));
+  absl::MutexLock lock(&s->mu);
+  if (s->closed) return UnknownSession(session);
+  if (s->regions.size() >= options_.session_max_regions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the session already has ", s->regions.size(),
+        " shared memory regions registered, the server's limit; unregister "
+        "one first"));
+  }
+  const uint64_t id = next_handle_.fetch_add(1, std::memory_order_relaxed);
+  s->regions.emplace(id, std::move(region));
+  return id;
+}
+
+absl::StatusOr<std::shared_ptr<SharedMemoryMapping>> HandleTable::FindRegion(
+    std::string_view session, uint64_t region) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));
+  absl::MutexLock lock(&s->mu);
+  auto it = s->regions.find(region);
+  if (it == s->regions.end()) return UnknownRegion(region);
+  return it->second;
+}
+
+absl::Status HandleTable::RemoveRegion(std::string_view session,
+                                       uint64_t region) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));
+  std::shared_ptr<SharedMemoryMapping> removed;  // unmapped after the lock
+  absl::MutexLock lock(&s->mu);
+  auto it = s->regions.find(region);
+  if (it == s->regions.end()) return UnknownRegion(region);
+  removed = std::move(it->second);
+  s->regions.erase(it);
+  return absl::OkStatus();
 }
 
 }  // namespace tensord::core

@@ -40,6 +40,8 @@
 
 namespace tensord::core {
 
+class SharedMemoryMapping;  // core/shared_memory.h
+
 // A device-resident tensor. Immutable once registered; shared by the table
 // and by readers that must keep the memory alive after a release.
 struct StoredTensor {
@@ -77,6 +79,8 @@ struct HandleTableOptions {
   // The request log of each session: at most this many ids, none older than
   // `dedupe_max_age`.
   size_t dedupe_entries = 1024;
+  // Shared-memory regions one session may hold registered at once.
+  size_t session_max_regions = 16;
   std::chrono::milliseconds dedupe_max_age = std::chrono::minutes(5);
 };
 
@@ -148,6 +152,19 @@ class HandleTable {
   // Removes one entry and returns it. NOT_FOUND as Lookup.
   absl::StatusOr<HandleEntry> Remove(std::string_view session, uint64_t handle);
 
+  // Shared-memory regions of a session (see core/shared_memory.h). Region
+  // ids come from the handle counter, so one session's id is NOT_FOUND in
+  // another. Closing, reaping or CloseAll() drops a session's regions (the
+  // mapping goes when the last in-flight copy using it lets go).
+  // AddRegion: NOT_FOUND for an unknown session; RESOURCE_EXHAUSTED past
+  // session_max_regions.
+  absl::StatusOr<uint64_t> AddRegion(
+      std::string_view session, std::shared_ptr<SharedMemoryMapping> region);
+  // NOT_FOUND for an unknown session or a region not registered in it.
+  absl::StatusOr<std::shared_ptr<SharedMemoryMapping>> FindRegion(
+      std::string_view session, uint64_t region) const;
+  absl::Status RemoveRegion(std::string_view session, uint64_t region);
+
  private:
   struct Session {
     using Clock = HandleEntry::Clock;
@@ -174,6 +191,8 @@ class HandleTable {
     };
     absl::flat_hash_map<std::string, Logged> requests ABSL_GUARDED_BY(mu);
     std::deque<std::string> request_order ABSL_GUARDED_BY(mu);
+    absl::flat_hash_map<uint64_t, std::shared_ptr<SharedMemoryMapping>>
+        regions ABSL_GUARDED_BY(mu);
   };
   absl::Status QuotaCheck(const Session& s, uint64_t bytes, uint64_t tensors)
       const ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);

@@ -21,6 +21,7 @@
 #include "core/cpu/cpu_device.h"
 #include "core/handle_table.h"
 #include "core/op_checks.h"
+#include "core/shared_memory.h"
 #include "core/status.h"
 
 namespace tensord::core {
@@ -288,6 +289,11 @@ class Runtime::Impl {
 
   class UploadImpl;
   class ReaderImpl;
+
+  // Shared-memory mappings alive, and transfers through them.
+  std::atomic<int64_t> shm_regions{0};
+  std::atomic<uint64_t> shm_uploads{0};
+  std::atomic<uint64_t> shm_fetches{0};
 
  private:
   std::vector<std::unique_ptr<DeviceSlot>> slots_;
@@ -729,6 +735,60 @@ absl::StatusOr<TensorMeta> Runtime::CreateFromData(
   RETURN_IF_ERROR(slot->device->CopyFromHost(data.data(), *buffer, 0, nbytes));
   return impl_->Register(session, *slot, dtype, std::move(shape), nbytes,
                          std::move(buffer), tag);
+}
+
+absl::StatusOr<uint64_t> Runtime::RegisterSharedMemory(
+    std::string_view session, std::string_view name, uint64_t size,
+    std::string_view cookie) {
+  RETURN_IF_ERROR(impl_->table().CheckSession(session));
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<SharedMemoryMapping> mapping,
+      SharedMemoryMapping::Open(name, size, cookie, &impl_->shm_regions));
+  return impl_->table().AddRegion(session, std::move(mapping));
+}
+
+absl::Status Runtime::UnregisterSharedMemory(std::string_view session,
+                                             uint64_t region) {
+  return impl_->table().RemoveRegion(session, region);
+}
+
+absl::StatusOr<TensorMeta> Runtime::CreateFromSharedMemory(
+    std::string_view session, uint64_t region, uint64_t offset,
+    std::string_view device, DType dtype, std::span<const int64_t> dims,
+    std::string_view tag) {
+  // The mapping stays alive for the copy even if unregistered meanwhile.
+  ASSIGN_OR_RETURN(std::shared_ptr<SharedMemoryMapping> mapping,
+                   impl_->table().FindRegion(session, region));
+  RETURN_IF_ERROR(ValidateDType(dtype));
+  ASSIGN_OR_RETURN(Shape shape, Shape::Make(dims));
+  ASSIGN_OR_RETURN(uint64_t nbytes, shape.ByteSize(dtype));
+  ASSIGN_OR_RETURN(std::span<uint8_t> bytes, mapping->Range(offset, nbytes));
+  ASSIGN_OR_RETURN(TensorMeta meta,
+                   CreateFromData(session, device, dtype, dims, bytes, tag));
+  impl_->shm_uploads.fetch_add(1);
+  return meta;
+}
+
+absl::StatusOr<TensorMeta> Runtime::FetchToSharedMemory(
+    std::string_view session, uint64_t handle, uint64_t region,
+    uint64_t offset) {
+  ASSIGN_OR_RETURN(std::shared_ptr<SharedMemoryMapping> mapping,
+                   impl_->table().FindRegion(session, region));
+  ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader, OpenReader(session, handle));
+  ASSIGN_OR_RETURN(std::span<uint8_t> dst,
+                   mapping->Range(offset, reader->meta().nbytes));
+  RETURN_IF_ERROR(reader->Read(0, dst));
+  impl_->shm_fetches.fetch_add(1);
+  return reader->meta();
+}
+
+Runtime::SharedMemoryStats Runtime::shared_memory_stats() const {
+  SharedMemoryStats stats;
+  stats.regions = static_cast<uint64_t>(
+      std::max<int64_t>(0, impl_->shm_regions.load()));
+  stats.uploads = impl_->shm_uploads.load();
+  stats.fetches = impl_->shm_fetches.load();
+  return stats;
 }
 
 absl::StatusOr<TensorMeta> Runtime::CreateFilled(

@@ -261,6 +261,40 @@ class Runtime {
   absl::StatusOr<std::unique_ptr<Reader>> OpenReader(std::string_view session,
                                                      uint64_t handle);
 
+  // --- Same-host shared memory (core/shared_memory.h) -----------------------
+  // Maps the client's POSIX shared-memory object `name` (at least `size`
+  // bytes, header included, whose header starts with `cookie`) into the
+  // session and returns its region id. Codes as SharedMemoryMapping::Open;
+  // RESOURCE_EXHAUSTED past the per-session region limit. The mapping goes
+  // with UnregisterSharedMemory, the session's close or lease expiry, or the
+  // Runtime.
+  absl::StatusOr<uint64_t> RegisterSharedMemory(std::string_view session,
+                                                std::string_view name,
+                                                uint64_t size,
+                                                std::string_view cookie);
+  // NOT_FOUND for an unknown region (or session).
+  absl::Status UnregisterSharedMemory(std::string_view session,
+                                      uint64_t region);
+  // CreateFromData from the region's data area at `offset` (numel x dtype
+  // size bytes): admitted and allocated like every create, then one copy
+  // from the mapping. OUT_OF_RANGE when the bytes run past the region.
+  absl::StatusOr<TensorMeta> CreateFromSharedMemory(
+      std::string_view session, uint64_t region, uint64_t offset,
+      std::string_view device, DType dtype, std::span<const int64_t> dims,
+      std::string_view tag);
+  // Copies all bytes of tensor `handle` into the region's data area at
+  // `offset` and returns its metadata. OUT_OF_RANGE when they do not fit.
+  absl::StatusOr<TensorMeta> FetchToSharedMemory(std::string_view session,
+                                                 uint64_t handle,
+                                                 uint64_t region,
+                                                 uint64_t offset);
+  struct SharedMemoryStats {
+    uint64_t regions = 0;  // mappings alive now, all sessions
+    uint64_t uploads = 0;  // CreateFromSharedMemory successes since start
+    uint64_t fetches = 0;  // FetchToSharedMemory successes since start
+  };
+  SharedMemoryStats shared_memory_stats() const;
+
  private:
   class Impl;
   explicit Runtime(std::unique_ptr<Impl> impl);

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/shared_memory.h"
 #include "core/status.h"
 #include "server/grpc_convert.h"
 #include "server/grpc_status.h"
@@ -621,7 +622,64 @@ grpc::ServerUnaryReactor* TensorServiceImpl::GetStats(
     }
     resp->set_tensors(tensors);
     resp->set_held_bytes(bytes);
+    const core::Runtime::SharedMemoryStats shm =
+        runtime_->shared_memory_stats();
+    resp->set_shared_memory_regions(shm.regions);
+    resp->set_shared_memory_uploads(shm.uploads);
+    resp->set_shared_memory_fetches(shm.fetches);
     return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* TensorServiceImpl::RegisterSharedMemory(
+    grpc::CallbackServerContext* ctx,
+    const v1::RegisterSharedMemoryRequest* req,
+    v1::RegisterSharedMemoryResponse* resp) {
+  return Mutating(ctx, "RegisterSharedMemory", req->session(), resp,
+                  [&]() -> absl::Status {
+                    ASSIGN_OR_RETURN(uint64_t region,
+                                     runtime_->RegisterSharedMemory(
+                                         req->session(), req->name(),
+                                         req->size(), req->cookie()));
+                    resp->set_region(region);
+                    resp->set_data_bytes(req->size() -
+                                         core::kSharedMemoryDataOffset);
+                    return absl::OkStatus();
+                  });
+}
+
+grpc::ServerUnaryReactor* TensorServiceImpl::UnregisterSharedMemory(
+    grpc::CallbackServerContext* ctx,
+    const v1::UnregisterSharedMemoryRequest* req,
+    v1::UnregisterSharedMemoryResponse* resp) {
+  return Mutating(ctx, "UnregisterSharedMemory", req->session(), resp, [&] {
+    return runtime_->UnregisterSharedMemory(req->session(), req->region());
+  });
+}
+
+grpc::ServerUnaryReactor* TensorServiceImpl::UploadFromSharedMemory(
+    grpc::CallbackServerContext* ctx,
+    const v1::UploadFromSharedMemoryRequest* req, v1::TensorResponse* resp) {
+  return Mutating(ctx, "UploadFromSharedMemory", req->session(), resp,
+                  [&]() -> absl::Status {
+                    ASSIGN_OR_RETURN(core::DType dtype, FromProto(req->dtype()));
+                    return FillTensor(runtime_->CreateFromSharedMemory(
+                                          req->session(), req->region(),
+                                          req->offset(), req->device(), dtype,
+                                          Dims(req->shape()), req->tag()),
+                                      resp);
+                  });
+}
+
+grpc::ServerUnaryReactor* TensorServiceImpl::FetchToSharedMemory(
+    grpc::CallbackServerContext* ctx,
+    const v1::FetchToSharedMemoryRequest* req, v1::TensorResponse* resp) {
+  return Unary(ctx, "FetchToSharedMemory", [&] {
+    return FillTensor(runtime_->FetchToSharedMemory(req->session(),
+                                                    req->handle(),
+                                                    req->region(),
+                                                    req->offset()),
+                      resp);
   });
 }
 

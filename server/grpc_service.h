@@ -102,6 +102,24 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx,
                                      const v1::GetStatsRequest* req,
                                      v1::GetStatsResponse* resp) override;
+  // Same-host shared memory: thin wrappers over the Runtime's methods,
+  // which map, validate and copy (core/shared_memory.h).
+  grpc::ServerUnaryReactor* RegisterSharedMemory(
+      grpc::CallbackServerContext* ctx,
+      const v1::RegisterSharedMemoryRequest* req,
+      v1::RegisterSharedMemoryResponse* resp) override;
+  grpc::ServerUnaryReactor* UnregisterSharedMemory(
+      grpc::CallbackServerContext* ctx,
+      const v1::UnregisterSharedMemoryRequest* req,
+      v1::UnregisterSharedMemoryResponse* resp) override;
+  grpc::ServerUnaryReactor* UploadFromSharedMemory(
+      grpc::CallbackServerContext* ctx,
+      const v1::UploadFromSharedMemoryRequest* req,
+      v1::TensorResponse* resp) override;
+  grpc::ServerUnaryReactor* FetchToSharedMemory(
+      grpc::CallbackServerContext* ctx,
+      const v1::FetchToSharedMemoryRequest* req,
+      v1::TensorResponse* resp) override;
 
  private:
   // Runs `body` (returning absl::Status) unless draining, and finishes the

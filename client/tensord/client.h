@@ -43,6 +43,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -176,6 +177,7 @@ struct TensorInfo {
 class Client;
 struct ClientOptions;
 class Batch;
+class SharedMemoryRegion;
 namespace internal {
 class Session;
 struct TensorState;
@@ -350,8 +352,20 @@ class Tensor {
   void save_npy(const std::filesystem::path& path) const;
 
   // The tensor's bytes (row-major, little-endian), streamed in chunks whose
-  // offset and CRC-32 are checked: DATA_LOSS on a mismatch.
+  // offset and CRC-32 are checked: DATA_LOSS on a mismatch. With the
+  // client's shared memory enabled (Client::enable_shared_memory), tensors
+  // over 1 MiB that fit its region come through the region instead.
   std::string fetch_bytes() const;
+  // The bytes into `dst`, which must be exactly nbytes() long
+  // (INVALID_ARGUMENT otherwise). Into a buffer the caller reuses this
+  // skips what a fresh std::string costs: the kernel zeroing and mapping
+  // every page of it on first touch (~2 GB/s), which for large tensors is
+  // slower than the shared-memory transfer itself.
+  void fetch_into(std::span<std::byte> dst) const;
+  // Zero-copy fetch: the server writes the bytes straight into `region`'s
+  // data area at `offset` (OUT_OF_RANGE when they do not fit). `region`
+  // must belong to this tensor's session (INVALID_ARGUMENT otherwise).
+  void fetch_shared(const SharedMemoryRegion& region, uint64_t offset = 0) const;
 
   // The elements as T. INVALID_ARGUMENT when T is not the tensor's dtype.
   template <typename T>
@@ -514,6 +528,52 @@ class BatchResults {
 // client reads and writes them itself.
 
 // ---------------------------------------------------------------------------
+// Shared memory: the same-host fast path
+//
+// A POSIX shared-memory region (/dev/shm/tensord-<random hex>) created by
+// this client, registered in its session on the server, through which
+// tensor bytes move without the socket. Works only when client and server
+// share a host (and, since the object is mode 0600, run as one user).
+//
+//   auto region = client.create_shared_memory(256 << 20);
+//   std::memcpy(region->data(), weights, n);          // or write in place
+//   auto w = client.upload_shared(*region, 0, DType::kFloat32, {rows, cols});
+//   w.fetch_shared(*region, 0);                        // bytes in region->data()
+//
+// The region goes (unregistered, unmapped, unlinked) with its last
+// shared_ptr; the server unmaps it when the session ends anyway. A region
+// does not keep its session open. Thread-safety: the object is safe to
+// share, but the bytes are not synchronized: calls using overlapping
+// ranges of one region from several threads at once need the caller's own
+// locking (or disjoint offsets per thread).
+class SharedMemoryRegion {
+ public:
+  ~SharedMemoryRegion();
+  SharedMemoryRegion(const SharedMemoryRegion&) = delete;
+  SharedMemoryRegion& operator=(const SharedMemoryRegion&) = delete;
+
+  // The data area (page-aligned) and its size in bytes.
+  std::byte* data() const { return data_; }
+  size_t size() const { return size_; }
+  // The server's region id (in this session) and the object's name.
+  uint64_t id() const { return id_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  friend class internal::Session;
+  SharedMemoryRegion() = default;
+
+  std::weak_ptr<const internal::Session> session_;
+  std::string session_id_;
+  std::string name_;
+  void* base_ = nullptr;  // the whole mapping (header included)
+  size_t mapped_ = 0;
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+  uint64_t id_ = 0;
+};
+
+// ---------------------------------------------------------------------------
 // Client
 
 // How a Client gets its session.
@@ -637,6 +697,31 @@ class Client {
   // The session's live tensors (what is held, and where).
   std::vector<TensorInfo> tensors() const;
 
+  // ---- Shared memory (same host only; see SharedMemoryRegion).
+  // A new region with `bytes` of data area, registered in the session.
+  // Throws Error: NOT_FOUND when the server is on another host,
+  // PERMISSION_DENIED when it runs as another user, RESOURCE_EXHAUSTED
+  // when /dev/shm has no room.
+  std::shared_ptr<SharedMemoryRegion> create_shared_memory(size_t bytes) const;
+  // Opt-in automatic fast path: creates one region of `bytes` for this
+  // session, after which FromBytes()/tensor() uploads and fetch()/
+  // fetch_bytes()/fetch_into() of tensors over 1 MiB that fit it go through
+  // it (others use the socket). Returns false, with the reason in `*reason`
+  // when given, if the server cannot use it (remote, another user); the
+  // socket path stays. Uses of the region are serialized by a mutex, so
+  // concurrent large transfers of one Client take turns. Calling it again
+  // replaces the region.
+  bool enable_shared_memory(size_t bytes, std::string* reason = nullptr) const;
+  void disable_shared_memory() const;
+  bool shared_memory_enabled() const;
+  // Zero-copy upload: a tensor from numel x dtype size bytes at `offset` of
+  // `region`'s data area (written there by the caller). OUT_OF_RANGE when
+  // they run past the region; INVALID_ARGUMENT for a region of another
+  // session.
+  Tensor upload_shared(const SharedMemoryRegion& region, uint64_t offset,
+                       DType dtype, std::vector<int64_t> shape,
+                       const Device& device = "cpu") const;
+
   // A new, empty recorded op list (see Batch).
   Batch batch() const;
 
@@ -683,6 +768,7 @@ using client::ClientOptions;
 using client::linear;
 using client::ReduceOp;
 using client::Scalar;
+using client::SharedMemoryRegion;
 using client::UnaryOp;
 using client::Device;
 using client::DeviceInfo;

@@ -4,7 +4,12 @@
 #include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -268,6 +273,108 @@ TEST_P(ClientServerTest, DevicesAndGpuHelpers) {
   const std::vector<DeviceInfo> after = client().devices();
   EXPECT_EQ(after[1].live_tensors, devices[1].live_tensors + 1);
   EXPECT_GE(after[1].held_memory, devices[1].held_memory + 1024);
+}
+
+// Shared memory (same host: both transports here are).
+std::string Pattern(size_t n, uint32_t seed) {
+  std::string out(n, '\0');
+  uint32_t x = seed;
+  for (size_t i = 0; i < n; i += 4) {
+    x = x * 1664525u + 1013904223u;
+    std::memcpy(out.data() + i, &x, std::min<size_t>(4, n - i));
+  }
+  return out;
+}
+
+TEST_P(ClientServerTest, SharedMemoryCarriesLargeTensorsAutomatically) {
+  std::string reason;
+  ASSERT_TRUE(client().enable_shared_memory(80 << 20, &reason)) << reason;
+  EXPECT_TRUE(client().shared_memory_enabled());
+  const auto before = server_->runtime().shared_memory_stats();
+  EXPECT_EQ(before.regions, 1u);
+  const std::string bytes = Pattern(64 << 20, 7);
+  Tensor t = client().FromBytes(DType::kFloat32, {16 << 20}, bytes);
+  auto after = server_->runtime().shared_memory_stats();
+  EXPECT_EQ(after.uploads, before.uploads + 1);
+  EXPECT_EQ(t.nbytes(), bytes.size());
+  EXPECT_TRUE(t.fetch_bytes() == bytes);
+  std::vector<std::byte> reused(bytes.size());
+  t.fetch_into(reused);
+  EXPECT_EQ(std::memcmp(reused.data(), bytes.data(), bytes.size()), 0);
+  after = server_->runtime().shared_memory_stats();
+  EXPECT_EQ(after.fetches, before.fetches + 2);
+  // Small tensors and tensors larger than the region use the socket.
+  Tensor small = client().tensor<int64_t>({1, 2, 3});
+  EXPECT_EQ(small.fetch<int64_t>(), (std::vector<int64_t>{1, 2, 3}));
+  const std::string big = Pattern(96 << 20, 9);
+  Tensor large = client().FromBytes(DType::kInt32, {24 << 20}, big);
+  EXPECT_TRUE(large.fetch_bytes() == big);
+  after = server_->runtime().shared_memory_stats();
+  EXPECT_EQ(after.uploads, before.uploads + 1);
+  EXPECT_EQ(after.fetches, before.fetches + 2);
+
+  client().disable_shared_memory();
+  EXPECT_FALSE(client().shared_memory_enabled());
+  EXPECT_EQ(server_->runtime().shared_memory_stats().regions, 0u);
+}
+
+TEST_P(ClientServerTest, SharedMemoryOffByDefaultUsesTheSocket) {
+  EXPECT_FALSE(client().shared_memory_enabled());
+  const std::string bytes = Pattern(4 << 20, 3);
+  Tensor t = client().FromBytes(DType::kFloat32, {1 << 20}, bytes);
+  EXPECT_TRUE(t.fetch_bytes() == bytes);
+  std::vector<std::byte> out(bytes.size());
+  t.fetch_into(out);
+  EXPECT_EQ(std::memcmp(out.data(), bytes.data(), bytes.size()), 0);
+  const auto stats = server_->runtime().shared_memory_stats();
+  EXPECT_EQ(stats.uploads, 0u);
+  EXPECT_EQ(stats.fetches, 0u);
+  EXPECT_EQ(stats.regions, 0u);
+  EXPECT_EQ(Catch([&] { t.fetch_into(std::span<std::byte>(out).first(8)); })
+                .code(),
+            StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_P(ClientServerTest, SharedMemoryZeroCopyRegion) {
+  std::shared_ptr<SharedMemoryRegion> region =
+      client().create_shared_memory(1 << 20);
+  ASSERT_NE(region, nullptr);
+  EXPECT_EQ(region->size(), size_t{1} << 20);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(region->data()) % 4096, 0u);
+  EXPECT_EQ(region->name().rfind("/tensord-", 0), 0u);
+  auto* values = reinterpret_cast<float*>(region->data() + 4096);
+  for (int i = 0; i < 1000; ++i) values[i] = static_cast<float>(i) * 0.5f;
+  Tensor t = client().upload_shared(*region, 4096, DType::kFloat32, {10, 100},
+                                    "cpu:1");
+  EXPECT_EQ(t.device(), Device("cpu:1"));
+  Tensor doubled = t * 2;
+  doubled.fetch_shared(*region, 0);
+  const auto* out = reinterpret_cast<const float*>(region->data());
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(out[i], static_cast<float>(i));
+  // Past the end: the server's OUT_OF_RANGE.
+  EXPECT_EQ(Catch([&] { doubled.fetch_shared(*region, (1 << 20) - 100); })
+                .code(),
+            StatusCode::OUT_OF_RANGE);
+  // A region of another session is refused by the client.
+  Client other(Channel());
+  EXPECT_EQ(Catch([&] {
+              (void)other.upload_shared(*region, 0, DType::kFloat32, {1});
+            }).code(),
+            StatusCode::INVALID_ARGUMENT);
+  const std::string name = region->name();
+  region.reset();  // unregistered, unmapped and unlinked
+  EXPECT_EQ(server_->runtime().shared_memory_stats().regions, 0u);
+  EXPECT_EQ(::shm_open(name.c_str(), O_RDONLY, 0), -1);
+}
+
+TEST_P(ClientServerTest, SharedMemoryRegionsGoWithTheClient) {
+  {
+    Client c(Channel());
+    ASSERT_TRUE(c.enable_shared_memory(1 << 20));
+    auto region = c.create_shared_memory(4096);
+    EXPECT_EQ(server_->runtime().shared_memory_stats().regions, 2u);
+  }
+  EXPECT_EQ(server_->runtime().shared_memory_stats().regions, 0u);
 }
 
 TEST_P(ClientServerTest, UnreachableServerIsUnavailable) {
