@@ -737,6 +737,10 @@ absl::StatusOr<TensorMeta> Runtime::CreateFromData(
                          std::move(buffer), tag);
 }
 
+// Shared memory moves through a bounce buffer of this size (see
+// CreateFromSharedMemory).
+constexpr uint64_t kShmBounceBytes = uint64_t{1} << 20;
+
 absl::StatusOr<uint64_t> Runtime::RegisterSharedMemory(
     std::string_view session, std::string_view name, uint64_t size,
     std::string_view cookie) {
@@ -762,9 +766,19 @@ absl::StatusOr<TensorMeta> Runtime::CreateFromSharedMemory(
   RETURN_IF_ERROR(ValidateDType(dtype));
   ASSIGN_OR_RETURN(Shape shape, Shape::Make(dims));
   ASSIGN_OR_RETURN(uint64_t nbytes, shape.ByteSize(dtype));
-  ASSIGN_OR_RETURN(std::span<uint8_t> bytes, mapping->Range(offset, nbytes));
-  ASSIGN_OR_RETURN(TensorMeta meta,
-                   CreateFromData(session, device, dtype, dims, bytes, tag));
+  // Through a small bounce buffer: the copy out of the client's mapping
+  // must be guarded (core/shared_memory.h), a device copy cannot be; a
+  // cache-sized chunk keeps the extra pass in cache.
+  RETURN_IF_ERROR(mapping->CheckRange(offset, nbytes));
+  ASSIGN_OR_RETURN(std::unique_ptr<Upload> upload,
+                   BeginUpload(session, device, dtype, dims, tag));
+  std::vector<uint8_t> bounce(std::min<uint64_t>(nbytes, kShmBounceBytes));
+  for (uint64_t done = 0; done < nbytes; done += bounce.size()) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(bounce.size(), nbytes - done));
+    RETURN_IF_ERROR(mapping->CopyOut(offset + done, {bounce.data(), n}));
+    RETURN_IF_ERROR(upload->Append({bounce.data(), n}));
+  }
+  ASSIGN_OR_RETURN(TensorMeta meta, upload->Finish());
   impl_->shm_uploads.fetch_add(1);
   return meta;
 }
@@ -775,9 +789,14 @@ absl::StatusOr<TensorMeta> Runtime::FetchToSharedMemory(
   ASSIGN_OR_RETURN(std::shared_ptr<SharedMemoryMapping> mapping,
                    impl_->table().FindRegion(session, region));
   ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader, OpenReader(session, handle));
-  ASSIGN_OR_RETURN(std::span<uint8_t> dst,
-                   mapping->Range(offset, reader->meta().nbytes));
-  RETURN_IF_ERROR(reader->Read(0, dst));
+  const uint64_t nbytes = reader->meta().nbytes;
+  RETURN_IF_ERROR(mapping->CheckRange(offset, nbytes));
+  std::vector<uint8_t> bounce(std::min<uint64_t>(nbytes, kShmBounceBytes));
+  for (uint64_t done = 0; done < nbytes; done += bounce.size()) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(bounce.size(), nbytes - done));
+    RETURN_IF_ERROR(reader->Read(done, {bounce.data(), n}));
+    RETURN_IF_ERROR(mapping->CopyIn(offset + done, {bounce.data(), n}));
+  }
   impl_->shm_fetches.fetch_add(1);
   return reader->meta();
 }

@@ -5,13 +5,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <csetjmp>
+#include <csignal>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "core/status.h"
 
 namespace tensord::core {
 namespace {
@@ -140,8 +145,8 @@ absl::Status SharedMemoryMapping::CheckSize() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::span<uint8_t>> SharedMemoryMapping::Range(
-    uint64_t offset, uint64_t length) const {
+absl::StatusOr<uint8_t*> SharedMemoryMapping::Locate(uint64_t offset,
+                                                     uint64_t length) const {
   const uint64_t n = data_size();
   if (offset > n || length > n - offset) {
     return absl::OutOfRangeError(absl::StrCat(
@@ -149,10 +154,58 @@ absl::StatusOr<std::span<uint8_t>> SharedMemoryMapping::Range(
         " bytes is past the end of shared memory region '", name_,
         "' (its data area is ", n, " bytes)"));
   }
-  absl::Status size_ok = CheckSize();
-  if (!size_ok.ok()) return size_ok;
-  return std::span<uint8_t>(base_ + kSharedMemoryDataOffset + offset,
-                            static_cast<size_t>(length));
+  RETURN_IF_ERROR(CheckSize());
+  return base_ + kSharedMemoryDataOffset + offset;
+}
+
+absl::Status SharedMemoryMapping::CopyOut(uint64_t offset,
+                                          std::span<uint8_t> dst) const {
+  ASSIGN_OR_RETURN(uint8_t * src, Locate(offset, dst.size()));
+  return GuardedCopy(dst.data(), src, dst.size());
+}
+
+absl::Status SharedMemoryMapping::CopyIn(uint64_t offset,
+                                         std::span<const uint8_t> src) const {
+  ASSIGN_OR_RETURN(uint8_t * dst, Locate(offset, src.size()));
+  return GuardedCopy(dst, src.data(), src.size());
+}
+
+namespace {
+
+// volatile: the stores around the memcpy must not be optimized away (the
+// compiler knows memcpy cannot read this variable; the signal handler can).
+thread_local sigjmp_buf* volatile t_sigbus_target = nullptr;
+
+void OnSigbus(int signal_number, siginfo_t*, void*) {
+  if (t_sigbus_target != nullptr) siglongjmp(*t_sigbus_target, 1);
+  // Not a guarded copy: a real bug. Die as SIGBUS would have.
+  ::signal(signal_number, SIG_DFL);
+  ::raise(signal_number);
+}
+
+}  // namespace
+
+absl::Status GuardedCopy(void* dst, const void* src, size_t n) {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    struct sigaction action {};
+    action.sa_sigaction = OnSigbus;
+    action.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGBUS, &action, nullptr);
+  });
+  sigjmp_buf target;
+  if (sigsetjmp(target, 1) != 0) {
+    t_sigbus_target = nullptr;
+    return absl::OutOfRangeError(
+        "the shared memory region shrank while it was being copied");
+  }
+  t_sigbus_target = &target;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  std::memcpy(dst, src, n);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_sigbus_target = nullptr;
+  return absl::OkStatus();
 }
 
 }  // namespace tensord::core

@@ -16,9 +16,12 @@
 // Thread-safety: a mapping is immutable after Open(); Range() and
 // CheckSize() may be called concurrently. Bytes in the region are shared
 // with the client, which may change them at any time (its problem).
-// Known limit: a client that shrinks its object (ftruncate) while the server
-// copies can make that copy fault (SIGBUS). CheckSize() before every copy
-// catches a shrink done before the call, not one racing with it.
+// A client that shrinks its object (ftruncate) makes later accesses to the
+// lost pages fault with SIGBUS. Every copy is therefore bounds- and
+// size-checked first and then done under a SIGBUS guard (a thread-local
+// jump target and a process-wide handler installed once), so a shrink that
+// races with a copy fails that copy with OUT_OF_RANGE instead of killing the
+// daemon. Bytes never leave through a raw pointer into the mapping.
 #ifndef TENSORD_CORE_SHARED_MEMORY_H_
 #define TENSORD_CORE_SHARED_MEMORY_H_
 
@@ -66,16 +69,24 @@ class SharedMemoryMapping {
   uint64_t size() const { return size_; }
   uint64_t data_size() const { return size_ - kSharedMemoryDataOffset; }
 
-  // The bytes [offset, offset + length) of the data area, overflow-checked:
-  // OUT_OF_RANGE naming offset, length and the data area's size. Also fails
-  // (OUT_OF_RANGE) if the object shrank below the registered size since.
-  absl::StatusOr<std::span<uint8_t>> Range(uint64_t offset,
-                                           uint64_t length) const;
+  // Copy dst.size() bytes of the data area at `offset` into `dst`, or `src`
+  // into the data area at `offset`. Overflow-checked: OUT_OF_RANGE naming
+  // offset, length and the data area's size; OUT_OF_RANGE too if the object
+  // shrank below the registered size, before or during the copy.
+  absl::Status CopyOut(uint64_t offset, std::span<uint8_t> dst) const;
+  absl::Status CopyIn(uint64_t offset, std::span<const uint8_t> src) const;
+  // OK when [offset, offset + length) lies in the data area (as CopyOut
+  // checks), so callers can fail before allocating anything.
+  absl::Status CheckRange(uint64_t offset, uint64_t length) const {
+    return Locate(offset, length).status();
+  }
 
  private:
   SharedMemoryMapping(std::string name, int fd, uint8_t* base, uint64_t size,
                       std::atomic<int64_t>* live);
   absl::Status CheckSize() const;
+  // The checked span [offset, offset + length) of the data area.
+  absl::StatusOr<uint8_t*> Locate(uint64_t offset, uint64_t length) const;
 
   const std::string name_;
   const int fd_;
@@ -83,6 +94,10 @@ class SharedMemoryMapping {
   const uint64_t size_;
   std::atomic<int64_t>* const live_;
 };
+
+// memcpy that turns a SIGBUS raised while it runs (a shrunk shared memory
+// object) into OUT_OF_RANGE. Exposed for tests.
+absl::Status GuardedCopy(void* dst, const void* src, size_t n);
 
 }  // namespace tensord::core
 

@@ -6,21 +6,22 @@ namespace tensord::core {
 
 HostPool::~HostPool() {
   absl::MutexLock lock(&mu_);
-  for (auto& [size, blocks] : free_) {
-    for (void* b : blocks) ::munmap(b, size);
-  }
+  for (const Block& b : lru_) ::munmap(b.address, b.size);
 }
 
 void* HostPool::Acquire(size_t bytes) {
   const size_t size = BlockSize(bytes);
   {
     absl::MutexLock lock(&mu_);
-    auto it = free_.find(size);
-    if (it != free_.end() && !it->second.empty()) {
-      void* block = it->second.back();
+    auto it = by_size_.find(size);
+    if (it != by_size_.end() && !it->second.empty()) {
+      Lru::iterator block = it->second.back();  // the most recently freed
       it->second.pop_back();
+      if (it->second.empty()) by_size_.erase(it);
+      void* address = block->address;
+      lru_.erase(block);
       cached_ -= size;
-      return block;
+      return address;
     }
   }
   void* block = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
@@ -32,15 +33,28 @@ void* HostPool::Acquire(size_t bytes) {
 
 void HostPool::Release(void* block, size_t bytes) {
   const size_t size = BlockSize(bytes);
+  std::vector<Block> evicted;
   {
     absl::MutexLock lock(&mu_);
-    if (cached_ + size <= cache_limit_) {
-      free_[size].push_back(block);
+    if (size <= cache_limit_) {
+      while (cached_ + size > cache_limit_) {
+        const Block oldest = lru_.front();
+        std::vector<Lru::iterator>& same = by_size_[oldest.size];
+        // The oldest block of a size is the first one freed: the vector's
+        // front (blocks of a size are pushed in the order they are freed).
+        same.erase(same.begin());
+        if (same.empty()) by_size_.erase(oldest.size);
+        lru_.pop_front();
+        cached_ -= oldest.size;
+        evicted.push_back(oldest);
+      }
+      by_size_[size].push_back(lru_.insert(lru_.end(), Block{size, block}));
       cached_ += size;
-      return;
+      block = nullptr;
     }
   }
-  ::munmap(block, size);
+  for (const Block& b : evicted) ::munmap(b.address, b.size);  // outside the lock
+  if (block != nullptr) ::munmap(block, size);
 }
 
 size_t HostPool::cached_bytes() const {

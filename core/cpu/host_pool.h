@@ -9,6 +9,8 @@
 // fault-in) and advised for transparent huge pages; when freed they go back
 // to a per-size free list, up to `cache_bytes` in all, so the next tensor
 // of that size starts warm (PyTorch's caching allocator, for the host).
+// When a freed block does not fit in the cache, the least recently freed
+// blocks are unmapped to make room: the sizes a program uses now win.
 // Smaller blocks use the ordinary heap. Memory in the cache is not held by
 // any tensor: budgets count live tensors only.
 // Thread-safety: Acquire and Release are thread-safe.
@@ -16,6 +18,7 @@
 #define TENSORD_CORE_CPU_HOST_POOL_H_
 
 #include <cstddef>
+#include <list>
 #include <map>
 #include <vector>
 
@@ -48,8 +51,14 @@ class HostPool {
 
  private:
   const size_t cache_limit_;
+  struct Block {
+    size_t size;
+    void* address;
+  };
+  using Lru = std::list<Block>;  // front: freed longest ago
   mutable absl::Mutex mu_;
-  std::map<size_t, std::vector<void*>> free_ ABSL_GUARDED_BY(mu_);
+  Lru lru_ ABSL_GUARDED_BY(mu_);
+  std::map<size_t, std::vector<Lru::iterator>> by_size_ ABSL_GUARDED_BY(mu_);
   size_t cached_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -25,16 +25,28 @@ TEST(HostPoolTest, FreedBlocksAreReusedWarm) {
   pool.Release(b, 3 << 20);
 }
 
-TEST(HostPoolTest, CacheIsBounded) {
-  HostPool pool(2 << 20);
+TEST(HostPoolTest, CacheIsBoundedAndKeepsTheRecentlyFreed) {
+  HostPool pool(4 << 20);
   void* a = pool.Acquire(2 << 20);
   void* b = pool.Acquire(2 << 20);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   EXPECT_NE(a, b);
   pool.Release(a, 2 << 20);
-  pool.Release(b, 2 << 20);  // over the limit: unmapped, not cached
-  EXPECT_EQ(pool.cached_bytes(), 2u << 20);
+  pool.Release(b, 2 << 20);
+  EXPECT_EQ(pool.cached_bytes(), 4u << 20);
+  // A 4 MiB block freed now evicts the two older 2 MiB ones to fit.
+  void* big = pool.Acquire(4 << 20);
+  EXPECT_EQ(pool.cached_bytes(), 4u << 20);  // a fresh mapping: none fit
+  pool.Release(big, 4 << 20);
+  EXPECT_EQ(pool.cached_bytes(), 4u << 20);
+  EXPECT_EQ(pool.Acquire(4 << 20), big);
+  EXPECT_EQ(pool.cached_bytes(), 0u);
+  // Larger than the whole cache: never cached.
+  void* huge = pool.Acquire(6 << 20);
+  pool.Release(huge, 6 << 20);
+  EXPECT_EQ(pool.cached_bytes(), 0u);
+  pool.Release(big, 4 << 20);
 }
 
 }  // namespace
