@@ -29,7 +29,8 @@ inline constexpr const char* kRpcs[] = {
     "Upload",      "To",          "Binary",       "MatMul",
     "Run",         "Execute",     "Fetch",        "Release",
     "GetTensor",   "ListTensors", "ListSessions", "ListAllTensors",
-    "GetStats",
+    "GetStats",    "KeepAlive",   "Read",         "RegisterSharedMemory",
+    "UnregisterSharedMemory", "UploadFromSharedMemory", "FetchToSharedMemory",
 };
 
 inline constexpr uint64_t kHandleSlots = 64;

@@ -225,6 +225,40 @@ void Build() {
     v1::ListTensorsRequest l;
     Add("ListTensors", l);
   }
+  Add("KeepAlive", v1::KeepAliveRequest());
+  {
+    v1::ReadRequest r;
+    r.set_handle(0);
+    Add("Read", r);
+    r.set_offset(4);
+    r.set_length(8);
+    Add("Read", r);
+    r.set_length(uint64_t{1} << 40);  // past the end
+    Add("Read", r);
+  }
+  {
+    // No such region exists on this host: NOT_FOUND, PERMISSION_DENIED or
+    // INVALID_ARGUMENT paths; region ids that were never registered.
+    v1::RegisterSharedMemoryRequest r;
+    r.set_name("/tensord-fuzz-none");
+    r.set_size(8192);
+    r.set_cookie(std::string(16, '\x42'));
+    Add("RegisterSharedMemory", r);
+    r.set_name("/etc/passwd");
+    Add("RegisterSharedMemory", r);
+    v1::UnregisterSharedMemoryRequest u;
+    u.set_region(7);
+    Add("UnregisterSharedMemory", u);
+    v1::UploadFromSharedMemoryRequest up;
+    up.set_region(7);
+    up.set_dtype(v1::FLOAT32);
+    up.add_shape(4);
+    Add("UploadFromSharedMemory", up);
+    v1::FetchToSharedMemoryRequest f;
+    f.set_handle(0);
+    f.set_region(7);
+    Add("FetchToSharedMemory", f);
+  }
 }
 
 }  // namespace

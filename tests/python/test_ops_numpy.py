@@ -6,9 +6,7 @@ broadcasting and promotion tables, errors, and Execute's no-leak rule.
   test_ops_numpy.py TENSORD PROTO_ROOT
 """
 import os
-import subprocess
 import sys
-import tempfile
 import unittest
 
 import grpc
@@ -16,15 +14,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "e2e"))
 from daemon import Daemon  # noqa: E402
+import tensord_stubs  # noqa: E402  (beside this file)
 
 TENSORD, PROTO_ROOT = sys.argv[1], sys.argv[2]
-GEN = tempfile.mkdtemp(prefix="tensord-pystubs-")
-subprocess.run(["protoc", f"-I{PROTO_ROOT}", f"--python_out={GEN}",
-                f"--grpc_out={GEN}", "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin",
-                "tensord/v1/tensord.proto"], check=True)
-sys.path.insert(0, GEN)
-from tensord.v1 import tensord_pb2 as pb  # noqa: E402
-from tensord.v1 import tensord_pb2_grpc as pb_grpc  # noqa: E402
+pb, pb_grpc = tensord_stubs.load(PROTO_ROOT)
 
 NP = {pb.FLOAT32: np.float32, pb.FLOAT64: np.float64, pb.INT32: np.int32,
       pb.INT64: np.int64, pb.BOOL: np.bool_}
