@@ -50,6 +50,9 @@ ABSL_FLAG(double, seconds, 3.0, "duration of each throughput measurement");
 ABSL_FLAG(std::string, sizes, "1MiB,64MiB,1GiB", "upload/fetch sizes");
 ABSL_FLAG(std::string, matmul_sizes, "256,512,1024,2048,4096",
           "square matmul sizes for (f)");
+ABSL_FLAG(std::string, only, "",
+          "run only these parts, comma-separated: small (a-c), bulk (d), "
+          "matmul (f); default all");
 ABSL_FLAG(bool, quick, false,
           "tiny sizes and counts: checks the benchmark runs (CI smoke test)");
 
@@ -341,72 +344,34 @@ void SmallOps(Transport& t, int iterations, int threads, double seconds,
                   -1, 2 * mul_ops / bare_ops, "bare_unary (per RPC)"});
 }
 
-// (d) over shared memory (same host: the client's automatic path and the
-// zero-copy region API), each beside the socket row of the same size.
-//   upload_shm:     FromBytes(std::string): memcpy into the region + the
-//                   server's one copy onto the device
-//   upload_shm_zc:  bytes already in the region (written in place)
-//   fetch_shm:      fetch_bytes(): the server's copy into the region + a
-//                   fresh std::string (every page faulted in, ~2 GB/s)
-//   fetch_shm_into: fetch_into() a reused buffer (no page faults)
-//   fetch_shm_zc:   fetch_shared(): the bytes stay in the region
-template <typename Rate>
-void SharedMemoryBulk(Transport& t, tensord::Client& client,
-                      tensord::SharedMemoryRegion& region, uint64_t bytes,
-                      const std::string& label, const std::string& host,
-                      Rate& rate, double upload, double fetch,
-                      std::vector<Row>& rows) {
-  const std::vector<int64_t> shape{static_cast<int64_t>(bytes / 4)};
-  std::unique_ptr<tensord::Tensor> last;
-  const double up = rate([&] {
-    last.reset();
-    (void)client.tensors();  // as the socket row: reuse the warm block
-    last = std::make_unique<tensord::Tensor>(
-        client.FromBytes(tensord::DType::kFloat32, shape, host));
-  });
-  const double down = rate([&] {
-    std::string out = last->fetch_bytes();
-    if (out.size() != bytes) std::abort();
-  });
-  std::vector<std::byte> reused(bytes);
-  const double down_into = rate([&] { last->fetch_into(reused); });
-  if (std::memcmp(reused.data(), host.data(), bytes) != 0) std::abort();
-  std::memcpy(region.data(), host.data(), bytes);
-  const double up_zc = rate([&] {
-    last.reset();
-    (void)client.tensors();
-    last = std::make_unique<tensord::Tensor>(
-        client.upload_shared(region, 0, tensord::DType::kFloat32, shape));
-  });
-  const double down_zc = rate([&] { last->fetch_shared(region, 0); });
-  last.reset();
-  rows.push_back({"bulk", "upload_shm_" + label, t.name, "GB/s", up, -1,
-                  up / upload, "upload (socket)"});
-  rows.push_back({"bulk", "upload_shm_zc_" + label, t.name, "GB/s", up_zc, -1,
-                  up_zc / upload, "upload (socket)"});
-  rows.push_back({"bulk", "fetch_shm_" + label, t.name, "GB/s", down, -1,
-                  down / fetch, "fetch (socket)"});
-  rows.push_back({"bulk", "fetch_shm_into_" + label, t.name, "GB/s", down_into,
-                  -1, down_into / fetch, "fetch (socket)"});
-  rows.push_back({"bulk", "fetch_shm_zc_" + label, t.name, "GB/s", down_zc, -1,
-                  down_zc / fetch, "fetch (socket)"});
-}
-
-// (d) Upload and fetch through the client library vs bare streams.
+// (d) Upload and fetch through the client library beside bare streams of
+// the same bytes in the same chunks, memcpy and (TCP group only, same host
+// either way) shared memory. On a shared machine a single timing says little:
+// every measurement of one size runs once per round, interleaved with the
+// others, and the row reports its median round.
+//   upload / fetch:  FromBytes(std::string) / fetch_bytes() through the socket
+//                    (fetch into a fresh std::string, as the bare stream's
+//                    reader appends into a fresh one: both fault its pages in)
+//   fetch_into:      fetch_into() a reused buffer through the socket
+//   upload_shm:      FromBytes through the automatic shared-memory path:
+//                    memcpy into the region + the server's one copy
+//   upload_shm_zc:   bytes already in the region (written in place)
+//   fetch_shm:       fetch_bytes() through the region into a fresh string
+//   fetch_shm_into:  fetch_into() a reused buffer through the region
+//   fetch_shm_zc:    fetch_shared(): the bytes stay in the region
 void Bulk(Transport& t, const std::vector<uint64_t>& sizes, std::vector<Row>& rows) {
   auto echo = bench::Echo::NewStub(t.echo_channel);
   tensord::Client client(t.tensord_channel);
-  // Shared memory rows on the TCP group only (same host either way): one
-  // client with the automatic path, one zero-copy region, both sized for
-  // the largest transfer.
+  // One client with the automatic shared-memory path and one zero-copy
+  // region, both sized for the largest transfer.
   std::unique_ptr<tensord::Client> shm_client;
-  std::shared_ptr<tensord::SharedMemoryRegion> zero_copy;
+  std::shared_ptr<tensord::SharedMemoryRegion> region;
   if (t.name == "tcp" && !sizes.empty()) {
     const uint64_t largest = *std::max_element(sizes.begin(), sizes.end());
     shm_client = std::make_unique<tensord::Client>(t.tensord_channel);
     std::string why;
     if (shm_client->enable_shared_memory(largest, &why)) {
-      zero_copy = shm_client->create_shared_memory(largest);
+      region = shm_client->create_shared_memory(largest);
     } else {
       std::fprintf(stderr, "tensord-bench: no shared memory rows: %s\n",
                    why.c_str());
@@ -417,16 +382,33 @@ void Bulk(Transport& t, const std::vector<uint64_t>& sizes, std::vector<Row>& ro
     const std::string label = bytes >= (1ull << 30)
                                   ? std::to_string(bytes >> 30) + "GiB"
                                   : std::to_string(bytes >> 20) + "MiB";
+    const std::vector<int64_t> shape{static_cast<int64_t>(bytes / 4)};
     std::string host(bytes, '\0');
     for (uint64_t i = 0; i < bytes; i += 4096) host[i] = static_cast<char>(i);
-    const int reps = bytes >= (256ull << 20) ? 1 : (bytes >= (32ull << 20) ? 3 : 20);
-    auto rate = [&](const std::function<void()>& body) {
-      body();  // warm: touch buffers, open streams
-      const auto t0 = Clock::now();
-      for (int r = 0; r < reps; ++r) body();
-      return static_cast<double>(bytes) * reps / Seconds(Clock::now() - t0) / 1e9;
+    std::string dst(bytes, '\0');
+    std::vector<std::byte> reused(bytes);
+    std::unique_ptr<tensord::Tensor> last, last_shm;
+    // A large upload first waits for the release of the tensor before it
+    // (tensors() waits for releases in flight), so the server's host pool
+    // hands the warm block back: the rows measure the transfer, not the
+    // allocator. Small blocks stay cached anyway; waiting would add a
+    // round trip to every 1 MiB upload.
+    auto upload_with = [&](tensord::Client& c, std::unique_ptr<tensord::Tensor>& slot,
+                           const std::function<tensord::Tensor()>& make) {
+      slot.reset();
+      if (bytes >= (32ull << 20)) (void)c.tensors();
+      slot = std::make_unique<tensord::Tensor>(make());
     };
-    const double sink = rate([&] {
+    struct Measure {
+      std::string name, ratio_of;
+      std::function<void()> body;
+      std::vector<double> seconds;
+    };
+    std::vector<Measure> m;
+    auto add = [&](std::string name, std::string of, std::function<void()> body) {
+      m.push_back(Measure{std::move(name), std::move(of), std::move(body), {}});
+    };
+    add("bare_stream_up", "", [&] {
       grpc::ClientContext ctx;
       bench::Empty resp;
       auto writer = echo->Sink(&ctx, &resp);
@@ -439,7 +421,12 @@ void Bulk(Transport& t, const std::vector<uint64_t>& sizes, std::vector<Row>& ro
       writer->WritesDone();
       Check(writer->Finish(), "Sink");
     });
-    const double source = rate([&] {
+    add("upload", "bare_stream_up", [&] {
+      upload_with(client, last, [&] {
+        return client.FromBytes(tensord::DType::kFloat32, shape, host);
+      });
+    });
+    add("bare_stream_down", "", [&] {
       grpc::ClientContext ctx;
       bench::SourceRequest req;
       req.set_total_bytes(bytes);
@@ -451,37 +438,74 @@ void Bulk(Transport& t, const std::vector<uint64_t>& sizes, std::vector<Row>& ro
       while (reader->Read(&chunk)) out.append(chunk.data());
       Check(reader->Finish(), "Source");
     });
-    std::unique_ptr<tensord::Tensor> last;
-    // Each upload waits for the previous tensor's release (tensors() waits
-    // for releases in flight), so the server's host pool hands its warm
-    // block back instead of faulting in a fresh one: the rows measure the
-    // transfer, not the allocator.
-    const double upload = rate([&] {
-      last.reset();
-      (void)client.tensors();
-      last = std::make_unique<tensord::Tensor>(client.FromBytes(
-          tensord::DType::kFloat32, {static_cast<int64_t>(bytes / 4)}, host));
+    add("fetch", "bare_stream_down", [&] {
+      if (last->fetch_bytes().size() != bytes) std::abort();
     });
-    const double fetch = rate([&] {
-      std::string out = last->fetch_bytes();
-      if (out.size() != bytes) std::abort();
-    });
-    last.reset();
-    std::string dst(bytes, '\0');
-    const double memcpy_rate = rate([&] {
+    add("fetch_into", "bare_stream_down",
+                 [&] { last->fetch_into(reused); });
+    add("memcpy", "", [&] {
       std::memcpy(dst.data(), host.data(), bytes);
     });
-    rows.push_back({"bulk", "bare_stream_up_" + label, t.name, "GB/s", sink, -1, 1, ""});
-    rows.push_back({"bulk", "upload_" + label, t.name, "GB/s", upload, -1,
-                    upload / sink, "bare_stream_up"});
-    rows.push_back({"bulk", "bare_stream_down_" + label, t.name, "GB/s", source, -1, 1, ""});
-    rows.push_back({"bulk", "fetch_" + label, t.name, "GB/s", fetch, -1,
-                    fetch / source, "bare_stream_down"});
-    rows.push_back({"bulk", "memcpy_" + label, t.name, "GB/s", memcpy_rate, -1,
-                    -1, ""});
     // The client's automatic path starts above 1 MiB.
-    if (shm_client && bytes > (1u << 20)) SharedMemoryBulk(t, *shm_client, *zero_copy, bytes, label,
-                                     host, rate, upload, fetch, rows);
+    if (shm_client && bytes > (1u << 20)) {
+      add("upload_shm", "upload", [&] {
+        upload_with(*shm_client, last_shm, [&] {
+          return shm_client->FromBytes(tensord::DType::kFloat32, shape, host);
+        });
+      });
+      add("fetch_shm", "fetch", [&] {
+        if (last_shm->fetch_bytes().size() != bytes) std::abort();
+      });
+      add("fetch_shm_into", "fetch",
+                   [&] { last_shm->fetch_into(reused); });
+      add("upload_shm_zc", "upload", [&] {
+        std::memcpy(region->data(), host.data(), bytes);  // untimed below
+      });
+      add("fetch_shm_zc", "fetch",
+                   [&] { last_shm->fetch_shared(*region, 0); });
+    }
+    const int rounds = bytes >= (256ull << 20) ? 3 : (bytes >= (32ull << 20) ? 5 : 11);
+    const int reps = bytes >= (32ull << 20) ? 1 : 10;  // per timing
+    for (int round = -1; round < rounds; ++round) {  // round -1 warms up
+      for (Measure& x : m) {
+        if (x.name == "upload_shm_zc") {  // the bytes are in place already
+          x.body();
+          const auto t0 = Clock::now();
+          for (int r = 0; r < reps; ++r) {
+            upload_with(*shm_client, last_shm, [&] {
+              return shm_client->upload_shared(*region, 0,
+                                               tensord::DType::kFloat32, shape);
+            });
+          }
+          if (round >= 0) x.seconds.push_back(Seconds(Clock::now() - t0));
+          continue;
+        }
+        const auto t0 = Clock::now();
+        for (int r = 0; r < reps; ++r) x.body();
+        if (round >= 0) x.seconds.push_back(Seconds(Clock::now() - t0));
+      }
+    }
+    if (std::memcmp(reused.data(), host.data(), bytes) != 0) std::abort();
+    last.reset();
+    last_shm.reset();
+    auto rate_of = [&](const std::string& name) {
+      for (Measure& x : m) {
+        if (x.name != name) continue;
+        std::sort(x.seconds.begin(), x.seconds.end());
+        return static_cast<double>(bytes) * reps / x.seconds[x.seconds.size() / 2] / 1e9;
+      }
+      return -1.0;
+    };
+    for (const Measure& x : m) {
+      const double value = rate_of(x.name);
+      const double ratio = x.ratio_of.empty() ? (x.name == "memcpy" ? -1 : 1)
+                                              : value / rate_of(x.ratio_of);
+      const std::string of = x.ratio_of == "upload" || x.ratio_of == "fetch"
+                                 ? x.ratio_of + " (socket)"
+                                 : x.ratio_of;
+      rows.push_back({"bulk", x.name + "_" + label, t.name, "GB/s", value, -1,
+                      ratio, of});
+    }
   }
 }
 
@@ -546,6 +570,24 @@ int main(int argc, char** argv) {
     if (absl::SimpleAtoi(part, &n) && n > 0) matmul_sizes.push_back(n);
   }
 
+  bool run_small = true, run_bulk = true, run_matmul = true;
+  if (const std::string only = absl::GetFlag(FLAGS_only); !only.empty()) {
+    run_small = run_bulk = run_matmul = false;
+    for (absl::string_view part : absl::StrSplit(only, ',', absl::SkipEmpty())) {
+      if (part == "small") {
+        run_small = true;
+      } else if (part == "bulk") {
+        run_bulk = true;
+      } else if (part == "matmul") {
+        run_matmul = true;
+      } else {
+        std::fprintf(stderr, "tensord-bench: --only: unknown part '%s' "
+                     "(small, bulk, matmul)\n", std::string(part).c_str());
+        return 2;
+      }
+    }
+  }
+
   EchoService echo;
   const std::string dir = "/tmp/tensord-bench-" + std::to_string(::getpid());
   std::vector<std::unique_ptr<Transport>> transports;
@@ -555,10 +597,10 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   for (auto& t : transports) {
     if (!t) return 1;
-    SmallOps(*t, iterations, threads, seconds, rows);
-    Bulk(*t, sizes, rows);
+    if (run_small) SmallOps(*t, iterations, threads, seconds, rows);
+    if (run_bulk) Bulk(*t, sizes, rows);
   }
-  Matmul(*transports[0], matmul_sizes, rows);
+  if (run_matmul) Matmul(*transports[0], matmul_sizes, rows);
 
   std::printf("%-11s %-28s %-10s %12s %10s %9s  %s\n", "group", "measurement",
               "transport", "value", "p99", "ratio", "unit / ratio of");

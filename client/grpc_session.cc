@@ -1,7 +1,7 @@
 #include "client/grpc_session.h"
 
 #include <grpcpp/support/sync_stream.h>
-#include <zlib.h>
+#include <isa-l/crc.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -213,9 +213,8 @@ std::string Session::Fetch(uint64_t handle, uint64_t nbytes) const {
     const v1::FetchChunk chunk =
         Call(&v1::TensorService::Stub::Read, std::move(request));
     const std::string& data = chunk.data();
-    const uLong crc = crc32(crc32(0L, Z_NULL, 0),
-                            reinterpret_cast<const Bytef*>(data.data()),
-                            static_cast<uInt>(data.size()));
+    const uint32_t crc = crc32_gzip_refl(
+        0, reinterpret_cast<const unsigned char*>(data.data()), data.size());
     if (crc != chunk.crc32() || data.size() != chunk.tensor().nbytes()) {
       throw Error(StatusCode::DATA_LOSS,
                   "Read of tensor " + std::to_string(handle) + ": " +
@@ -256,9 +255,8 @@ std::string Session::Stream(uint64_t handle) const {
                         std::to_string(bytes.size()) + " bytes received");
       }
       const std::string& data = chunk.data();
-      const uLong crc = crc32(crc32(0L, Z_NULL, 0),
-                              reinterpret_cast<const Bytef*>(data.data()),
-                              static_cast<uInt>(data.size()));
+      const uint32_t crc = crc32_gzip_refl(
+        0, reinterpret_cast<const unsigned char*>(data.data()), data.size());
       if (crc != chunk.crc32()) {
         context.TryCancel();
         throw Error(StatusCode::DATA_LOSS,

@@ -20,7 +20,7 @@ case "${ID}:${VERSION_ID:-}" in
   ubuntu:24.04)
     runtime_pkgs=(
       libgrpc++1.51t64 libprotobuf32t64 libspdlog1.12-fmt9 libopenblas0-pthread
-      libcpp-httplib0.14t64 libtomlplusplus3t64 libsystemd0
+      libcpp-httplib0.14t64 libtomlplusplus3t64 libsystemd0 libisal2
     ) ;;
   *)
     if [[ "${ID}:${VERSION_ID:-}" != debian:12 ]]; then
@@ -29,7 +29,7 @@ case "${ID}:${VERSION_ID:-}" in
     fi
     runtime_pkgs=(
       libgrpc++1.51 libprotobuf32 libspdlog1.10 libopenblas0-pthread
-      libcpp-httplib0.11 libtomlplusplus3 libsystemd0
+      libcpp-httplib0.11 libtomlplusplus3 libsystemd0 libisal2
     ) ;;
 esac
 build_pkgs=(
@@ -37,8 +37,8 @@ build_pkgs=(
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev libspdlog-dev libfmt-dev libopenblas-dev zlib1g-dev libssl-dev
   libgtest-dev libgmock-dev
-  # /metrics, the config file, sd_notify.
-  libcpp-httplib-dev libtomlplusplus-dev libsystemd-dev
+  # /metrics, the config file, sd_notify, fetched chunks' CRC-32 (ISA-L).
+  libcpp-httplib-dev libtomlplusplus-dev libsystemd-dev libisal-dev
   # The cross-language test generates Python stubs from our proto.
   python3 python3-grpcio python3-protobuf python3-numpy
   # tests/deploy parses the Kubernetes and Compose YAML.

@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include <zlib.h>
+#include <isa-l/crc.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -419,8 +419,7 @@ absl::Status ReadChunk(core::Runtime::Reader& reader, uint64_t offset,
   auto* bytes = reinterpret_cast<uint8_t*>(data->data());
   RETURN_IF_ERROR(reader.Read(offset, {bytes, n}));
   chunk->set_offset(offset);
-  chunk->set_crc32(static_cast<uint32_t>(
-      crc32(crc32(0L, Z_NULL, 0), bytes, static_cast<uInt>(n))));
+  chunk->set_crc32(crc32_gzip_refl(0, bytes, n));
   return absl::OkStatus();
 }
 
