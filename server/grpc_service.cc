@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "core/shared_memory.h"
 #include "core/status.h"
+#include "proto/wire/bulk.h"
 #include "server/grpc_convert.h"
 #include "server/grpc_status.h"
 
@@ -220,11 +221,12 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Create(
 
 // Reads an upload stream: the header allocates the tensor, every message's
 // data is appended in place, end of stream registers it. Any error finishes
-// the RPC at once; destroying the Upload frees its memory.
-class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
+// the RPC at once; destroying the Upload frees its memory. Messages arrive
+// raw: their `data` goes from gRPC's slices onto the device in one copy.
+class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   UploadReactor(TensorServiceImpl* service, grpc::CallbackServerContext* ctx,
-                v1::TensorResponse* resp)
+                grpc::ByteBuffer* resp)
       : service_(service),
         resp_(resp),
         scope_(service, ctx, "Upload"),
@@ -248,9 +250,11 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
       return;
     }
     if (replayed_) {  // a retry of a finished upload: its first response
+      Reply(replayed_response_);
       Finish(scope_.Finish(absl::OkStatus()));
       return;
     }
+    message_.Clear();
     StartRead(&message_);
   }
 
@@ -258,22 +262,36 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
 
  private:
   absl::Status Consume() {
+    ++messages_;
+    v1::UploadRequest fields;  // every field but `data`
+    wire::BulkField data;
+    std::string error;
+    if (!wire::ScanBulkMessage(&message_, kUploadDataField, &fields, &data,
+                               &error)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Upload message #", messages_,
+          " is not a tensord.v1.UploadRequest: ", error));
+    }
+    if (data.count > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Upload message #", messages_, " carries `data` ", data.count,
+          " times; send one chunk per message"));
+    }
     if (upload_ == nullptr) {
-      if (!message_.has_header()) {
+      if (!fields.has_header()) {
         return absl::InvalidArgumentError(
             "the first Upload message must carry the header (session, "
             "device, dtype, shape)");
       }
-      const v1::UploadRequest::Header& h = message_.header();
+      const v1::UploadRequest::Header& h = fields.header();
       if (!request_id_.empty()) {
         ASSIGN_OR_RETURN(
             std::optional<std::string> remembered,
             service_->runtime_->BeginRequest(h.session(), request_id_));
         if (remembered.has_value()) {
           replayed_ = true;
-          return resp_->ParseFromString(*remembered)
-                     ? absl::OkStatus()
-                     : absl::InternalError("a remembered response does not parse");
+          replayed_response_ = std::move(*remembered);
+          return absl::OkStatus();
         }
         session_ = h.session();  // the request is ours to end
       }
@@ -281,13 +299,31 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
       ASSIGN_OR_RETURN(upload_, service_->runtime_->BeginUpload(
                                     h.session(), h.device(), dtype,
                                     Dims(h.shape()), h.tag()));
-    } else if (message_.has_header()) {
+    } else if (fields.has_header()) {
       return absl::InvalidArgumentError(
           "only the first Upload message may carry a header");
     }
-    const std::string& data = message_.data();
-    return upload_->Append(
-        {reinterpret_cast<const uint8_t*>(data.data()), data.size()});
+    if (data.count == 0) return absl::OkStatus();
+    absl::Status status;
+    const bool read = wire::ForEachBulkPiece(
+        &message_, kUploadDataField,
+        [&](const uint8_t* bytes, size_t n) {
+          status = upload_->Append({bytes, n});
+          return status.ok();
+        },
+        &error);
+    if (!status.ok()) return status;
+    if (!read) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Upload message #", messages_, ": ", error));
+    }
+    return absl::OkStatus();
+  }
+
+  // Sets the raw reply to the serialized TensorResponse `bytes`.
+  void Reply(const std::string& bytes) {
+    grpc::Slice slice(bytes);
+    *resp_ = grpc::ByteBuffer(&slice, 1);
   }
 
   void Complete() {
@@ -296,43 +332,50 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
           "Upload stream ended before its header arrived"));
       return;
     }
-    absl::Status status = FillTensor(upload_->Finish(), resp_);
+    v1::TensorResponse response;
+    absl::Status status = FillTensor(upload_->Finish(), &response);
     upload_.reset();
     if (!status.ok()) {
       Fail(status);
       return;
     }
-    EndRequest(true);
+    const std::string bytes = response.SerializeAsString();
+    Reply(bytes);
+    EndRequest(&bytes);
     Finish(scope_.Finish(status));
   }
 
   void Fail(const absl::Status& status) {
     upload_.reset();
-    EndRequest(false);
+    EndRequest(nullptr);
     Finish(scope_.Finish(status));
   }
 
-  // Records the outcome of a request id this upload began.
-  void EndRequest(bool ok) {
+  // Records the outcome of a request id this upload began: its serialized
+  // response, or nullptr when it failed.
+  void EndRequest(const std::string* response) {
     if (session_.empty()) return;
-    const std::string bytes = ok ? resp_->SerializeAsString() : "";
-    service_->runtime_->EndRequest(session_, request_id_,
-                                   ok ? &bytes : nullptr);
+    service_->runtime_->EndRequest(session_, request_id_, response);
     session_.clear();
   }
 
+  static constexpr uint32_t kUploadDataField =
+      v1::UploadRequest::kDataFieldNumber;
+
   TensorServiceImpl* service_;  // borrowed
-  v1::TensorResponse* resp_;    // owned by gRPC
+  grpc::ByteBuffer* resp_;      // owned by gRPC
   RpcScope scope_;
   const std::string request_id_;  // "" = none
   std::string session_;  // set while a request id of this upload is open
   bool replayed_ = false;
-  v1::UploadRequest message_;
+  std::string replayed_response_;  // when replayed_
+  int64_t messages_ = 0;           // read so far
+  grpc::ByteBuffer message_;
   std::unique_ptr<core::Runtime::Upload> upload_;
 };
 
-grpc::ServerReadReactor<v1::UploadRequest>* TensorServiceImpl::Upload(
-    grpc::CallbackServerContext* ctx, v1::TensorResponse* resp) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* TensorServiceImpl::Upload(
+    grpc::CallbackServerContext* ctx, grpc::ByteBuffer* resp) {
   return new UploadReactor(this, ctx, resp);
 }
 
@@ -456,13 +499,21 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Read(
 
 // Streams a tensor's bytes from the requested offset in chunks, one write in
 // flight at a time. The first chunk carries the metadata; an empty tensor (or
-// an offset at the end) still gets that one chunk.
-class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchChunk> {
+// an offset at the end) still gets that one chunk. Chunks go out raw: the
+// device copies each one straight into the slice gRPC sends.
+class FetchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   FetchReactor(TensorServiceImpl* service, grpc::CallbackServerContext* ctx,
-               const v1::FetchRequest& req)
+               const grpc::ByteBuffer& raw)
       : scope_(service, ctx, "Fetch") {
-    absl::Status status = Open(service, ctx, req);
+    v1::FetchRequest req;
+    grpc::ByteBuffer copy(raw);  // Deserialize consumes its buffer
+    absl::Status status =
+        grpc::SerializationTraits<v1::FetchRequest>::Deserialize(&copy, &req)
+                .ok()
+            ? Open(service, ctx, req)
+            : absl::InvalidArgumentError(
+                  "the Fetch request is not a tensord.v1.FetchRequest");
     if (!status.ok()) {
       Finish(scope_.Finish(status));
       return;
@@ -498,21 +549,25 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchChunk> {
     chunk_bytes_ = req.chunk_bytes() == 0
                        ? kDefaultFetchChunkBytes
                        : std::min(req.chunk_bytes(), kMaxFetchChunkBytes);
-    ToProto(reader_->meta(), chunk_.mutable_tensor());
+    ToProto(reader_->meta(), head_.mutable_tensor());
     return absl::OkStatus();
   }
 
   void WriteNext() {
     // Metadata rides on the first chunk only. The previous chunk is free to
-    // reuse: gRPC is done with it once OnWriteDone has run.
-    if (!first_) chunk_.clear_tensor();
-    first_ = false;
+    // replace: gRPC holds its own reference to the slices it still sends.
     const uint64_t n = std::min<uint64_t>(chunk_bytes_, end_ - offset_);
-    absl::Status status = ReadChunk(*reader_, offset_, n, &chunk_);
+    head_.set_offset(offset_);
+    wire::BulkMessageBuilder builder(head_, v1::FetchChunk::kDataFieldNumber, n);
+    absl::Status status = reader_->Read(offset_, {builder.data(), n});
     if (!status.ok()) {
       Finish(scope_.Finish(status));
       return;
     }
+    head_.clear_tensor();
+    v1::FetchChunk tail;
+    tail.set_crc32(crc32_gzip_refl(0, builder.data(), n));
+    chunk_ = builder.Finish(tail);
     offset_ += n;
     if (offset_ >= end_) {
       // Every byte is read: let go of the tensor before the status goes
@@ -534,12 +589,12 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchChunk> {
   uint64_t offset_ = 0;
   uint64_t end_ = 0;
   uint32_t chunk_bytes_ = kDefaultFetchChunkBytes;
-  bool first_ = true;
-  v1::FetchChunk chunk_;
+  v1::FetchChunk head_;  // the fields before `data`: tensor (first), offset
+  grpc::ByteBuffer chunk_;
 };
 
-grpc::ServerWriteReactor<v1::FetchChunk>* TensorServiceImpl::Fetch(
-    grpc::CallbackServerContext* ctx, const v1::FetchRequest* req) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* TensorServiceImpl::Fetch(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req) {
   return new FetchReactor(this, ctx, *req);
 }
 

@@ -30,7 +30,14 @@ inline constexpr char kInstanceMetadataKey[] = "tensord-instance";
 inline constexpr char kRequestIdMetadataKey[] = "tensord-request-id";
 inline constexpr uint64_t kDefaultMaxInlineBytes = 4 << 20;
 
-class TensorServiceImpl final : public v1::TensorService::CallbackService {
+// Upload and Fetch are raw methods: their bulk payload is read from and
+// written into gRPC's slices in place (proto/wire/bulk.h), not copied
+// through protobuf's std::string fields.
+using TensorServiceBase = v1::TensorService::WithRawCallbackMethod_Upload<
+    v1::TensorService::WithRawCallbackMethod_Fetch<
+        v1::TensorService::CallbackService>>;
+
+class TensorServiceImpl final : public TensorServiceBase {
  public:
   // `runtime`, `metrics` and `auth` (nullptr: no authentication) are
   // borrowed and must outlive the service.
@@ -62,8 +69,11 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
   grpc::ServerUnaryReactor* Create(grpc::CallbackServerContext* ctx,
                                    const v1::CreateRequest* req,
                                    v1::TensorResponse* resp) override;
-  grpc::ServerReadReactor<v1::UploadRequest>* Upload(
-      grpc::CallbackServerContext* ctx, v1::TensorResponse* resp) override;
+  // Raw: the request stream carries tensord.v1.UploadRequest messages, the
+  // reply is a tensord.v1.TensorResponse.
+  using TensorServiceBase::Upload;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Upload(
+      grpc::CallbackServerContext* ctx, grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* To(grpc::CallbackServerContext* ctx,
                                const v1::ToRequest* req,
                                v1::TensorResponse* resp) override;
@@ -82,8 +92,11 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
   grpc::ServerUnaryReactor* Read(grpc::CallbackServerContext* ctx,
                                  const v1::ReadRequest* req,
                                  v1::FetchChunk* resp) override;
-  grpc::ServerWriteReactor<v1::FetchChunk>* Fetch(
-      grpc::CallbackServerContext* ctx, const v1::FetchRequest* req) override;
+  // Raw: the request is a tensord.v1.FetchRequest, the replies are
+  // tensord.v1.FetchChunk messages.
+  using TensorServiceBase::Fetch;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Fetch(
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req) override;
   grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx,
                                     const v1::ReleaseRequest* req,
                                     v1::ReleaseResponse* resp) override;

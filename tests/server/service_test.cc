@@ -493,7 +493,9 @@ TEST_F(ServiceTest, UploadStreamsAndValidates) {
   EXPECT_EQ(t.device(), "cpu:1");
   std::string back;
   ASSERT_TRUE(Fetch(t.handle(), &back).ok());
-  EXPECT_TRUE(back == bytes);
+  ASSERT_EQ(back.size(), bytes.size());
+  EXPECT_TRUE(back == bytes) << "first difference at byte "
+                             << std::mismatch(back.begin(), back.end(), bytes.begin()).first - back.begin();
 
   // Short stream, long stream, no header, two headers.
   std::vector<v1::UploadRequest> short_stream(messages.begin(), messages.end() - 1);
