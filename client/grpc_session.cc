@@ -6,9 +6,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
+
+#include "proto/wire/bulk.h"
 
 namespace tensord::client::internal {
 
@@ -65,16 +68,21 @@ std::shared_ptr<Session> Session::Open(std::shared_ptr<grpc::Channel> channel,
   if (!status.ok()) ThrowStatus(status);
   // make_shared cannot reach the private constructor.
   std::shared_ptr<Session> session(
-      new Session(std::move(stub), std::move(id),
+      new Session(std::move(channel), std::move(id),
                   std::chrono::milliseconds(ttl_ms), options.keepalive,
                   InstanceOf(context)));
   return session;
 }
 
-Session::Session(std::unique_ptr<v1::TensorService::Stub> stub, std::string id,
-                 std::chrono::milliseconds ttl, bool keepalive,
+Session::Session(std::shared_ptr<grpc::ChannelInterface> channel,
+                 std::string id, std::chrono::milliseconds ttl, bool keepalive,
                  std::string instance)
-    : stub_(std::move(stub)),
+    : channel_(std::move(channel)),
+      stub_(v1::TensorService::NewStub(channel_)),
+      upload_method_("/tensord.v1.TensorService/Upload",
+                     grpc::internal::RpcMethod::CLIENT_STREAMING, channel_),
+      fetch_method_("/tensord.v1.TensorService/Fetch",
+                    grpc::internal::RpcMethod::SERVER_STREAMING, channel_),
       id_(std::move(id)),
       ttl_(ttl),
       instance_(std::move(instance)),
@@ -174,10 +182,11 @@ v1::TensorInfo Session::CreateFromBytes(v1::DType dtype,
     grpc::ClientContext context;
     context.AddMetadata(kRequestIdKey, request_id);
     v1::TensorResponse response;
-    std::unique_ptr<grpc::ClientWriter<v1::UploadRequest>> writer =
-        stub_->Upload(&context, &response);
-    v1::UploadRequest message;
-    v1::UploadRequest::Header* header = message.mutable_header();
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+            channel_.get(), upload_method_, &context, &response));
+    v1::UploadRequest head;  // the message's fields before `data`
+    v1::UploadRequest::Header* header = head.mutable_header();
     header->set_session(id_);
     header->set_device(device);
     header->set_dtype(dtype);
@@ -185,10 +194,13 @@ v1::TensorInfo Session::CreateFromBytes(v1::DType dtype,
     for (size_t offset = 0; offset < bytes.size();
          offset += kUploadChunkBytes) {
       const size_t n = std::min(kUploadChunkBytes, bytes.size() - offset);
-      message.set_data(bytes.data() + offset, n);
+      // The chunk is copied once, into the slice gRPC sends.
+      wire::BulkMessageBuilder message(
+          head, v1::UploadRequest::kDataFieldNumber, n);
+      std::memcpy(message.data(), bytes.data() + offset, n);
       // A failed write means the server ended the stream; Finish() says why.
-      if (!writer->Write(message)) break;
-      message.clear_header();
+      if (!writer->Write(message.Finish(v1::UploadRequest()))) break;
+      head.clear_header();
     }
     writer->WritesDone();
     grpc::Status status = writer->Finish();
@@ -210,9 +222,9 @@ std::string Session::Fetch(uint64_t handle, uint64_t nbytes) const {
   if (nbytes <= kUploadChunkBytes) {
     v1::ReadRequest request;
     request.set_handle(handle);
-    const v1::FetchChunk chunk =
+    v1::FetchChunk chunk =
         Call(&v1::TensorService::Stub::Read, std::move(request));
-    const std::string& data = chunk.data();
+    std::string data = std::move(*chunk.mutable_data());
     const uint32_t crc = crc32_gzip_refl(
         0, reinterpret_cast<const unsigned char*>(data.data()), data.size());
     if (crc != chunk.crc32() || data.size() != chunk.tensor().nbytes()) {
@@ -225,65 +237,90 @@ std::string Session::Fetch(uint64_t handle, uint64_t nbytes) const {
     }
     return data;
   }
-  return Stream(handle);
+  std::string bytes;
+  bytes.reserve(nbytes);  // appending faults the pages in once
+  Stream(handle, nbytes, [&](const uint8_t* data, size_t n) {
+    bytes.append(reinterpret_cast<const char*>(data), n);
+  });
+  return bytes;
 }
 
-std::string Session::Stream(uint64_t handle) const {
+void Session::Stream(
+    uint64_t handle, uint64_t nbytes,
+    const std::function<void(const uint8_t*, size_t)>& append) const {
   constexpr int kMaxResumes = 3;
-  std::string bytes;
-  std::optional<uint64_t> nbytes;  // known from the first chunk
+  uint64_t received = 0;
+  std::optional<uint64_t> size;  // the tensor's, from the first chunk
+  auto fail = [&](grpc::ClientContext& context, const std::string& what) {
+    context.TryCancel();
+    throw Error(StatusCode::DATA_LOSS,
+                "Fetch of tensor " + std::to_string(handle) + ": " + what);
+  };
   for (int attempt = 0;; ++attempt) {
     v1::FetchRequest request;
     request.set_session(id_);
     request.set_handle(handle);
-    request.set_offset(bytes.size());
+    request.set_offset(received);
     grpc::ClientContext context;
-    std::unique_ptr<grpc::ClientReader<v1::FetchChunk>> reader =
-        stub_->Fetch(&context, request);
-    v1::FetchChunk chunk;
-    while (reader->Read(&chunk)) {
-      if (chunk.has_tensor() && !nbytes.has_value()) {
-        nbytes = chunk.tensor().nbytes();
-        bytes.reserve(*nbytes);
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+            channel_.get(), fetch_method_, &context, request));
+    grpc::ByteBuffer message;
+    while (reader->Read(&message)) {
+      v1::FetchChunk chunk;  // every field but `data`
+      wire::BulkField data;
+      std::string error;
+      if (!wire::ScanBulkMessage(&message, v1::FetchChunk::kDataFieldNumber,
+                                 &chunk, &data, &error) ||
+          data.count > 1) {
+        fail(context, "a chunk is not one tensord.v1.FetchChunk (" +
+                          (error.empty() ? "`data` repeated" : error) + ")");
       }
-      if (chunk.offset() != bytes.size()) {
-        context.TryCancel();
-        throw Error(StatusCode::DATA_LOSS,
-                    "Fetch of tensor " + std::to_string(handle) +
-                        ": chunk at offset " + std::to_string(chunk.offset()) +
-                        " does not continue the " +
-                        std::to_string(bytes.size()) + " bytes received");
+      if (chunk.has_tensor() && !size.has_value()) {
+        size = chunk.tensor().nbytes();
+        if (*size != nbytes) {
+          fail(context, "the tensor has " + std::to_string(*size) +
+                            " bytes, expected " + std::to_string(nbytes));
+        }
       }
-      const std::string& data = chunk.data();
-      const uint32_t crc = crc32_gzip_refl(
-        0, reinterpret_cast<const unsigned char*>(data.data()), data.size());
+      if (chunk.offset() != received || data.bytes > nbytes - received) {
+        fail(context, "chunk of " + std::to_string(data.bytes) +
+                          " bytes at offset " + std::to_string(chunk.offset()) +
+                          " does not continue the " + std::to_string(received) +
+                          " bytes received (of " + std::to_string(nbytes) + ")");
+      }
+      uint32_t crc = 0;
+      (void)wire::ForEachBulkPiece(
+          &message, v1::FetchChunk::kDataFieldNumber,
+          [&](const uint8_t* piece, size_t n) {
+            crc = crc32_gzip_refl(crc, piece, n);
+            append(piece, n);
+            return true;
+          },
+          &error);  // the scan above read the same bytes: no error here
       if (crc != chunk.crc32()) {
-        context.TryCancel();
-        throw Error(StatusCode::DATA_LOSS,
-                    "Fetch of tensor " + std::to_string(handle) +
-                        ": chunk at offset " + std::to_string(chunk.offset()) +
-                        " failed its CRC-32 check (computed " +
-                        std::to_string(crc) + ", sent " +
-                        std::to_string(chunk.crc32()) + ")");
+        fail(context, "chunk at offset " + std::to_string(chunk.offset()) +
+                          " failed its CRC-32 check (computed " +
+                          std::to_string(crc) + ", sent " +
+                          std::to_string(chunk.crc32()) + ")");
       }
-      bytes.append(data);
+      received += data.bytes;
     }
     grpc::Status status = reader->Finish();
     CheckInstance(context);
     if (status.ok()) break;
     // Resume an interrupted stream from what already arrived intact.
-    if (status.error_code() != StatusCode::UNAVAILABLE || bytes.empty() ||
+    if (status.error_code() != StatusCode::UNAVAILABLE || received == 0 ||
         attempt == kMaxResumes) {
       ThrowStatus(status);
     }
   }
-  if (!nbytes.has_value() || bytes.size() != *nbytes) {
+  if (!size.has_value() || received != nbytes) {
     throw Error(StatusCode::DATA_LOSS,
                 "Fetch of tensor " + std::to_string(handle) + ": received " +
-                    std::to_string(bytes.size()) + " bytes, expected " +
-                    (nbytes ? std::to_string(*nbytes) : "a size header"));
+                    std::to_string(received) + " bytes, expected " +
+                    std::to_string(nbytes));
   }
-  return bytes;
 }
 
 void Session::FetchInto(uint64_t handle, uint64_t nbytes,
@@ -302,13 +339,16 @@ void Session::FetchInto(uint64_t handle, uint64_t nbytes,
       return;
     }
   }
-  const std::string bytes = Fetch(handle, nbytes);
-  if (bytes.size() != nbytes) {
-    throw Error(StatusCode::DATA_LOSS,
-                "fetch_into: received " + std::to_string(bytes.size()) +
-                    " bytes, expected " + std::to_string(nbytes));
+  if (nbytes <= kUploadChunkBytes) {
+    const std::string bytes = Fetch(handle, nbytes);  // one unary Read
+    if (nbytes != 0) std::memcpy(dst.data(), bytes.data(), nbytes);
+    return;
   }
-  if (nbytes != 0) std::memcpy(dst.data(), bytes.data(), nbytes);
+  size_t at = 0;  // Stream() checks that the pieces add up to nbytes
+  Stream(handle, nbytes, [&](const uint8_t* data, size_t n) {
+    std::memcpy(dst.data() + at, data, n);
+    at += n;
+  });
 }
 
 void Session::ReleaseQuietly(uint64_t handle) const noexcept {

@@ -24,12 +24,14 @@
 #define TENSORD_CLIENT_GRPC_SESSION_H_
 
 #include <grpcpp/client_context.h>
+#include <grpcpp/impl/codegen/rpc_method.h>
 #include <grpcpp/support/status.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -155,10 +157,13 @@ class Session : public std::enable_shared_from_this<Session> {
   // must equal the tensor's size: DATA_LOSS otherwise. A stream broken by
   // UNAVAILABLE is resumed from the last good offset a few times.
   std::string Fetch(uint64_t handle, uint64_t nbytes) const;
-  // The streamed path of Fetch, resuming a broken stream a few times.
-  std::string Stream(uint64_t handle) const;
+  // The streamed path of Fetch: hands the `nbytes` bytes of tensor `handle`
+  // to `append` in order, piece by piece as they lie in the received
+  // slices (one copy: the caller's), resuming a broken stream a few times.
+  void Stream(uint64_t handle, uint64_t nbytes,
+              const std::function<void(const uint8_t*, size_t)>& append) const;
   // Fetch into `dst` (exactly `nbytes` long): through the automatic region
-  // when it applies, else Fetch() and a copy.
+  // when it applies, else streamed straight into `dst`.
   void FetchInto(uint64_t handle, uint64_t nbytes,
                  std::span<std::byte> dst) const;
 
@@ -205,12 +210,17 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
-  Session(std::unique_ptr<v1::TensorService::Stub> stub, std::string id,
+  Session(std::shared_ptr<grpc::ChannelInterface> channel, std::string id,
           std::chrono::milliseconds ttl, bool keepalive, std::string instance);
   // The keepalive thread's body.
   void KeepAliveLoop();
 
+  const std::shared_ptr<grpc::ChannelInterface> channel_;
   std::unique_ptr<v1::TensorService::Stub> stub_;
+  // Upload and Fetch called raw (ByteBuffer messages in the generated
+  // stub's place), so bulk data skips protobuf's copies (proto/wire/bulk.h).
+  const grpc::internal::RpcMethod upload_method_;
+  const grpc::internal::RpcMethod fetch_method_;
   const std::string id_;
   const std::chrono::milliseconds ttl_;
   const std::string instance_;
