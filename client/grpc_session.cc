@@ -166,7 +166,7 @@ v1::TensorInfo Session::CreateFromBytes(v1::DType dtype,
       return UploadShared(*auto_region_, 0, dtype, shape, device);
     }
   }
-  if (bytes.size() <= kUploadChunkBytes) {
+  if (bytes.size() <= kInlineCreateBytes) {
     v1::CreateRequest request;
     request.set_device(device);
     request.set_dtype(dtype);

@@ -516,6 +516,57 @@ TEST_F(ServiceTest, UploadStreamsAndValidates) {
   EXPECT_EQ(HeldBytes("cpu:1"), bytes.size());
 }
 
+// Upload is read raw (proto/wire/bulk): any message protobuf accepts works,
+// whatever the field order, and what it cannot mean is refused by name.
+TEST_F(ServiceTest, RawUploadTakesAnyFieldOrderAndRefusesRepeatedData) {
+  auto channel = grpc::CreateChannel(server_->address(),
+                                     grpc::InsecureChannelCredentials());
+  const grpc::internal::RpcMethod method(
+      "/tensord.v1.TensorService/Upload",
+      grpc::internal::RpcMethod::CLIENT_STREAMING, channel);
+  auto upload = [&](const std::string& message, v1::TensorInfo* out) {
+    grpc::ClientContext ctx;
+    v1::TensorResponse resp;
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+            channel.get(), method, &ctx, &resp));
+    grpc::Slice slice(message);
+    writer->Write(grpc::ByteBuffer(&slice, 1));
+    writer->WritesDone();
+    grpc::Status s = writer->Finish();
+    if (out != nullptr) *out = resp.tensor();
+    return s;
+  };
+  v1::UploadRequest header;
+  header.mutable_header()->set_session(session_);
+  header.mutable_header()->set_device("cpu:0");
+  header.mutable_header()->set_dtype(v1::INT64);
+  header.mutable_header()->add_shape(3);
+  v1::UploadRequest data;
+  data.set_data(Bytes(std::vector<int64_t>{5, 16, 3}));
+  // `data` before `header` in the one message.
+  v1::TensorInfo t;
+  grpc::Status s =
+      upload(data.SerializeAsString() + header.SerializeAsString(), &t);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  std::string back;
+  ASSERT_TRUE(Fetch(t.handle(), &back).ok());
+  EXPECT_EQ(back, data.data());
+  // `data` twice: protobuf would keep the second; we refuse the ambiguity.
+  s = upload(header.SerializeAsString() + data.SerializeAsString() +
+                 data.SerializeAsString(),
+             nullptr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("carries `data` 2 times"));
+  // Not an UploadRequest at all.
+  s = upload(std::string("\x0a\x05\xff", 3), nullptr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("is not a tensord.v1.UploadRequest"));
+  // Only the good upload holds memory.
+  EXPECT_EQ(HeldBytes("cpu:0"), 24u);
+}
+
 TEST_F(ServiceTest, HandlesAreSessionScoped) {
   v1::TensorInfo mine = CreateInt64({1, 2, 3});
   const std::string other = OpenSession();
