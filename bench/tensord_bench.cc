@@ -37,6 +37,8 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "core/cpu/blas.h"
 #include "server/byte_size.h"
 #include "server/server.h"
 #include "tensord/channel.h"
@@ -586,6 +588,12 @@ std::vector<uint64_t> ParseSizes(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As the daemon does (server/main.cc): the best BLAS kernel for this CPU,
+  // a thread per usable CPU, no lock-order graph on every absl::Mutex. Both
+  // matmul rows then use the same kernel: the one the daemon would run.
+  tensord::core::ReexecWithBestBlasKernel(argv);
+  tensord::core::SetBlasThreads(tensord::core::UsableCpus());
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::ParseCommandLine(argc, argv);
   const bool quick = absl::GetFlag(FLAGS_quick);
   const int iterations = quick ? 200 : std::max(10, absl::GetFlag(FLAGS_iterations));
@@ -633,6 +641,11 @@ int main(int argc, char** argv) {
   }
   if (run_matmul) Matmul(*transports[0], matmul_sizes, rows);
 
+  const tensord::core::BlasInfo blas = tensord::core::CurrentBlas();
+  const std::string replaced = tensord::core::ReplacedBlasCore();
+  std::printf("BLAS kernel %s%s%s, %d threads\n", blas.core.c_str(),
+              replaced.empty() ? "" : " (forced over the library's choice, ",
+              replaced.empty() ? "" : (replaced + ")").c_str(), blas.threads);
   std::printf("%-11s %-28s %-10s %12s %10s %9s  %s\n", "group", "measurement",
               "transport", "value", "p99", "ratio", "unit / ratio of");
   for (const Row& r : rows) {
@@ -643,8 +656,8 @@ int main(int argc, char** argv) {
                 r.unit.c_str(), r.ratio_of.empty() ? "" : " / ",
                 r.ratio_of.c_str());
   }
-  std::printf("{\"benchmark\":\"tensord-bench\",\"iterations\":%d,\"threads\":%d,\"results\":[",
-              iterations, threads);
+  std::printf("{\"benchmark\":\"tensord-bench\",\"iterations\":%d,\"threads\":%d,\"blas_kernel\":\"%s\",\"blas_threads\":%d,\"results\":[",
+              iterations, threads, blas.core.c_str(), blas.threads);
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     std::printf("%s{\"group\":\"%s\",\"name\":\"%s\",\"transport\":\"%s\",\"unit\":\"%s\",\"value\":%.3f,\"p99\":%.3f,\"ratio\":%.4f,\"ratio_of\":\"%s\"}",

@@ -12,7 +12,10 @@
 // are refused, in-flight ones get a grace period, then every tensor is
 // freed. SIGHUP re-reads log_level from the config file. Under systemd
 // (Type=notify) it reports READY=1 once serving and STOPPING=1 on shutdown.
+#include <unistd.h>
+
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -23,7 +26,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/cpu/blas.h"
 #include "core/device_registry.h"
 #include "server/byte_size.h"
 #include "server/config.h"
@@ -79,6 +84,9 @@ ABSL_FLAG(std::string, max_inline_bytes, "4MiB",
 ABSL_FLAG(std::string, max_tensor_bytes, "",
           "largest single tensor, e.g. 16GiB (empty or 0 = no limit beyond "
           "the device budget)");
+ABSL_FLAG(int, blas_threads, 0,
+          "threads of the CPU device's BLAS; 0 = the CPUs this process may "
+          "use (its affinity, capped by a container's CPU quota)");
 ABSL_FLAG(std::string, config, "",
           "TOML config file (default /etc/tensord/tensord.toml if present); "
           "keys are these flags' names, e.g. listen = \"0.0.0.0:50051\"");
@@ -90,6 +98,20 @@ namespace {
 int Fail(const std::string& message) {
   std::fprintf(stderr, "tensord: %s\n", message.c_str());
   return 2;
+}
+
+// Sizes the BLAS thread pool and says which kernel runs.
+void ConfigureBlas(int threads) {
+  const int usable = tensord::core::UsableCpus();
+  tensord::core::SetBlasThreads(threads > 0 ? threads : usable);
+  const tensord::core::BlasInfo blas = tensord::core::CurrentBlas();
+  const std::string replaced = tensord::core::ReplacedBlasCore();
+  spdlog::info("BLAS: {}; kernel {}{}; {} threads ({} usable CPUs)",
+               blas.config, blas.core,
+               replaced.empty() ? ""
+                                : " (forced over the library's choice, " +
+                                      replaced + ")",
+               blas.threads, usable);
 }
 
 // Applies a log level name; false if it is not one.
@@ -128,6 +150,11 @@ void Reload(const std::string& config_path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First: it may start the program over with a better BLAS kernel.
+  tensord::core::ReexecWithBestBlasKernel(argv);
+  // absl::Mutex's lock-order graph (on in Debian's build) costs every lock
+  // a hash-table update; it is a debugging aid, kept on in the tests.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage(
       "tensord: serves tensors on this machine's devices over gRPC.\n"
       "Usage: tensord [--listen HOST:PORT] [--host-devices N] "
@@ -160,6 +187,7 @@ int main(int argc, char** argv) {
                 "': expected trace, debug, info, warn, error or off");
   }
   if (!config_path.empty()) spdlog::info("config file: {}", config_path);
+  ConfigureBlas(absl::GetFlag(FLAGS_blas_threads));
 
   tensord::server::ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
