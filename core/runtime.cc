@@ -541,6 +541,11 @@ absl::StatusOr<TensorRef> Runtime::Impl::AsDType(DeviceSlot& slot,
 
 // --- Upload ------------------------------------------------------------------
 
+// Copies through host memory (Upload::AppendFrom and Reader::ReadWith on a
+// device whose memory is not host memory) go in pieces of this size: small
+// enough that the extra pass stays in cache.
+constexpr uint64_t kBounceBytes = uint64_t{1} << 20;
+
 class Runtime::Impl::UploadImpl final : public Runtime::Upload {
  public:
   UploadImpl(Impl* runtime, std::string_view session, DeviceSlot* slot,
@@ -556,20 +561,43 @@ class Runtime::Impl::UploadImpl final : public Runtime::Upload {
         tag_(tag) {}
 
   absl::Status Append(std::span<const uint8_t> data) override {
-    if (buffer_ == nullptr) {
-      return absl::FailedPreconditionError("upload is already finished");
-    }
-    if (data.size() > nbytes_ - received_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "upload overflows the tensor: ", data.size(), " more bytes after ",
-          received_, " of ", nbytes_, " (shape ", shape_.ToString(),
-          " of dtype ", ToAbsl(DTypeName(dtype_)), ")"));
-    }
+    RETURN_IF_ERROR(CheckRoom(data.size()));
     RETURN_IF_ERROR(slot_->device->CopyFromHost(data.data(), *buffer_,
                                                 received_, data.size()));
     received_ += data.size();
     return absl::OkStatus();
   }
+
+  absl::Status AppendFrom(uint64_t n, const Filler& fill) override {
+    RETURN_IF_ERROR(CheckRoom(n));
+    if (slot_->device->kind() == DeviceKind::kCpu) {
+      auto* at = static_cast<uint8_t*>(buffer_->data()) + received_;
+      RETURN_IF_ERROR(fill({at, static_cast<size_t>(n)}, 0));
+      received_ += n;
+      return absl::OkStatus();
+    }
+    std::vector<uint8_t> bounce(std::min<uint64_t>(n, kBounceBytes));
+    for (uint64_t done = 0; done < n; done += bounce.size()) {
+      const size_t k = static_cast<size_t>(std::min<uint64_t>(bounce.size(), n - done));
+      RETURN_IF_ERROR(fill({bounce.data(), k}, done));
+      RETURN_IF_ERROR(Append({bounce.data(), k}));
+    }
+    return absl::OkStatus();
+  }
+  // OK when `n` more bytes fit; the errors of Append otherwise.
+  absl::Status CheckRoom(uint64_t n) const {
+    if (buffer_ == nullptr) {
+      return absl::FailedPreconditionError("upload is already finished");
+    }
+    if (n > nbytes_ - received_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "upload overflows the tensor: ", n, " more bytes after ",
+          received_, " of ", nbytes_, " (shape ", shape_.ToString(),
+          " of dtype ", ToAbsl(DTypeName(dtype_)), ")"));
+    }
+    return absl::OkStatus();
+  }
+
 
   absl::StatusOr<TensorMeta> Finish() override {
     if (buffer_ == nullptr) {
@@ -619,6 +647,27 @@ class Runtime::Impl::ReaderImpl final : public Runtime::Reader {
     if (dst.empty()) return absl::OkStatus();
     return tensor_->device->CopyToHost(*tensor_->buffer, offset, dst.data(),
                                        dst.size());
+  }
+
+  absl::Status ReadWith(uint64_t offset, uint64_t n,
+                        const Consumer& consume) override {
+    if (offset > tensor_->nbytes || n > tensor_->nbytes - offset) {
+      return absl::OutOfRangeError(
+          absl::StrCat("read of ", n, " bytes at offset ", offset,
+                       " is past the end of tensor ", meta_.handle, " (",
+                       tensor_->nbytes, " bytes)"));
+    }
+    if (tensor_->device->kind() == DeviceKind::kCpu) {
+      const auto* at = static_cast<const uint8_t*>(tensor_->buffer->data()) + offset;
+      return consume({at, static_cast<size_t>(n)}, 0);
+    }
+    std::vector<uint8_t> bounce(std::min<uint64_t>(n, kBounceBytes));
+    for (uint64_t done = 0; done < n; done += bounce.size()) {
+      const size_t k = static_cast<size_t>(std::min<uint64_t>(bounce.size(), n - done));
+      RETURN_IF_ERROR(Read(offset + done, {bounce.data(), k}));
+      RETURN_IF_ERROR(consume({bounce.data(), k}, done));
+    }
+    return absl::OkStatus();
   }
 
  private:
@@ -737,10 +786,6 @@ absl::StatusOr<TensorMeta> Runtime::CreateFromData(
                          std::move(buffer), tag);
 }
 
-// Shared memory moves through a bounce buffer of this size (see
-// CreateFromSharedMemory).
-constexpr uint64_t kShmBounceBytes = uint64_t{1} << 20;
-
 absl::StatusOr<uint64_t> Runtime::RegisterSharedMemory(
     std::string_view session, std::string_view name, uint64_t size,
     std::string_view cookie) {
@@ -766,18 +811,17 @@ absl::StatusOr<TensorMeta> Runtime::CreateFromSharedMemory(
   RETURN_IF_ERROR(ValidateDType(dtype));
   ASSIGN_OR_RETURN(Shape shape, Shape::Make(dims));
   ASSIGN_OR_RETURN(uint64_t nbytes, shape.ByteSize(dtype));
-  // Through a small bounce buffer: the copy out of the client's mapping
-  // must be guarded (core/shared_memory.h), a device copy cannot be; a
-  // cache-sized chunk keeps the extra pass in cache.
+  // The copy out of the client's mapping must be guarded
+  // (core/shared_memory.h): straight into the tensor on the CPU device, into
+  // a cache-sized buffer then onto the device elsewhere (a device copy
+  // cannot be guarded).
   RETURN_IF_ERROR(mapping->CheckRange(offset, nbytes));
   ASSIGN_OR_RETURN(std::unique_ptr<Upload> upload,
                    BeginUpload(session, device, dtype, dims, tag));
-  std::vector<uint8_t> bounce(std::min<uint64_t>(nbytes, kShmBounceBytes));
-  for (uint64_t done = 0; done < nbytes; done += bounce.size()) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(bounce.size(), nbytes - done));
-    RETURN_IF_ERROR(mapping->CopyOut(offset + done, {bounce.data(), n}));
-    RETURN_IF_ERROR(upload->Append({bounce.data(), n}));
-  }
+  RETURN_IF_ERROR(upload->AppendFrom(
+      nbytes, [&](std::span<uint8_t> dst, uint64_t at) {
+        return mapping->CopyOut(offset + at, dst);
+      }));
   ASSIGN_OR_RETURN(TensorMeta meta, upload->Finish());
   impl_->shm_uploads.fetch_add(1);
   return meta;
@@ -791,12 +835,10 @@ absl::StatusOr<TensorMeta> Runtime::FetchToSharedMemory(
   ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader, OpenReader(session, handle));
   const uint64_t nbytes = reader->meta().nbytes;
   RETURN_IF_ERROR(mapping->CheckRange(offset, nbytes));
-  std::vector<uint8_t> bounce(std::min<uint64_t>(nbytes, kShmBounceBytes));
-  for (uint64_t done = 0; done < nbytes; done += bounce.size()) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(bounce.size(), nbytes - done));
-    RETURN_IF_ERROR(reader->Read(done, {bounce.data(), n}));
-    RETURN_IF_ERROR(mapping->CopyIn(offset + done, {bounce.data(), n}));
-  }
+  RETURN_IF_ERROR(reader->ReadWith(
+      0, nbytes, [&](std::span<const uint8_t> src, uint64_t at) {
+        return mapping->CopyIn(offset + at, src);
+      }));
   impl_->shm_fetches.fetch_add(1);
   return reader->meta();
 }

@@ -197,6 +197,14 @@ class Runtime {
     virtual ~Upload() = default;
     // Appends bytes at the current end. INVALID_ARGUMENT past the size.
     virtual absl::Status Append(std::span<const uint8_t> data) = 0;
+    // Appends `n` bytes that `fill(dst, at)` writes (`at`: offset of `dst`
+    // within the n): straight into the tensor's memory when the device's
+    // memory is host memory (one call), else into a cache-sized buffer
+    // copied onto the device piece by piece. For sources that must be
+    // copied by a particular routine (shared memory's guarded copy).
+    using Filler =
+        std::function<absl::Status(std::span<uint8_t> dst, uint64_t at)>;
+    virtual absl::Status AppendFrom(uint64_t n, const Filler& fill) = 0;
     // INVALID_ARGUMENT if fewer bytes than the size arrived; registers the
     // tensor in the session otherwise.
     virtual absl::StatusOr<TensorMeta> Finish() = 0;
@@ -257,6 +265,14 @@ class Runtime {
     // Copies dst.size() bytes starting at `offset` to host memory.
     // OUT_OF_RANGE if offset + dst.size() > nbytes.
     virtual absl::Status Read(uint64_t offset, std::span<uint8_t> dst) = 0;
+    // Hands the `n` bytes at `offset` to `consume(src, at)` (`at`: offset of
+    // `src` within the n): the tensor's own memory when it is host memory
+    // (one call), else a cache-sized copy piece by piece. The mirror of
+    // Upload::AppendFrom.
+    using Consumer =
+        std::function<absl::Status(std::span<const uint8_t> src, uint64_t at)>;
+    virtual absl::Status ReadWith(uint64_t offset, uint64_t n,
+                                  const Consumer& consume) = 0;
   };
   absl::StatusOr<std::unique_ptr<Reader>> OpenReader(std::string_view session,
                                                      uint64_t handle);

@@ -561,6 +561,52 @@ TEST_F(RuntimeTest, Upload) {
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
 }
 
+// AppendFrom / ReadWith: on a host device the source writes straight into
+// the tensor's memory (one call), and reads see it in place.
+TEST_F(RuntimeTest, AppendFromAndReadWithUseTheHostMemoryInPlace) {
+  const int64_t dims[] = {4};
+  auto up = rt_->BeginUpload(session_, "cpu:1", DType::kInt32, dims, "").value();
+  int calls = 0;
+  ASSERT_TRUE(up->Append(Bytes(std::vector<int32_t>{7})).ok());
+  ASSERT_TRUE(up->AppendFrom(12, [&](std::span<uint8_t> dst, uint64_t at) {
+                  ++calls;
+                  EXPECT_EQ(at, 0u);
+                  EXPECT_EQ(dst.size(), 12u);
+                  const int32_t v[] = {8, 9, 10};
+                  std::memcpy(dst.data(), v, sizeof(v));
+                  return absl::OkStatus();
+                }).ok());
+  EXPECT_EQ(calls, 1);
+  // Past the size: the same refusal as Append, and the source is not asked.
+  const absl::Status over = up->AppendFrom(4, [&](std::span<uint8_t>, uint64_t) {
+    ADD_FAILURE() << "filled past the end";
+    return absl::OkStatus();
+  });
+  EXPECT_THAT(std::string(over.message()), HasSubstr("overflows"));
+  auto m = up->Finish();
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_THAT(Fetch<int32_t>(m->handle), ElementsAre(7, 8, 9, 10));
+
+  auto reader = rt_->OpenReader(session_, m->handle).value();
+  std::vector<int32_t> seen;
+  ASSERT_TRUE(reader->ReadWith(4, 8, [&](std::span<const uint8_t> src, uint64_t at) {
+                  EXPECT_EQ(at, 0u);
+                  seen.resize(src.size() / 4);
+                  std::memcpy(seen.data(), src.data(), src.size());
+                  return absl::OkStatus();
+                }).ok());
+  EXPECT_THAT(seen, ElementsAre(8, 9));
+  EXPECT_EQ(reader->ReadWith(8, 12, [](std::span<const uint8_t>, uint64_t) {
+                     return absl::OkStatus();
+                   }).code(),
+            absl::StatusCode::kOutOfRange);
+  // A failing consumer's status comes back as it is.
+  EXPECT_EQ(reader->ReadWith(0, 4, [](std::span<const uint8_t>, uint64_t) {
+                     return absl::DataLossError("client went away");
+                   }).code(),
+            absl::StatusCode::kDataLoss);
+}
+
 TEST_F(RuntimeTest, ConcurrentSessions) {
   constexpr int kThreads = 8, kIters = 200;
   std::vector<std::thread> threads;
