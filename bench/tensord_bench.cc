@@ -404,11 +404,14 @@ void Bulk(Transport& t, const std::vector<uint64_t>& sizes, std::vector<Row>& ro
     struct Measure {
       std::string name, ratio_of;
       std::function<void()> body;
+      std::function<void()> prepare;  // untimed, before each timing
       std::vector<double> seconds;
     };
     std::vector<Measure> m;
-    auto add = [&](std::string name, std::string of, std::function<void()> body) {
-      m.push_back(Measure{std::move(name), std::move(of), std::move(body), {}});
+    auto add = [&](std::string name, std::string of, std::function<void()> body,
+                   std::function<void()> prepare = nullptr) {
+      m.push_back(Measure{std::move(name), std::move(of), std::move(body),
+                          std::move(prepare), {}});
     };
     add("bare_stream_up", "", [&] {
       grpc::ClientContext ctx;
@@ -460,9 +463,14 @@ void Bulk(Transport& t, const std::vector<uint64_t>& sizes, std::vector<Row>& ro
       });
       add("fetch_shm_into", "fetch",
                    [&] { last_shm->fetch_into(reused); });
-      add("upload_shm_zc", "upload", [&] {
-        std::memcpy(region->data(), host.data(), bytes);  // untimed below
-      });
+      add("upload_shm_zc", "upload",
+          [&] {
+            upload_with(*shm_client, last_shm, [&] {
+              return shm_client->upload_shared(*region, 0,
+                                               tensord::DType::kFloat32, shape);
+            });
+          },
+          [&] { std::memcpy(region->data(), host.data(), bytes); });
       add("fetch_shm_zc", "fetch",
                    [&] { last_shm->fetch_shared(*region, 0); });
     }
@@ -470,18 +478,7 @@ void Bulk(Transport& t, const std::vector<uint64_t>& sizes, std::vector<Row>& ro
     const int reps = bytes >= (32ull << 20) ? 1 : 10;  // per timing
     for (int round = -1; round < rounds; ++round) {  // round -1 warms up
       for (Measure& x : m) {
-        if (x.name == "upload_shm_zc") {  // the bytes are in place already
-          x.body();
-          const auto t0 = Clock::now();
-          for (int r = 0; r < reps; ++r) {
-            upload_with(*shm_client, last_shm, [&] {
-              return shm_client->upload_shared(*region, 0,
-                                               tensord::DType::kFloat32, shape);
-            });
-          }
-          if (round >= 0) x.seconds.push_back(Seconds(Clock::now() - t0));
-          continue;
-        }
+        if (x.prepare) x.prepare();
         const auto t0 = Clock::now();
         for (int r = 0; r < reps; ++r) x.body();
         if (round >= 0) x.seconds.push_back(Seconds(Clock::now() - t0));

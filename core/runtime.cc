@@ -638,12 +638,7 @@ class Runtime::Impl::ReaderImpl final : public Runtime::Reader {
   const TensorMeta& meta() const override { return meta_; }
 
   absl::Status Read(uint64_t offset, std::span<uint8_t> dst) override {
-    if (offset > tensor_->nbytes || dst.size() > tensor_->nbytes - offset) {
-      return absl::OutOfRangeError(
-          absl::StrCat("read of ", dst.size(), " bytes at offset ", offset,
-                       " is past the end of tensor ", meta_.handle, " (",
-                       tensor_->nbytes, " bytes)"));
-    }
+    RETURN_IF_ERROR(CheckRange(offset, dst.size()));
     if (dst.empty()) return absl::OkStatus();
     return tensor_->device->CopyToHost(*tensor_->buffer, offset, dst.data(),
                                        dst.size());
@@ -651,12 +646,7 @@ class Runtime::Impl::ReaderImpl final : public Runtime::Reader {
 
   absl::Status ReadWith(uint64_t offset, uint64_t n,
                         const Consumer& consume) override {
-    if (offset > tensor_->nbytes || n > tensor_->nbytes - offset) {
-      return absl::OutOfRangeError(
-          absl::StrCat("read of ", n, " bytes at offset ", offset,
-                       " is past the end of tensor ", meta_.handle, " (",
-                       tensor_->nbytes, " bytes)"));
-    }
+    RETURN_IF_ERROR(CheckRange(offset, n));
     if (tensor_->device->kind() == DeviceKind::kCpu) {
       const auto* at = static_cast<const uint8_t*>(tensor_->buffer->data()) + offset;
       return consume({at, static_cast<size_t>(n)}, 0);
@@ -671,6 +661,17 @@ class Runtime::Impl::ReaderImpl final : public Runtime::Reader {
   }
 
  private:
+  // OUT_OF_RANGE unless [offset, offset + n) lies in the tensor.
+  absl::Status CheckRange(uint64_t offset, uint64_t n) const {
+    if (offset > tensor_->nbytes || n > tensor_->nbytes - offset) {
+      return absl::OutOfRangeError(
+          absl::StrCat("read of ", n, " bytes at offset ", offset,
+                       " is past the end of tensor ", meta_.handle, " (",
+                       tensor_->nbytes, " bytes)"));
+    }
+    return absl::OkStatus();
+  }
+
   const TensorMeta meta_;
   // Keeps the memory alive after a release. Must not outlive the Runtime.
   const std::shared_ptr<const StoredTensor> tensor_;
