@@ -329,7 +329,8 @@ void Client::save_safetensors(const std::filesystem::path& path,
     }
     std::string shape;
     for (size_t i = 0; i < t.shape().size(); ++i) {
-      shape += (i ? "," : "") + std::to_string(t.shape()[i]);
+      if (i) shape += ',';
+      shape += std::to_string(t.shape()[i]);
     }
     const size_t begin = data.size();
     data += t.fetch_bytes();

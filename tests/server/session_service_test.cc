@@ -139,25 +139,28 @@ TEST_F(SessionServiceTest, LeaseExpiresUnlessKeptAlive) {
   options.runtime.session_ttl = milliseconds(60000);
   Start(std::move(options));
   int64_t granted = 0;
-  const std::string idle = Open(300, &granted);
-  EXPECT_EQ(granted, 300);
-  const std::string kept = Open(300);
+  // Renewed every 100 ms, a 600 ms lease survives a loaded machine's
+  // oversleeping; the idle one lapses within the 1.2 s loop.
+  const std::string idle = Open(600, &granted);
+  EXPECT_EQ(granted, 600);
+  const std::string kept = Open(600);
   int64_t default_ttl = 0;
   Open(0, &default_ttl);
   EXPECT_EQ(default_ttl, 60000);
   ASSERT_TRUE(CreateZeros(idle, 4096).ok());
   ASSERT_TRUE(CreateZeros(kept, 1024).ok());
   EXPECT_EQ(Held(), 5120u * 4);
-  for (int i = 0; i < 6; ++i) {  // 600 ms: twice the lease
+  for (int i = 0; i < 12; ++i) {  // 1.2 s: twice the lease
     std::this_thread::sleep_for(milliseconds(100));
     grpc::ClientContext ctx;
     v1::KeepAliveRequest req;
     req.set_session(kept);
     v1::KeepAliveResponse resp;
     ASSERT_TRUE(stub_->KeepAlive(&ctx, req, &resp).ok()) << i;
-    EXPECT_EQ(resp.ttl_ms(), 300);
+    EXPECT_EQ(resp.ttl_ms(), 600);
   }
-  EXPECT_TRUE(Eventually([&] { return Held() == 1024u * 4; }));
+  EXPECT_TRUE(Eventually([&] { return Held() == 1024u * 4; },
+                         milliseconds(10000)));
   grpc::ClientContext ctx;
   v1::KeepAliveRequest req;
   req.set_session(idle);
