@@ -1,8 +1,10 @@
 // tensord-bench: what a remote tensor costs, next to the floors, in one run.
 //
 //   (a) bare gRPC empty unary round trip (bench/tensord_bench/echo.proto)
-//   (b) tensord round trips: Create (3 elements), Binary mul, Fetch (3
-//       elements), each one RPC through raw stubs: p50/p99
+//   (b) tensord round trips: Create (3 elements), Binary mul, fetch (3
+//       elements: the unary Read the client library sends for tensors of
+//       up to 1 MiB; the streaming Fetch beside it), each one RPC through
+//       raw stubs: p50/p99, interleaved in rounds with (a)
 //   (c) small-op throughput with --threads client threads (ops/s), beside
 //       bare unary throughput with the same threads
 //   (d) upload and fetch of --sizes float32 bytes through the client library,
@@ -190,6 +192,12 @@ struct Latency {
   double p50 = 0, p99 = 0;
 };
 
+Latency Percentiles(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  const size_t n = us.size();
+  return {us[n / 2], us[std::min(n - 1, n * 99 / 100)]};
+}
+
 Latency MeasureLatency(int iterations, const std::function<void()>& body) {
   for (int i = 0; i < std::max(50, iterations / 20); ++i) body();
   std::vector<double> us(iterations);
@@ -198,8 +206,33 @@ Latency MeasureLatency(int iterations, const std::function<void()>& body) {
     body();
     us[i] = Seconds(Clock::now() - t0) * 1e6;
   }
-  std::sort(us.begin(), us.end());
-  return {us[iterations / 2], us[std::min(iterations - 1, iterations * 99 / 100)]};
+  return Percentiles(std::move(us));
+}
+
+// Times each body `iterations` times, in kRounds interleaved rounds (every
+// body runs a slice of its calls in every round), so that a shared
+// machine's drift over the run lands on every body alike and their ratios
+// stay fair. Returns one Latency per body, in order.
+std::vector<Latency> MeasureInterleaved(
+    int iterations, const std::vector<std::function<void()>>& bodies) {
+  constexpr int kRounds = 10;
+  const int per_round = std::max(1, iterations / kRounds);
+  for (const auto& body : bodies) {
+    for (int i = 0; i < std::max(50, iterations / 20); ++i) body();
+  }
+  std::vector<std::vector<double>> us(bodies.size());
+  for (int round = 0; round < kRounds; ++round) {
+    for (size_t b = 0; b < bodies.size(); ++b) {
+      for (int i = 0; i < per_round; ++i) {
+        const auto t0 = Clock::now();
+        bodies[b]();
+        us[b].push_back(Seconds(Clock::now() - t0) * 1e6);
+      }
+    }
+  }
+  std::vector<Latency> out;
+  for (auto& samples : us) out.push_back(Percentiles(std::move(samples)));
+  return out;
 }
 
 // Runs `body` on `threads` threads for `seconds`; returns calls per second.
@@ -275,10 +308,20 @@ void SmallOps(Transport& t, int iterations, int threads, double seconds,
     Check(stub->Binary(&ctx, mul, &resp), "Binary");
     return resp.tensor().handle();
   };
+  // What the client library sends to fetch a tensor of up to 1 MiB: one
+  // unary Read. The streaming Fetch (larger tensors) is timed beside it.
+  v1::ReadRequest read;
+  read.set_session(session.session());
+  read.set_handle(x);
+  auto read3 = [&] {
+    grpc::ClientContext ctx;
+    v1::FetchChunk chunk;
+    Check(stub->Read(&ctx, read, &chunk), "Read");
+  };
   v1::FetchRequest fetch;
   fetch.set_session(session.session());
   fetch.set_handle(x);
-  auto fetch3 = [&] {
+  auto fetch3_stream = [&] {
     grpc::ClientContext ctx;
     auto reader = stub->Fetch(&ctx, fetch);
     v1::FetchChunk chunk;
@@ -286,17 +329,22 @@ void SmallOps(Transport& t, int iterations, int threads, double seconds,
     }
     Check(reader->Finish(), "Fetch");
   };
-  const Latency bare = MeasureLatency(iterations, ping);
+  const std::vector<Latency> l = MeasureInterleaved(
+      iterations, {ping, [&] { made.push_back(make()); },
+                   [&] { made.push_back(multiply()); }, read3, fetch3_stream});
+  const Latency& bare = l[0];
   rows.push_back({"latency", "bare_unary", t.name, "us", bare.p50, bare.p99, 1,
                   "bare_unary"});
+  const char* names[] = {"create_3", "mul", "fetch_3", "fetch_3_stream"};
+  for (size_t i = 1; i < l.size(); ++i) {
+    rows.push_back({"latency", names[i - 1], t.name, "us", l[i].p50, l[i].p99,
+                    l[i].p50 / bare.p50, "bare_unary"});
+  }
   auto add_latency = [&](const char* name, const std::function<void()>& body) {
-    const Latency l = MeasureLatency(iterations, body);
-    rows.push_back({"latency", name, t.name, "us", l.p50, l.p99, l.p50 / bare.p50,
+    const Latency m = MeasureLatency(iterations, body);
+    rows.push_back({"latency", name, t.name, "us", m.p50, m.p99, m.p50 / bare.p50,
                     "bare_unary"});
   };
-  add_latency("create_3", [&] { made.push_back(make()); });
-  add_latency("mul", [&] { made.push_back(multiply()); });
-  add_latency("fetch_3", fetch3);
   // The PyTorch-like loop through the client library: two creates, a mul,
   // a fetch, and the three releases its RAII handles make.
   tensord::Client client(t.tensord_channel);
