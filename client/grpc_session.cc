@@ -1,4 +1,5 @@
 #include "client/grpc_session.h"
+#include "client/host_copy.h"
 
 #include <grpcpp/support/sync_stream.h>
 #include <isa-l/crc.h>
@@ -162,7 +163,7 @@ v1::TensorInfo Session::CreateFromBytes(v1::DType dtype,
   if (bytes.size() > kSharedMemoryMinBytes) {
     std::lock_guard<std::mutex> lock(shm_mu_);
     if (auto_region_ != nullptr && bytes.size() <= auto_region_->size()) {
-      std::memcpy(auto_region_->data(), bytes.data(), bytes.size());
+      ParallelCopy(auto_region_->data(), bytes.data(), bytes.size());
       return UploadShared(*auto_region_, 0, dtype, shape, device);
     }
   }
@@ -215,8 +216,11 @@ std::string Session::Fetch(uint64_t handle, uint64_t nbytes) const {
     std::lock_guard<std::mutex> lock(shm_mu_);
     if (auto_region_ != nullptr && nbytes <= auto_region_->size()) {
       FetchShared(handle, *auto_region_, 0);
-      return std::string(reinterpret_cast<const char*>(auto_region_->data()),
-                         nbytes);
+      std::string bytes;
+      bytes.reserve(nbytes);
+      PrefaultForWrite(bytes.data(), nbytes);  // fresh: map its pages at once
+      bytes.append(reinterpret_cast<const char*>(auto_region_->data()), nbytes);
+      return bytes;
     }
   }
   if (nbytes <= kUploadChunkBytes) {
@@ -238,10 +242,13 @@ std::string Session::Fetch(uint64_t handle, uint64_t nbytes) const {
     return data;
   }
   std::string bytes;
-  bytes.reserve(nbytes);  // appending faults the pages in once
-  Stream(handle, nbytes, [&](const uint8_t* data, size_t n) {
-    bytes.append(reinterpret_cast<const char*>(data), n);
-  });
+  bytes.reserve(nbytes);
+  {
+    const PrefaultAhead prefault(bytes.data(), nbytes);  // joined before return
+    Stream(handle, nbytes, [&](const uint8_t* data, size_t n) {
+      bytes.append(reinterpret_cast<const char*>(data), n);
+    });
+  }
   return bytes;
 }
 
@@ -335,7 +342,7 @@ void Session::FetchInto(uint64_t handle, uint64_t nbytes,
     std::lock_guard<std::mutex> lock(shm_mu_);
     if (auto_region_ != nullptr && nbytes <= auto_region_->size()) {
       FetchShared(handle, *auto_region_, 0);
-      std::memcpy(dst.data(), auto_region_->data(), nbytes);
+      ParallelCopy(dst.data(), auto_region_->data(), nbytes);
       return;
     }
   }

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csetjmp>
@@ -12,7 +13,9 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
@@ -183,9 +186,7 @@ void OnSigbus(int signal_number, siginfo_t*, void*) {
   ::raise(signal_number);
 }
 
-}  // namespace
-
-absl::Status GuardedCopy(void* dst, const void* src, size_t n) {
+absl::Status GuardedCopySlice(void* dst, const void* src, size_t n) {
   static std::once_flag installed;
   std::call_once(installed, [] {
     struct sigaction action {};
@@ -205,6 +206,37 @@ absl::Status GuardedCopy(void* dst, const void* src, size_t n) {
   std::memcpy(dst, src, n);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   t_sigbus_target = nullptr;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status GuardedCopy(void* dst, const void* src, size_t n) {
+  constexpr size_t kMaxThreads = 4, kPage = 4096;
+  const size_t threads =
+      n < kParallelCopyBytes
+          ? 1
+          : std::clamp<size_t>(std::thread::hardware_concurrency(), 1,
+                               kMaxThreads);
+  if (threads == 1) return GuardedCopySlice(dst, src, n);
+  auto* d = static_cast<uint8_t*>(dst);
+  const auto* s = static_cast<const uint8_t*>(src);
+  const size_t slice = (n / threads + kPage - 1) & ~(kPage - 1);
+  std::vector<absl::Status> statuses(threads);
+  std::vector<std::thread> workers;
+  size_t at = 0, i = 0;
+  for (; i + 1 < threads && at + slice < n; ++i, at += slice) {
+    try {
+      workers.emplace_back([&statuses, i, d, s, at, slice] {
+        statuses[i] = GuardedCopySlice(d + at, s + at, slice);
+      });
+    } catch (...) {  // no thread (system_error) or no room for it (bad_alloc)
+      statuses[i] = GuardedCopySlice(d + at, s + at, slice);
+    }
+  }
+  statuses[i] = GuardedCopySlice(d + at, s + at, n - at);
+  for (std::thread& w : workers) w.join();
+  for (absl::Status& status : statuses) RETURN_IF_ERROR(status);
   return absl::OkStatus();
 }
 

@@ -96,7 +96,12 @@ class SharedMemoryMapping {
 };
 
 // memcpy that turns a SIGBUS raised while it runs (a shrunk shared memory
-// object) into OUT_OF_RANGE. Exposed for tests.
+// object) into OUT_OF_RANGE. Copies of kParallelCopyBytes or more are split
+// across up to four threads (one core's memcpy does not saturate memory
+// bandwidth: 2 threads copied 1 GiB at 14-21 GB/s vs 12-16 on one here),
+// each under its own guard; the first failing slice's status is returned.
+// Exposed for tests.
+inline constexpr size_t kParallelCopyBytes = size_t{8} << 20;
 absl::Status GuardedCopy(void* dst, const void* src, size_t n);
 
 }  // namespace tensord::core

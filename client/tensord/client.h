@@ -183,6 +183,12 @@ class Session;
 struct TensorState;
 struct BatchState;
 struct TensorAccess;
+// Maps and zeroes the whole pages of [p, p + n) in one system call
+// (MADV_POPULATE_WRITE, Linux 5.14+) instead of one fault per 4 KiB page
+// on first touch, when n is at least 2 MiB; a no-op for smaller n and where
+// the kernel lacks it. Only for memory nothing has touched yet: on
+// resident pages it costs about as much as the copy it would speed up.
+void PrefaultForWrite(void* p, size_t n);
 }  // namespace internal
 
 // Op selectors; values match the wire enums (tensord.v1.BinaryOp, ...).
@@ -371,14 +377,22 @@ class Tensor {
   template <typename T>
   std::vector<T> fetch() const {
     CheckElementType(kDTypeOf<T>, "fetch");
-    std::string bytes = fetch_bytes();
-    std::vector<T> out(bytes.size() / sizeof(T));
-    if constexpr (std::is_same_v<T, bool>) {
+    if constexpr (std::is_same_v<T, bool>) {  // vector<bool> is packed
+      std::string bytes = fetch_bytes();
+      std::vector<T> out(bytes.size());
       for (size_t i = 0; i < out.size(); ++i) out[i] = bytes[i] != 0;
+      return out;
     } else {
-      std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
+      // Straight into the result: one fresh buffer, its pages mapped in
+      // one go before the zeroing resize, no intermediate string.
+      const auto n = static_cast<size_t>(numel());
+      std::vector<T> out;
+      out.reserve(n);
+      internal::PrefaultForWrite(out.data(), n * sizeof(T));
+      out.resize(n);
+      fetch_into(std::as_writable_bytes(std::span<T>(out)));
+      return out;
     }
-    return out;
   }
 
   // The single element of a 0-d or one-element tensor as T.

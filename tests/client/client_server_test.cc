@@ -318,6 +318,23 @@ TEST_P(ClientServerTest, SharedMemoryCarriesLargeTensorsAutomatically) {
   EXPECT_EQ(server_->runtime().shared_memory_stats().regions, 0u);
 }
 
+// fetch<T>() writes straight into its vector (prefaulted, copies split
+// across threads past 8 MiB): exact through the socket and through shared
+// memory, for a size that is no multiple of a page or a slice.
+TEST_P(ClientServerTest, TypedFetchOfLargeTensorsIsExactOnEveryPath) {
+  const int64_t n = (12 << 20) / 4 + 3;
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 100003) * 0.25f;
+  Tensor t = client().tensor(values);
+  EXPECT_EQ(t.fetch<float>(), values);
+  ASSERT_TRUE(client().enable_shared_memory(16 << 20));
+  const auto before = server_->runtime().shared_memory_stats();
+  EXPECT_EQ(t.fetch<float>(), values);
+  EXPECT_EQ(server_->runtime().shared_memory_stats().fetches, before.fetches + 1);
+  EXPECT_EQ(Catch([&] { (void)t.fetch<double>(); }).code(),
+            StatusCode::INVALID_ARGUMENT);
+}
+
 TEST_P(ClientServerTest, SharedMemoryOffByDefaultUsesTheSocket) {
   EXPECT_FALSE(client().shared_memory_enabled());
   const std::string bytes = Pattern(4 << 20, 3);

@@ -41,6 +41,40 @@ TEST(SharedMemoryTest, GuardedCopySurvivesAShrunkObject) {
   ::shm_unlink(name.c_str());
 }
 
+// Large copies are split across threads; each slice has its own SIGBUS
+// guard, so a shrink under the later slices fails the copy from whichever
+// thread hits it, and the bytes of a whole copy are exact at every slice
+// boundary (a size that is not a multiple of the page or the slice count).
+TEST(SharedMemoryTest, ParallelGuardedCopyIsExactAndSurvivesAShrink) {
+  const std::string name = "/tensord-ptest-" + std::to_string(::getpid());
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  const size_t size = 3 * kParallelCopyBytes + 12345;
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(size)), 0);
+  auto* map = static_cast<uint8_t*>(
+      ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(map, MAP_FAILED);
+  for (size_t i = 0; i < size; ++i) map[i] = static_cast<uint8_t>(i * 131 + i / 4096);
+  std::vector<uint8_t> out(size);
+  ASSERT_TRUE(GuardedCopy(out.data(), map, size).ok());
+  EXPECT_EQ(std::memcmp(out.data(), map, size), 0);
+  std::vector<uint8_t> back(size);
+  for (size_t i = 0; i < size; ++i) back[i] = static_cast<uint8_t>(~out[i]);
+  ASSERT_TRUE(GuardedCopy(map, back.data(), size).ok());
+  EXPECT_EQ(std::memcmp(back.data(), map, size), 0);
+
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(size / 4)), 0);
+  absl::Status read = GuardedCopy(out.data(), map, size);
+  EXPECT_EQ(read.code(), absl::StatusCode::kOutOfRange) << read;
+  absl::Status write = GuardedCopy(map, back.data(), size);
+  EXPECT_EQ(write.code(), absl::StatusCode::kOutOfRange) << write;
+  EXPECT_TRUE(GuardedCopy(out.data(), map, size / 4 / 4096 * 4096).ok());
+
+  ::munmap(map, size);
+  ::close(fd);
+  ::shm_unlink(name.c_str());
+}
+
 TEST(SharedMemoryTest, ShrinkBeforeACopyIsCaughtByTheSizeCheck) {
   const std::string name = "/tensord-test2-" + std::to_string(::getpid());
   const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
