@@ -333,6 +333,10 @@ TEST_P(ClientServerTest, TypedFetchOfLargeTensorsIsExactOnEveryPath) {
   EXPECT_EQ(server_->runtime().shared_memory_stats().fetches, before.fetches + 1);
   EXPECT_EQ(Catch([&] { (void)t.fetch<double>(); }).code(),
             StatusCode::INVALID_ARGUMENT);
+  Tensor empty = client().zeros({0, 3});
+  EXPECT_TRUE(empty.fetch<float>().empty());
+  EXPECT_EQ(client().tensor<int64_t>({42}).fetch<int64_t>(),
+            (std::vector<int64_t>{42}));
 }
 
 TEST_P(ClientServerTest, SharedMemoryOffByDefaultUsesTheSocket) {
