@@ -67,6 +67,7 @@ void PrefaultForWrite(void* p, size_t n) {
 }
 
 void ParallelCopy(void* dst, const void* src, size_t n) {
+  if (n == 0) return;  // dst and src may be null (an empty vector's data())
   auto* d = static_cast<char*>(dst);
   const auto* s = static_cast<const char*>(src);
   ForEachSlice(n, [d, s](size_t at, size_t k) { std::memcpy(d + at, s + at, k); });

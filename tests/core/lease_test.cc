@@ -77,10 +77,17 @@ TEST(LeaseTest, ExpiredSessionIsReapedAndItsMemoryFreed) {
   ASSERT_TRUE(Zeros(*rt, lease->id, 256).ok());
   EXPECT_EQ(HeldBytes(*rt), (1024 + 256) * 4u);
 
-  ASSERT_TRUE(Eventually([&] { return rt->session_count() == 0; },
-                         milliseconds(10000)));
+  // The reaper drops the session, frees its tensors, then reports it: wait
+  // for the report, the last step.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        absl::MutexLock lock(&mu);
+        return !reaped.empty();
+      },
+      milliseconds(10000)));
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_GE(took, milliseconds(300));  // not before the lease ran out
+  EXPECT_EQ(rt->session_count(), 0u);
   EXPECT_EQ(HeldBytes(*rt), 0u);
   EXPECT_EQ(rt->KeepAlive(lease->id).status().code(),
             absl::StatusCode::kNotFound);
