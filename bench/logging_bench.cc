@@ -16,8 +16,8 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "examples/logging_common.h"
+#include "server/program_flags.h"
 #include "server/server.h"
 #include "tensord/client.h"
 
@@ -28,7 +28,17 @@ ABSL_FLAG(std::string, address, "",
           "measure this tensord instead of an in-process one");
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  tensord::server::ParseProgramFlags(
+      argc, argv,
+      {.name = "logging_bench",
+       .summary =
+           "the d2l logging exercise as a benchmark: --steps matmuls, "
+           "logging the norm of each product, one round trip per step "
+           "against one Execute that keeps the log on the device. Runs an "
+           "in-process tensord unless --address names one. Prints a table "
+           "and one JSON line.",
+       .example = "logging_bench --steps 1000 --size 100 --repeats 3",
+       .flag_files = {__FILE__}});
   const int steps = std::max(1, absl::GetFlag(FLAGS_steps));
   const int size = std::max(1, absl::GetFlag(FLAGS_size));
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));

@@ -36,12 +36,12 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "core/cpu/blas.h"
 #include "server/byte_size.h"
+#include "server/program_flags.h"
 #include "server/server.h"
 #include "tensord/channel.h"
 #include "tensord/client.h"
@@ -648,7 +648,17 @@ int main(int argc, char** argv) {
   tensord::core::ReexecWithBestBlasKernel(argv);
   tensord::core::SetBlasThreads(tensord::core::UsableCpus());
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  absl::ParseCommandLine(argc, argv);
+  tensord::server::ParseProgramFlags(
+      argc, argv,
+      {.name = "tensord-bench",
+       .summary =
+           "what a remote tensor costs, next to its floors, in one run: "
+           "round-trip latency, small-op throughput, upload/fetch GB/s over "
+           "TCP, a unix socket and shared memory, and CPU matmul GFLOP/s, "
+           "each beside bare gRPC, memcpy or BLAS called directly. Servers "
+           "run in this process. Prints a table, then one JSON line.",
+       .example = "tensord-bench --only small,matmul --matmul-sizes 512,1024",
+       .flag_files = {__FILE__}});
   const bool quick = absl::GetFlag(FLAGS_quick);
   const int iterations = quick ? 200 : std::max(10, absl::GetFlag(FLAGS_iterations));
   const int threads = std::max(1, absl::GetFlag(FLAGS_threads));

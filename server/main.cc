@@ -7,6 +7,7 @@
 //           [--session-max-tensors N] [--max-message-bytes SIZE]
 //           [--max-inline-bytes SIZE] [--max-tensor-bytes SIZE]
 //
+// `tensord --help` lists every flag with its default.
 // Settings: defaults < config file < TENSORD_* env < flags (server/config.h).
 // SIGINT/SIGTERM shut it down cleanly: health turns NOT_SERVING, new RPCs
 // are refused, in-flight ones get a grace period, then every tensor is
@@ -18,13 +19,12 @@
 #include <cstdlib>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -32,6 +32,7 @@
 #include "core/device_registry.h"
 #include "server/byte_size.h"
 #include "server/config.h"
+#include "server/program_flags.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
@@ -155,31 +156,38 @@ int main(int argc, char** argv) {
   // absl::Mutex's lock-order graph (on in Debian's build) costs every lock
   // a hash-table update; it is a debugging aid, kept on in the tests.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  absl::SetProgramUsageMessage(
-      "tensord: serves tensors on this machine's devices over gRPC.\n"
-      "Usage: tensord [--listen HOST:PORT] [--host-devices N] "
-      "[--memory-limit SIZE] [--log-level LEVEL]");
-  // Accept --host-devices as well as absl's --host_devices spelling.
-  std::vector<std::string> args =
-      tensord::server::NormalizeFlagSpelling(argc, argv);
-  std::vector<char*> arg_ptrs;
-  for (std::string& a : args) arg_ptrs.push_back(a.data());
-  argc = static_cast<int>(arg_ptrs.size());
-  argv = arg_ptrs.data();
-
   // Layers below the command line: the config file, then the environment.
+  // A failure is reported after the command line is parsed, so that --help
+  // works even with a broken config file.
   const std::string config_path =
       tensord::server::FindConfigPath(argc, argv, kDefaultConfigPath);
+  absl::Status layered = absl::OkStatus();
   if (!config_path.empty()) {
-    auto values = tensord::server::ReadConfigFile(config_path);
-    if (!values.ok()) return Fail(std::string(values.status().message()));
-    absl::Status applied = tensord::server::ApplyToFlags(*values, config_path);
-    if (!applied.ok()) return Fail(std::string(applied.message()));
+    absl::StatusOr<std::map<std::string, std::string>> values =
+        tensord::server::ReadConfigFile(config_path);
+    layered = values.ok() ? tensord::server::ApplyToFlags(*values, config_path)
+                          : values.status();
   }
-  absl::Status env = tensord::server::ApplyToFlags(
-      tensord::server::ReadEnvironment(), "environment");
-  if (!env.ok()) return Fail(std::string(env.message()));
-  absl::ParseCommandLine(argc, argv);
+  if (layered.ok()) {
+    layered = tensord::server::ApplyToFlags(tensord::server::ReadEnvironment(),
+                                            "environment");
+  }
+  tensord::server::ParseProgramFlags(
+      argc, argv,
+      {.name = "tensord",
+       .summary =
+           "the tensor daemon. It owns this machine's devices (the CPU, and "
+           "its GPUs in a CUDA build) and serves tensors on them to clients "
+           "over gRPC: they create, compute on and fetch tensors by handle, "
+           "through the C++ client library or tensorctl. Settings come from "
+           "the defaults below < a TOML config file (--config, else "
+           "/etc/tensord/tensord.toml if present) < TENSORD_<FLAG> "
+           "environment variables < these flags; config keys and variables "
+           "spell names with _ (host_devices, TENSORD_HOST_DEVICES).",
+       .example = "tensord --listen 127.0.0.1:50051 --host-devices 2 "
+                  "--memory-limit 8GiB --session-ttl 5m",
+       .flag_files = {__FILE__}});
+  if (!layered.ok()) return Fail(std::string(layered.message()));
 
   const std::string level_name = absl::GetFlag(FLAGS_log_level);
   if (!SetLogLevel(level_name)) {
