@@ -190,11 +190,14 @@ Tensor Client::randn(std::vector<int64_t> shape, Device device,
 }
 
 std::vector<TensorInfo> Client::tensors() const {
-  const v1::ListTensorsResponse response = session_->Call(
-      &TensorService::Stub::ListTensors, v1::ListTensorsRequest());
   std::vector<TensorInfo> out;
-  for (const v1::TensorInfo& t : response.tensors())
-    out.push_back(FromProto(t));
+  v1::ListTensorsRequest request;  // paginated: every page, in handle order
+  do {
+    const v1::ListTensorsResponse page =
+        session_->Call(&TensorService::Stub::ListTensors, request);
+    for (const v1::TensorInfo& t : page.tensors()) out.push_back(FromProto(t));
+    request.set_page_token(page.next_page_token());
+  } while (!request.page_token().empty());
   return out;
 }
 

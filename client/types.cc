@@ -65,7 +65,11 @@ namespace {
 std::string WhatOf(StatusCode code, const std::string& message) {
   std::string what(StatusCodeName(code));
   if (what == "UNKNOWN_CODE") {
-    what += "(" + std::to_string(static_cast<int>(code)) + ")";
+    // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive)
+    // on "literal" + std::string&&.
+    what += '(';
+    what += std::to_string(static_cast<int>(code));
+    what += ')';
   }
   return what + ": " + message;
 }

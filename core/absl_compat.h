@@ -17,6 +17,11 @@ inline absl::string_view ToAbsl(std::string_view s) {
   return absl::string_view(s.data(), s.size());
 }
 
+// The other way, for absl's strings (e.g. absl::Status::message()).
+inline std::string_view FromAbsl(absl::string_view s) {
+  return std::string_view(s.data(), s.size());
+}
+
 }  // namespace tensord::core
 
 #endif  // TENSORD_CORE_ABSL_COMPAT_H_

@@ -47,6 +47,7 @@ HandleTable::HandleTable(HandleTableOptions options)
     : options_(options), next_handle_((RandomU64() >> 32) | 1) {}
 
 std::string HandleTable::AddSession(std::shared_ptr<Session> session) {
+  session->serial = next_serial_++;
   while (true) {
     std::string id = absl::StrFormat("%016x%016x", RandomU64(), RandomU64());
     if (sessions_.emplace(id, session).second) return id;
@@ -90,6 +91,78 @@ absl::StatusOr<std::chrono::milliseconds> HandleTable::Renew(
   return s->ttl;
 }
 
+HandleTable::ActiveCall::ActiveCall(ActiveCall&& other) noexcept
+    : session_(std::move(other.session_)) {}
+
+HandleTable::ActiveCall& HandleTable::ActiveCall::operator=(
+    ActiveCall&& other) noexcept {
+  if (this != &other) {
+    ActiveCall ended(std::move(*this));
+    session_ = std::move(other.session_);
+  }
+  return *this;
+}
+
+HandleTable::ActiveCall::~ActiveCall() {
+  if (session_ == nullptr) return;
+  // Renewed before it counts as idle again, so the reaper never sees the
+  // lease as it was when the call began.
+  if (session_->ttl.count() > 0) session_->Renew();
+  session_->active_calls.fetch_sub(1);
+}
+
+absl::StatusOr<HandleTable::ActiveCall> HandleTable::BeginCall(
+    std::string_view session) {
+  ActiveCall call;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(ToAbsl(session));
+    if (it == sessions_.end()) return UnknownSession(session);
+    // Counted under the map's lock: the reaper, which removes under it,
+    // either sees the count or removed the session before we found it.
+    it->second->active_calls.fetch_add(1);
+    if (it->second->ttl.count() > 0) it->second->Renew();
+    call.session_ = it->second;
+  }
+  return call;
+}
+
+absl::Status HandleTable::Bind(std::string_view session,
+                               std::weak_ptr<SessionBound> bound) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));
+  absl::MutexLock lock(&s->mu);
+  if (s->closed) return UnknownSession(session);
+  // Forget streams that have ended, so a long session's list stays short.
+  std::erase_if(s->bound, [](const std::weak_ptr<SessionBound>& b) {
+    return b.expired();
+  });
+  s->bound.push_back(std::move(bound));
+  return absl::OkStatus();
+}
+
+std::vector<std::weak_ptr<SessionBound>> HandleTable::EndSession(
+    Session& s, std::vector<HandleEntry>* entries) {
+  absl::MutexLock lock(&s.mu);
+  s.closed = true;
+  entries->reserve(entries->size() + s.entries.size());
+  for (auto& [handle, entry] : s.entries) entries->push_back(std::move(entry));
+  s.entries.clear();
+  s.bytes = 0;
+  s.requests.clear();
+  s.request_order.clear();
+  s.regions.clear();
+  return std::move(s.bound);
+}
+
+void HandleTable::NotifyEnded(std::vector<std::weak_ptr<SessionBound>> bound,
+                              const absl::Status& why) {
+  for (const std::weak_ptr<SessionBound>& b : bound) {
+    if (std::shared_ptr<SessionBound> alive = b.lock()) {
+      alive->OnSessionEnded(why);
+    }
+  }
+}
+
 std::vector<ExpiredSession> HandleTable::ReapExpired(
     HandleEntry::Clock::time_point now) {
   const HandleEntry::Clock::rep now_ticks = now.time_since_epoch().count();
@@ -98,7 +171,7 @@ std::vector<ExpiredSession> HandleTable::ReapExpired(
     absl::MutexLock lock(&mu_);
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       const Session& s = *it->second;
-      if (s.ttl.count() > 0 &&
+      if (s.ttl.count() > 0 && s.active_calls.load() == 0 &&
           s.expires.load(std::memory_order_relaxed) < now_ticks) {
         expired.emplace_back(it->first, std::move(it->second));
         sessions_.erase(it++);
@@ -112,12 +185,11 @@ std::vector<ExpiredSession> HandleTable::ReapExpired(
     ExpiredSession e;
     e.id_prefix = id.substr(0, 8);
     e.client_name = s->client_name;
-    absl::MutexLock lock(&s->mu);
-    s->closed = true;
-    for (auto& [handle, entry] : s->entries) e.entries.push_back(std::move(entry));
-    s->entries.clear();
-    s->requests.clear();
-    s->regions.clear();
+    NotifyEnded(
+        EndSession(*s, &e.entries),
+        absl::NotFoundError(absl::StrCat(
+            "session ", e.id_prefix, "... ended: its lease of ", s->ttl.count(),
+            " ms ran out with no call or stream message naming it")));
     out.push_back(std::move(e));
   }
   return out;
@@ -153,8 +225,7 @@ absl::Status HandleTable::Admit(std::string_view session, uint64_t bytes,
 
 absl::StatusOr<std::optional<std::string>> HandleTable::BeginRequest(
     std::string_view session, std::string_view id) {
-  constexpr size_t kMaxIdLength = 64;
-  if (id.empty() || id.size() > kMaxIdLength ||
+  if (id.empty() || id.size() > kMaxRequestIdBytes ||
       !std::all_of(id.begin(), id.end(),
                    [](char c) { return c > ' ' && c < 0x7f; })) {
     return absl::InvalidArgumentError(
@@ -220,12 +291,10 @@ absl::StatusOr<std::vector<HandleEntry>> HandleTable::CloseSession(
     sessions_.erase(it);
   }
   std::vector<HandleEntry> out;
-  absl::MutexLock lock(&s->mu);
-  s->closed = true;
-  out.reserve(s->entries.size());
-  for (auto& [handle, entry] : s->entries) out.push_back(std::move(entry));
-  s->entries.clear();
-  s->regions.clear();
+  NotifyEnded(
+      EndSession(*s, &out),
+      absl::NotFoundError(absl::StrCat("session ", ToAbsl(session.substr(0, 8)),
+                                       "... was closed (CloseSession)")));
   return out;
 }
 
@@ -237,11 +306,8 @@ std::vector<HandleEntry> HandleTable::CloseAll() {
   }
   std::vector<HandleEntry> out;
   for (auto& [id, s] : sessions) {
-    absl::MutexLock lock(&s->mu);
-    s->closed = true;
-    for (auto& [handle, entry] : s->entries) out.push_back(std::move(entry));
-    s->entries.clear();
-    s->regions.clear();
+    NotifyEnded(EndSession(*s, &out),
+                absl::UnavailableError("server is shutting down"));
   }
   return out;
 }
@@ -259,6 +325,7 @@ std::vector<SessionSummary> HandleTable::ListSessions(bool with_entries) const {
     SessionSummary summary;
     summary.id_prefix = id.substr(0, 8);
     summary.client_name = session->client_name;
+    summary.serial = session->serial;
     summary.created = session->created;
     absl::MutexLock lock(&session->mu);
     for (const auto& [handle, entry] : session->entries) {
@@ -270,7 +337,7 @@ std::vector<SessionSummary> HandleTable::ListSessions(bool with_entries) const {
   }
   std::sort(out.begin(), out.end(),
             [](const SessionSummary& a, const SessionSummary& b) {
-              return a.created < b.created;
+              return a.serial < b.serial;
             });
   return out;
 }

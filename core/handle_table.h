@@ -7,8 +7,13 @@
 // not allocate or account memory (the tensor's buffer does, on release).
 //
 // Sessions are leased: a session opened with a nonzero TTL expires when no
-// call names it for that long (every lookup of the session renews it);
-// ReapExpired() removes expired sessions. Per-session quotas (bytes and
+// call names it for that long (every lookup of the session renews it, and so
+// does every message of a stream through the objects that stream holds);
+// a session with a call in progress (an ActiveCall alive) does not expire.
+// ReapExpired() removes expired sessions. Objects a session's open streams
+// hold (an upload's memory, a reader's tensor) are tied to it with Bind()
+// and let go when the session ends, so a stalled stream holds no memory
+// past its session. Per-session quotas (bytes and
 // tensor count of registered tensors) are enforced by Insert() and may be
 // checked before allocating with Admit(). Each session keeps a bounded log
 // of recent request ids with their results, for exactly-once retries.
@@ -61,16 +66,33 @@ struct HandleEntry {
   Clock::time_point last_used;
 };
 
+// Something an open stream of a session holds (an upload's memory, a
+// reader's tensor) that must be let go when the session ends. See
+// HandleTable::Bind.
+class SessionBound {
+ public:
+  virtual ~SessionBound() = default;
+  // The session ended; `why` says how (NOT_FOUND: closed or its lease ran
+  // out; UNAVAILABLE: the server is shutting down). Called at most once, on
+  // the thread that ended the session, with no lock of the table held; must
+  // not call back into the table.
+  virtual void OnSessionEnded(const absl::Status& why) = 0;
+};
+
 // One session as an operator sees it; never carries the full session id
 // (which is the session's only credential).
 struct SessionSummary {
   std::string id_prefix;  // first 8 hex digits of the id
   std::string client_name;
+  uint64_t serial = 0;  // the order sessions were opened in, from 1
   uint64_t tensors = 0;
   uint64_t bytes = 0;
   HandleEntry::Clock::time_point created;
   std::vector<HandleEntry> entries;  // filled when asked for
 };
+
+// Request ids (exactly-once retries) are 1 to this many printable bytes.
+inline constexpr size_t kMaxRequestIdBytes = 64;
 
 struct HandleTableOptions {
   size_t max_sessions = 0;          // 0 = unlimited
@@ -92,6 +114,9 @@ struct ExpiredSession {
 };
 
 class HandleTable {
+ private:
+  struct Session;
+
  public:
   HandleTable();
   explicit HandleTable(HandleTableOptions options);
@@ -107,6 +132,31 @@ class HandleTable {
                                           std::chrono::milliseconds ttl);
   // Renews the lease; returns the session's TTL. NOT_FOUND as CheckSession.
   absl::StatusOr<std::chrono::milliseconds> Renew(std::string_view session);
+
+  // A call in progress on a session. While one is alive the session's lease
+  // does not run out (the reaper skips it); the lease is renewed when the
+  // call begins and again when it ends. Movable; ending it is destroying it.
+  class ActiveCall {
+   public:
+    ActiveCall() = default;
+    ActiveCall(ActiveCall&& other) noexcept;
+    ActiveCall& operator=(ActiveCall&& other) noexcept;
+    ActiveCall(const ActiveCall&) = delete;
+    ActiveCall& operator=(const ActiveCall&) = delete;
+    ~ActiveCall();
+
+   private:
+    friend class HandleTable;
+    std::shared_ptr<Session> session_;
+  };
+  // NOT_FOUND as CheckSession.
+  absl::StatusOr<ActiveCall> BeginCall(std::string_view session);
+
+  // Ties `bound` to the session: when the session ends (CloseSession,
+  // ReapExpired, CloseAll), bound->OnSessionEnded runs if `bound` is still
+  // alive. NOT_FOUND for an unknown (or concurrently closed) session.
+  absl::Status Bind(std::string_view session,
+                    std::weak_ptr<SessionBound> bound);
   // Removes every session whose lease ran out before `now`.
   std::vector<ExpiredSession> ReapExpired(HandleEntry::Clock::time_point now);
   // OK if the session could register `tensors` more tensors of `bytes` in
@@ -135,7 +185,7 @@ class HandleTable {
   // Closes every session; returns all entries. For shutdown.
   std::vector<HandleEntry> CloseAll();
   size_t session_count() const;
-  // Every open session, oldest first; with each one's entries if
+  // Every open session, oldest first (by serial); with each one's entries if
   // `with_entries`.
   std::vector<SessionSummary> ListSessions(bool with_entries = false) const;
 
@@ -177,9 +227,11 @@ class HandleTable {
                     std::memory_order_relaxed);
     }
     const std::string client_name;
+    uint64_t serial = 0;  // set once, when added to the table
     const Clock::time_point created;
     const std::chrono::milliseconds ttl;  // 0 = never expires
     mutable std::atomic<Clock::rep> expires{0};
+    std::atomic<int64_t> active_calls{0};  // ActiveCalls alive
     mutable absl::Mutex mu;
     bool closed ABSL_GUARDED_BY(mu) = false;
     absl::flat_hash_map<uint64_t, HandleEntry> entries ABSL_GUARDED_BY(mu);
@@ -193,7 +245,15 @@ class HandleTable {
     std::deque<std::string> request_order ABSL_GUARDED_BY(mu);
     absl::flat_hash_map<uint64_t, std::shared_ptr<SharedMemoryMapping>>
         regions ABSL_GUARDED_BY(mu);
+    std::vector<std::weak_ptr<SessionBound>> bound ABSL_GUARDED_BY(mu);
   };
+  // Marks `s` closed, moves its entries into `entries` and drops its
+  // requests and regions; returns what was bound to it, for the caller to
+  // notify once no lock is held.
+  static std::vector<std::weak_ptr<SessionBound>> EndSession(
+      Session& s, std::vector<HandleEntry>* entries);
+  static void NotifyEnded(std::vector<std::weak_ptr<SessionBound>> bound,
+                          const absl::Status& why);
   absl::Status QuotaCheck(const Session& s, uint64_t bytes, uint64_t tensors)
       const ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   std::string AddSession(std::shared_ptr<Session> session)
@@ -204,6 +264,7 @@ class HandleTable {
 
   const HandleTableOptions options_;
   std::atomic<uint64_t> next_handle_;
+  uint64_t next_serial_ ABSL_GUARDED_BY(mu_) = 1;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_
       ABSL_GUARDED_BY(mu_);

@@ -85,6 +85,31 @@ absl::Status CheckRange(const Buffer& buffer, size_t offset, size_t bytes) {
   return absl::OkStatus();
 }
 
+absl::Status CheckBoolData(std::span<const uint8_t> bytes, uint64_t at) {
+  // Any byte above 1 has a bit outside bit 0: OR-ing whole words finds that
+  // at memory speed; the rare failure then finds the byte.
+  uint8_t seen = 0;
+  for (uint8_t b : bytes) seen |= b;
+  if ((seen & 0xFE) == 0) return absl::OkStatus();
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (bytes[i] > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bool data must be 0 or 1 in every byte; byte ", at + i,
+                       " is ", bytes[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string Echo(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t cut = max_bytes;
+  // Back up over continuation bytes (10xxxxxx) to a sequence's start.
+  while (cut > 0 && (static_cast<uint8_t>(text[cut]) & 0xC0) == 0x80) --cut;
+  return absl::StrCat(ToAbsl(text.substr(0, cut)), "... (", text.size(),
+                      " bytes)");
+}
+
 std::string FormatBytes(uint64_t bytes) {
   static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
   if (bytes < 1024) return absl::StrCat(bytes, " bytes");

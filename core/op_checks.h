@@ -5,6 +5,7 @@
 #define TENSORD_CORE_OP_CHECKS_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -26,6 +27,12 @@ absl::Status CheckBinaryOpDType(BinaryOp op, DType dtype);
 // bool; OK otherwise (floating unary ops of bool/int run on float32).
 absl::Status CheckUnaryOpDType(UnaryOp op, DType dtype);
 
+// BOOL tensors hold one byte per element, 0 or 1 (tensord.proto); data
+// from a client is checked, never normalised. INVALID_ARGUMENT naming the
+// first other byte and its offset (`at` + its index: `bytes` lie at that
+// offset of the tensor); OK otherwise.
+absl::Status CheckBoolData(std::span<const uint8_t> bytes, uint64_t at);
+
 // FAILED_PRECONDITION: "\"<op>\" not implemented for '<dtype>' on <device>".
 absl::Status NotImplementedError(std::string_view op, DType dtype,
                                  std::string_view device);
@@ -36,6 +43,12 @@ std::string_view OpKindName(OpKind op);
 // OUT_OF_RANGE unless [offset, offset + bytes) lies inside `buffer`: the
 // bounds check every device does before a copy.
 absl::Status CheckRange(const Buffer& buffer, size_t offset, size_t bytes);
+
+// A client's text as a message or log line may quote it: `text` itself, or
+// its first `max_bytes` bytes (never splitting a UTF-8 sequence) then
+// "... (N bytes)". Every client-sent string echoed back goes through this,
+// so one long name cannot blow up a reply's metadata or the log.
+std::string Echo(std::string_view text, size_t max_bytes = 64);
 
 // "512.00 MiB"; "100 bytes" below 1 KiB. For messages.
 std::string FormatBytes(uint64_t bytes);

@@ -177,6 +177,19 @@ std::string Describe(const StoredTensor& t) {
   return absl::StrCat(t.shape.ToString(), " ", ToAbsl(DTypeName(t.dtype)));
 }
 
+// INVALID_ARGUMENT unless `text` (the request's `field`) fits `max` bytes.
+absl::Status CheckLength(std::string_view field, std::string_view text,
+                         size_t max) {
+  if (text.size() <= max) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      ToAbsl(field), " is ", text.size(), " bytes long ('", Echo(text, 32),
+      "'); the server's limit is ", max, " bytes"));
+}
+
+absl::Status CheckTag(std::string_view tag) {
+  return CheckLength("tag", tag, kMaxTagBytes);
+}
+
 }  // namespace
 
 HandleTableOptions TableOptions(const RuntimeOptions& o) {
@@ -212,6 +225,7 @@ class Runtime::Impl {
   std::chrono::milliseconds ClampTtl(std::chrono::milliseconds requested) const;
 
   std::vector<DeviceStatus> ListDevices() const;
+  RuntimeLimits limits() const { return limits_; }
   absl::StatusOr<DeviceSlot*> FindSlot(std::string_view name) const;
   DeviceSlot& SlotOf(const Device* device) const;
 
@@ -299,6 +313,7 @@ class Runtime::Impl {
   std::vector<std::unique_ptr<DeviceSlot>> slots_;
   HandleTable table_;  // after slots_: destroyed before them
   uint64_t max_tensor_bytes_ = 0;
+  RuntimeLimits limits_;
   std::chrono::milliseconds session_ttl_{0};
   std::chrono::milliseconds min_session_ttl_{0};
   std::chrono::milliseconds max_session_ttl_{0};
@@ -361,6 +376,16 @@ absl::Status Runtime::Impl::Init(RuntimeOptions options) {
   max_session_ttl_ = options.max_session_ttl;
   reap_interval_ = options.reap_interval;
   on_session_expired_ = std::move(options.on_session_expired);
+  const HandleTableOptions table = TableOptions(options);
+  limits_.default_session_ttl = session_ttl_;
+  limits_.min_session_ttl = min_session_ttl_;
+  limits_.max_session_ttl = std::max(min_session_ttl_, max_session_ttl_);
+  limits_.max_sessions = table.max_sessions;
+  limits_.session_max_bytes = table.session_max_bytes;
+  limits_.session_max_tensors = table.session_max_tensors;
+  limits_.max_tensor_bytes = max_tensor_bytes_;
+  limits_.session_max_regions = table.session_max_regions;
+  limits_.max_request_id_bytes = kMaxRequestIdBytes;
   const int n = options.host_devices;
   for (int i = 0; i < n; ++i) {
     CpuDeviceOptions cpu;
@@ -420,6 +445,11 @@ std::vector<DeviceStatus> Runtime::Impl::ListDevices() const {
 absl::StatusOr<DeviceSlot*> Runtime::Impl::FindSlot(
     std::string_view name) const {
   if (name.empty()) name = "cpu";
+  if (name.size() > kMaxDeviceNameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid device name '", Echo(name), "': longer than ",
+                     kMaxDeviceNameBytes, " bytes"));
+  }
   std::string_view kind_name = name;
   std::string_view index_text;
   const size_t colon = name.find(':');
@@ -436,7 +466,7 @@ absl::StatusOr<DeviceSlot*> Runtime::Impl::FindSlot(
   if (!kind_ok || !index_ok ||
       (!index_text.empty() && !absl::SimpleAtoi(ToAbsl(index_text), &index))) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "invalid device name '", ToAbsl(name),
+        "invalid device name '", Echo(name),
         "': expected 'cpu', 'cpu:<index>', 'cuda' or 'cuda:<index>'"));
   }
   const DeviceKind kind =
@@ -449,7 +479,7 @@ absl::StatusOr<DeviceSlot*> Runtime::Impl::FindSlot(
     names.push_back(slot->device->name());
   }
   return absl::NotFoundError(absl::StrCat(
-      "device ", ToAbsl(name),
+      "device ", Echo(name),
       " not found; available devices: ", absl::StrJoin(names, ", ")));
 }
 
@@ -546,11 +576,87 @@ absl::StatusOr<TensorRef> Runtime::Impl::AsDType(DeviceSlot& slot,
 // enough that the extra pass stays in cache.
 constexpr uint64_t kBounceBytes = uint64_t{1} << 20;
 
+// What an open stream of a session holds (an upload's buffer, a reader's
+// tensor), tied to the session (HandleTable::Bind): when the session ends
+// the hold lets go of it at once, so a stalled stream keeps no memory past
+// its session, and the stream's next use fails with the reason.
+template <typename T>
+class SessionHold final : public SessionBound {
+ public:
+  explicit SessionHold(std::shared_ptr<T> held) : held_(std::move(held)) {}
+
+  void OnSessionEnded(const absl::Status& why) override {
+    std::shared_ptr<T> dropped;  // freed after the lock
+    absl::MutexLock lock(&mu_);
+    ended_ = why;
+    dropped = std::move(held_);
+  }
+
+  // Runs `use(T&)` under the hold's lock (the session cannot drop the
+  // object meanwhile). The session's end status once it ended;
+  // FAILED_PRECONDITION once taken.
+  template <typename Use>
+  absl::Status With(Use&& use) {
+    absl::MutexLock lock(&mu_);
+    if (!ended_.ok()) return ended_;
+    if (held_ == nullptr) {
+      return absl::FailedPreconditionError("the stream is already finished");
+    }
+    return use(*held_);
+  }
+
+  // OK while the session lives; its end status once it ended.
+  absl::Status Alive() {
+    absl::MutexLock lock(&mu_);
+    return ended_;
+  }
+
+  // Takes the object out (the stream is done with the session).
+  absl::StatusOr<std::shared_ptr<T>> Take() {
+    absl::MutexLock lock(&mu_);
+    if (!ended_.ok()) return ended_;
+    if (held_ == nullptr) {
+      return absl::FailedPreconditionError("the stream is already finished");
+    }
+    return std::move(held_);
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::Status ended_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<T> held_ ABSL_GUARDED_BY(mu_);
+};
+
+// Binds a new hold of `held` to the session.
+template <typename T>
+absl::StatusOr<std::shared_ptr<SessionHold<T>>> HoldFor(
+    HandleTable& table, std::string_view session, std::shared_ptr<T> held) {
+  auto hold = std::make_shared<SessionHold<T>>(std::move(held));
+  RETURN_IF_ERROR(table.Bind(session, hold));
+  return hold;
+}
+
+// Renews the session's lease for a message of a stream holding `hold`. Once
+// the session has ended, the reason it ended (rather than "unknown
+// session").
+template <typename T>
+absl::Status RenewFor(HandleTable& table, std::string_view session,
+                      SessionHold<T>& hold) {
+  RETURN_IF_ERROR(hold.Alive());
+  absl::Status renewed = table.Renew(session).status();
+  if (!renewed.ok()) {
+    // Ended between the two lines: the session has dropped it from the
+    // table and is about to tell the hold.
+    RETURN_IF_ERROR(hold.Alive());
+  }
+  return renewed;
+}
+
 class Runtime::Impl::UploadImpl final : public Runtime::Upload {
  public:
   UploadImpl(Impl* runtime, std::string_view session, DeviceSlot* slot,
              DType dtype, Shape shape, uint64_t nbytes,
-             std::shared_ptr<Buffer> buffer, std::string_view tag)
+             std::shared_ptr<SessionHold<Buffer>> buffer, std::string_view tag)
       : runtime_(runtime),
         session_(session),
         slot_(slot),
@@ -562,19 +668,27 @@ class Runtime::Impl::UploadImpl final : public Runtime::Upload {
 
   absl::Status Append(std::span<const uint8_t> data) override {
     RETURN_IF_ERROR(CheckRoom(data.size()));
-    RETURN_IF_ERROR(slot_->device->CopyFromHost(data.data(), *buffer_,
-                                                received_, data.size()));
-    received_ += data.size();
-    return absl::OkStatus();
+    return buffer_->With([&](Buffer& buffer) -> absl::Status {
+      RETURN_IF_ERROR(CheckBoolBytes(data, received_));
+      RETURN_IF_ERROR(slot_->device->CopyFromHost(data.data(), buffer,
+                                                  received_, data.size()));
+      received_ += data.size();
+      return absl::OkStatus();
+    });
   }
 
   absl::Status AppendFrom(uint64_t n, const Filler& fill) override {
     RETURN_IF_ERROR(CheckRoom(n));
     if (slot_->device->kind() == DeviceKind::kCpu) {
-      auto* at = static_cast<uint8_t*>(buffer_->data()) + received_;
-      RETURN_IF_ERROR(fill({at, static_cast<size_t>(n)}, 0));
-      received_ += n;
-      return absl::OkStatus();
+      return buffer_->With([&](Buffer& buffer) -> absl::Status {
+        auto* at = static_cast<uint8_t*>(buffer.data()) + received_;
+        const std::span<uint8_t> dst(at, static_cast<size_t>(n));
+        RETURN_IF_ERROR(fill(dst, 0));
+        // Checked where the bytes now lie: the source may still change.
+        RETURN_IF_ERROR(CheckBoolBytes(dst, received_));
+        received_ += n;
+        return absl::OkStatus();
+      });
     }
     std::vector<uint8_t> bounce(std::min<uint64_t>(n, kBounceBytes));
     for (uint64_t done = 0; done < n; done += bounce.size()) {
@@ -584,46 +698,57 @@ class Runtime::Impl::UploadImpl final : public Runtime::Upload {
     }
     return absl::OkStatus();
   }
-  // OK when `n` more bytes fit; the errors of Append otherwise.
-  absl::Status CheckRoom(uint64_t n) const {
-    if (buffer_ == nullptr) {
-      return absl::FailedPreconditionError("upload is already finished");
-    }
-    if (n > nbytes_ - received_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "upload overflows the tensor: ", n, " more bytes after ",
-          received_, " of ", nbytes_, " (shape ", shape_.ToString(),
-          " of dtype ", ToAbsl(DTypeName(dtype_)), ")"));
-    }
-    return absl::OkStatus();
-  }
-
 
   absl::StatusOr<TensorMeta> Finish() override {
-    if (buffer_ == nullptr) {
-      return absl::FailedPreconditionError("upload is already finished");
-    }
+    RETURN_IF_ERROR(Renew());
     if (received_ != nbytes_) {
       return absl::InvalidArgumentError(
           absl::StrCat("upload incomplete: received ", received_, " of ",
                        nbytes_, " bytes for shape ", shape_.ToString(),
                        " of dtype ", ToAbsl(DTypeName(dtype_))));
     }
+    ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buffer, buffer_->Take());
     return runtime_->Register(session_, *slot_, dtype_, shape_, nbytes_,
-                              std::move(buffer_), tag_);
+                              std::move(buffer), tag_);
   }
 
   uint64_t expected_bytes() const override { return nbytes_; }
   uint64_t received_bytes() const override { return received_; }
 
  private:
+  // Each piece of the upload renews the session's lease.
+  absl::Status Renew() {
+    return RenewFor(runtime_->table(), session_, *buffer_);
+  }
+
+  // OK when `n` more bytes fit (renewing the lease); the errors of Append
+  // otherwise.
+  absl::Status CheckRoom(uint64_t n) {
+    RETURN_IF_ERROR(Renew());
+    if (n > nbytes_ - received_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "upload overflows the tensor: ", n, " more bytes after ", received_,
+          " of ", nbytes_, " (shape ", shape_.ToString(), " of dtype ",
+          ToAbsl(DTypeName(dtype_)), ")"));
+    }
+    return absl::OkStatus();
+  }
+
+  // BOOL elements are one byte, 0 or 1 (tensord.proto); `at` is the bytes'
+  // offset in the tensor.
+  absl::Status CheckBoolBytes(std::span<const uint8_t> bytes,
+                              uint64_t at) const {
+    if (dtype_ != DType::kBool) return absl::OkStatus();
+    return CheckBoolData(bytes, at);
+  }
+
   Impl* const runtime_;  // borrowed: the Runtime outlives its uploads
   const std::string session_;
   DeviceSlot* const slot_;
   const DType dtype_;
   const Shape shape_;
   const uint64_t nbytes_;
-  std::shared_ptr<Buffer> buffer_;  // null once finished
+  const std::shared_ptr<SessionHold<Buffer>> buffer_;
   const std::string tag_;
   uint64_t received_ = 0;
 };
@@ -632,25 +757,36 @@ class Runtime::Impl::UploadImpl final : public Runtime::Upload {
 
 class Runtime::Impl::ReaderImpl final : public Runtime::Reader {
  public:
-  ReaderImpl(TensorMeta meta, std::shared_ptr<const StoredTensor> tensor)
-      : meta_(std::move(meta)), tensor_(std::move(tensor)) {}
+  ReaderImpl(Impl* runtime, std::string_view session, TensorMeta meta,
+             std::shared_ptr<SessionHold<const StoredTensor>> tensor,
+             uint64_t nbytes)
+      : runtime_(runtime),
+        session_(session),
+        meta_(std::move(meta)),
+        tensor_(std::move(tensor)),
+        nbytes_(nbytes) {}
 
   const TensorMeta& meta() const override { return meta_; }
 
   absl::Status Read(uint64_t offset, std::span<uint8_t> dst) override {
-    RETURN_IF_ERROR(CheckRange(offset, dst.size()));
+    RETURN_IF_ERROR(Begin(offset, dst.size()));
     if (dst.empty()) return absl::OkStatus();
-    return tensor_->device->CopyToHost(*tensor_->buffer, offset, dst.data(),
-                                       dst.size());
+    return tensor_->With([&](const StoredTensor& t) {
+      return t.device->CopyToHost(*t.buffer, offset, dst.data(), dst.size());
+    });
   }
 
   absl::Status ReadWith(uint64_t offset, uint64_t n,
                         const Consumer& consume) override {
-    RETURN_IF_ERROR(CheckRange(offset, n));
-    if (tensor_->device->kind() == DeviceKind::kCpu) {
-      const auto* at = static_cast<const uint8_t*>(tensor_->buffer->data()) + offset;
+    RETURN_IF_ERROR(Begin(offset, n));
+    bool on_host = false;
+    RETURN_IF_ERROR(tensor_->With([&](const StoredTensor& t) -> absl::Status {
+      on_host = t.device->kind() == DeviceKind::kCpu;
+      if (!on_host) return absl::OkStatus();
+      const auto* at = static_cast<const uint8_t*>(t.buffer->data()) + offset;
       return consume({at, static_cast<size_t>(n)}, 0);
-    }
+    }));
+    if (on_host) return absl::OkStatus();
     std::vector<uint8_t> bounce(std::min<uint64_t>(n, kBounceBytes));
     for (uint64_t done = 0; done < n; done += bounce.size()) {
       const size_t k = static_cast<size_t>(std::min<uint64_t>(bounce.size(), n - done));
@@ -661,20 +797,26 @@ class Runtime::Impl::ReaderImpl final : public Runtime::Reader {
   }
 
  private:
-  // OUT_OF_RANGE unless [offset, offset + n) lies in the tensor.
-  absl::Status CheckRange(uint64_t offset, uint64_t n) const {
-    if (offset > tensor_->nbytes || n > tensor_->nbytes - offset) {
+  // Renews the session's lease (each read is a message of the stream) and
+  // checks that [offset, offset + n) lies in the tensor (OUT_OF_RANGE).
+  absl::Status Begin(uint64_t offset, uint64_t n) {
+    RETURN_IF_ERROR(RenewFor(runtime_->table(), session_, *tensor_));
+    if (offset > nbytes_ || n > nbytes_ - offset) {
       return absl::OutOfRangeError(
           absl::StrCat("read of ", n, " bytes at offset ", offset,
                        " is past the end of tensor ", meta_.handle, " (",
-                       tensor_->nbytes, " bytes)"));
+                       nbytes_, " bytes)"));
     }
     return absl::OkStatus();
   }
 
+  Impl* const runtime_;  // borrowed: the Runtime outlives its readers
+  const std::string session_;
   const TensorMeta meta_;
-  // Keeps the memory alive after a release. Must not outlive the Runtime.
-  const std::shared_ptr<const StoredTensor> tensor_;
+  // Keeps the memory alive after a release of the handle, until the
+  // session ends.
+  const std::shared_ptr<SessionHold<const StoredTensor>> tensor_;
+  const uint64_t nbytes_;
 };
 
 // --- Runtime -----------------------------------------------------------------
@@ -693,6 +835,8 @@ std::vector<DeviceStatus> Runtime::ListDevices() const {
   return impl_->ListDevices();
 }
 
+RuntimeLimits Runtime::limits() const { return impl_->limits(); }
+
 absl::StatusOr<Device*> Runtime::FindDevice(std::string_view name) const {
   ASSIGN_OR_RETURN(DeviceSlot * slot, impl_->FindSlot(name));
   return slot->device.get();
@@ -706,6 +850,13 @@ absl::StatusOr<std::string> Runtime::OpenSession(std::string_view client_name) {
 
 absl::StatusOr<SessionLease> Runtime::OpenSession(
     std::string_view client_name, std::chrono::milliseconds ttl) {
+  if (ttl.count() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ttl_ms is ", ttl.count(),
+        "; expected 0 (the server's default lease) or a positive number of "
+        "milliseconds"));
+  }
+  RETURN_IF_ERROR(CheckLength("client_name", client_name, kMaxClientNameBytes));
   SessionLease lease;
   lease.ttl = impl_->ClampTtl(ttl);
   ASSIGN_OR_RETURN(lease.id, impl_->table().OpenSession(client_name, lease.ttl));
@@ -745,6 +896,10 @@ std::vector<std::pair<std::string, TensorMeta>> Runtime::ListAllTensors()
        impl_->table().ListSessions(/*with_entries=*/true)) {
     for (const HandleEntry& e : s.entries) out.emplace_back(s.id_prefix, MetaOf(e));
   }
+  // Handles are unique across sessions: a stable order to page through.
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a.second.handle < b.second.handle;
+  });
   return out;
 }
 
@@ -755,6 +910,7 @@ std::vector<SessionInfo> Runtime::ListSessions() const {
     SessionInfo info;
     info.id_prefix = s.id_prefix;
     info.client_name = s.client_name;
+    info.serial = s.serial;
     info.tensors = s.tensors;
     info.bytes = s.bytes;
     info.age_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -770,6 +926,7 @@ absl::StatusOr<TensorMeta> Runtime::CreateFromData(
     std::span<const int64_t> dims, std::span<const uint8_t> data,
     std::string_view tag) {
   RETURN_IF_ERROR(impl_->table().CheckSession(session));
+  RETURN_IF_ERROR(CheckTag(tag));
   ASSIGN_OR_RETURN(DeviceSlot * slot, impl_->FindSlot(device));
   RETURN_IF_ERROR(ValidateDType(dtype));
   ASSIGN_OR_RETURN(Shape shape, Shape::Make(dims));
@@ -779,6 +936,7 @@ absl::StatusOr<TensorMeta> Runtime::CreateFromData(
         "data is ", data.size(), " bytes but shape ", shape.ToString(),
         " of dtype ", ToAbsl(DTypeName(dtype)), " needs ", nbytes, " bytes"));
   }
+  if (dtype == DType::kBool) RETURN_IF_ERROR(CheckBoolData(data, 0));
   RETURN_IF_ERROR(impl_->table().Admit(session, nbytes));
   ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buffer,
                    impl_->Allocate(*slot, nbytes));
@@ -858,6 +1016,7 @@ absl::StatusOr<TensorMeta> Runtime::CreateFilled(
     std::span<const int64_t> dims, const FillSpec& fill, double arange_end,
     std::string_view tag) {
   RETURN_IF_ERROR(impl_->table().CheckSession(session));
+  RETURN_IF_ERROR(CheckTag(tag));
   ASSIGN_OR_RETURN(DeviceSlot * slot, impl_->FindSlot(device));
   RETURN_IF_ERROR(ValidateDType(dtype));
   const bool shape_from_range =
@@ -885,6 +1044,7 @@ absl::StatusOr<std::unique_ptr<Runtime::Upload>> Runtime::BeginUpload(
     std::string_view session, std::string_view device, DType dtype,
     std::span<const int64_t> dims, std::string_view tag) {
   RETURN_IF_ERROR(impl_->table().CheckSession(session));
+  RETURN_IF_ERROR(CheckTag(tag));
   ASSIGN_OR_RETURN(DeviceSlot * slot, impl_->FindSlot(device));
   RETURN_IF_ERROR(ValidateDType(dtype));
   ASSIGN_OR_RETURN(Shape shape, Shape::Make(dims));
@@ -892,15 +1052,22 @@ absl::StatusOr<std::unique_ptr<Runtime::Upload>> Runtime::BeginUpload(
   RETURN_IF_ERROR(impl_->table().Admit(session, nbytes));
   ASSIGN_OR_RETURN(Impl::Output out,
                    impl_->AllocateOutput(*slot, dtype, std::move(shape)));
+  ASSIGN_OR_RETURN(auto buffer,
+                   HoldFor(impl_->table(), session, std::move(out.buffer)));
   return std::make_unique<Impl::UploadImpl>(impl_.get(), session, slot, dtype,
                                             std::move(out.shape), out.nbytes,
-                                            std::move(out.buffer), tag);
+                                            std::move(buffer), tag);
 }
 
 absl::StatusOr<TensorMeta> Runtime::To(std::string_view session,
                                        uint64_t handle, std::string_view device,
                                        bool copy) {
   ASSIGN_OR_RETURN(HandleEntry src, impl_->table().Lookup(session, handle));
+  if (device.empty()) {
+    return absl::InvalidArgumentError(
+        "To needs a target device ('cpu', 'cpu:<index>', 'cuda' or "
+        "'cuda:<index>'); an empty name names none");
+  }
   ASSIGN_OR_RETURN(DeviceSlot * dst_slot, impl_->FindSlot(device));
   const StoredTensor& t = *src.tensor;
   if (dst_slot->device.get() == t.device && !copy) return MetaOf(src);
@@ -1588,6 +1755,7 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
     }
   }
   std::vector<Impl::Value> values(ops.size());
+  uint64_t kept_bytes = 0, kept_tensors = 0;  // new tensors to register
   for (size_t i = 0; i < ops.size(); ++i) {
     if (cancelled && cancelled()) {
       // `values` goes with the return: everything made so far is freed.
@@ -1622,15 +1790,35 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
     }
     absl::StatusOr<Impl::Value> result =
         status.ok() ? impl_->Apply(op, in) : absl::StatusOr<Impl::Value>(status);
+    // A result the caller keeps must fit the session's quotas along with
+    // the kept results before it: checked here, so that the failure names
+    // the op that made it.
+    if (result.ok() && kept[i] && !result->entry.has_value()) {
+      absl::Status admitted = impl_->table().Admit(
+          session, kept_bytes + result->tensor->nbytes, kept_tensors + 1);
+      if (admitted.ok()) {
+        kept_bytes += result->tensor->nbytes;
+        ++kept_tensors;
+      } else {
+        result = admitted;
+      }
+    }
     if (!result.ok()) {
+      // At most kDescribed operands: a cat of a thousand tensors must not
+      // make a message larger than a reply's metadata may be.
+      constexpr size_t kDescribed = 8;
       std::vector<std::string> described;
-      for (size_t j = 0; j < op.inputs.size(); ++j) {
+      for (size_t j = 0; j < std::min(op.inputs.size(), kDescribed); ++j) {
         const Operand& operand = op.inputs[j];
         std::string d = operand.is_result
                             ? absl::StrCat("result of op #", operand.result_of)
                             : absl::StrCat("handle ", operand.handle);
         if (j < in.size()) absl::StrAppend(&d, " ", Describe(*in[j].tensor));
         described.push_back(std::move(d));
+      }
+      if (op.inputs.size() > kDescribed) {
+        described.push_back(
+            absl::StrCat("... ", op.inputs.size() - kDescribed, " more"));
       }
       if (op.scalar.has_value()) {
         described.push_back(absl::StrCat("scalar ", op.scalar->ToString()));
@@ -1671,7 +1859,12 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
             (void)Release(session, m.handle);
           }
         }
-        return meta.status();
+        // Admitted above, so only a concurrent call of the session gets
+        // here; the message still names the op.
+        return absl::Status(
+            meta.status().code(),
+            absl::StrCat("op #", k, " (", OpName(ops[k]),
+                         "; keeping its result): ", meta.status().message()));
       }
       it = registered.emplace(k, *std::move(meta)).first;
     }
@@ -1725,7 +1918,23 @@ absl::Status Runtime::Release(std::string_view session, uint64_t handle) {
 absl::StatusOr<std::unique_ptr<Runtime::Reader>> Runtime::OpenReader(
     std::string_view session, uint64_t handle) {
   ASSIGN_OR_RETURN(HandleEntry entry, impl_->table().Lookup(session, handle));
-  return std::make_unique<Impl::ReaderImpl>(MetaOf(entry), entry.tensor);
+  TensorMeta meta = MetaOf(entry);
+  const uint64_t nbytes = entry.tensor->nbytes;
+  ASSIGN_OR_RETURN(auto tensor,
+                   HoldFor(impl_->table(), session, std::move(entry.tensor)));
+  return std::make_unique<Impl::ReaderImpl>(
+      impl_.get(), session, std::move(meta), std::move(tensor), nbytes);
+}
+
+absl::StatusOr<std::unique_ptr<Runtime::CallScope>> Runtime::BeginCall(
+    std::string_view session) {
+  struct Scope final : CallScope {
+    explicit Scope(HandleTable::ActiveCall c) : call(std::move(c)) {}
+    HandleTable::ActiveCall call;
+  };
+  ASSIGN_OR_RETURN(HandleTable::ActiveCall call,
+                   impl_->table().BeginCall(session));
+  return std::make_unique<Scope>(std::move(call));
 }
 
 }  // namespace tensord::core

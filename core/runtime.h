@@ -41,6 +41,13 @@
 
 namespace tensord::core {
 
+// Bounds on the strings a client sends (tensord.proto documents them; a
+// longer one is INVALID_ARGUMENT naming the field, its length and the
+// bound). Messages and logs quote at most 64 bytes of any of them.
+inline constexpr size_t kMaxDeviceNameBytes = 64;
+inline constexpr size_t kMaxTagBytes = 256;
+inline constexpr size_t kMaxClientNameBytes = 256;
+
 // Metadata of a live tensor as clients see it.
 struct TensorMeta {
   uint64_t handle = 0;
@@ -70,6 +77,7 @@ struct DeviceStatus {
 struct SessionInfo {
   std::string id_prefix;
   std::string client_name;
+  uint64_t serial = 0;  // opening order, from 1: a stable key for paging
   uint64_t tensors = 0;
   uint64_t bytes = 0;
   int64_t age_ms = 0;
@@ -118,6 +126,19 @@ struct RuntimeOptions {
   uint64_t max_tensor_bytes = 0;
 };
 
+// The limits the Runtime enforces, for clients to discover (GetLimits).
+struct RuntimeLimits {
+  std::chrono::milliseconds default_session_ttl{0};  // 0 = never expires
+  std::chrono::milliseconds min_session_ttl{0};
+  std::chrono::milliseconds max_session_ttl{0};
+  uint64_t max_sessions = 0;         // 0 = unlimited
+  uint64_t session_max_bytes = 0;    // 0 = unlimited
+  uint64_t session_max_tensors = 0;  // 0 = unlimited
+  uint64_t max_tensor_bytes = 0;     // 0 = only the device budget
+  uint64_t session_max_regions = 0;  // shared-memory regions per session
+  uint64_t max_request_id_bytes = 0;
+};
+
 // An opened session: its id and effective lease (0 = never expires).
 struct SessionLease {
   std::string id;
@@ -133,11 +154,16 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
   ~Runtime();  // frees every session's tensors
 
+  RuntimeLimits limits() const;
+
   // --- Devices --------------------------------------------------------------
   std::vector<DeviceStatus> ListDevices() const;
   // Resolves "cpu", "cpu:1", "cuda", "cuda:0" ("" = "cpu") to a device.
-  // INVALID_ARGUMENT for a malformed name ("expected 'cpu', 'cpu:<i>',
-  // 'cuda' or 'cuda:<i>'"); NOT_FOUND naming the available devices for a
+  // Names: with one host device it is "cpu"; with N > 1, "cpu:0".."cpu:N-1";
+  // "cpu" is always accepted and means "cpu:0" ("cuda": "cuda:0"); replies
+  // carry the canonical name. INVALID_ARGUMENT for a malformed name
+  // ("expected 'cpu', 'cpu:<i>', 'cuda' or 'cuda:<i>'") or one longer than
+  // kMaxDeviceNameBytes; NOT_FOUND naming the available devices for a
   // well-formed name this server lacks.
   absl::StatusOr<Device*> FindDevice(std::string_view name) const;
 
@@ -146,11 +172,25 @@ class Runtime {
   // the default TTL. RESOURCE_EXHAUSTED when max_sessions are open.
   absl::StatusOr<std::string> OpenSession(std::string_view client_name);
   // As above with a requested TTL (0 = the default), clamped to the bounds.
+  // INVALID_ARGUMENT for a negative TTL or a client name longer than
+  // kMaxClientNameBytes.
   absl::StatusOr<SessionLease> OpenSession(std::string_view client_name,
                                            std::chrono::milliseconds ttl);
   // Renews the session's lease (as any call naming the session does) and
   // returns its TTL. NOT_FOUND for an unknown or expired session.
   absl::StatusOr<std::chrono::milliseconds> KeepAlive(std::string_view session);
+  // A call in progress on the session (the server opens one for each unary
+  // RPC naming a session): while it lives the session's lease cannot run
+  // out, and the lease is renewed when the call begins and when it ends.
+  // Streams are not calls: each of their messages renews the lease instead
+  // (Upload::Append, Reader::Read), so a stalled stream lets it run out.
+  // NOT_FOUND for an unknown session.
+  class CallScope {
+   public:
+    virtual ~CallScope() = default;
+  };
+  absl::StatusOr<std::unique_ptr<CallScope>> BeginCall(
+      std::string_view session);
   // Closes every session whose lease has run out now (the reaper does this
   // periodically); returns how many.
   size_t ReapExpiredSessions();
@@ -169,7 +209,7 @@ class Runtime {
   // Every open session, oldest first.
   std::vector<SessionInfo> ListSessions() const;
   // Every live tensor of every session (operators' leak hunting), each with
-  // its session's id prefix.
+  // its session's id prefix, ordered by handle.
   std::vector<std::pair<std::string, TensorMeta>> ListAllTensors() const;
 
   // --- Creating tensors -----------------------------------------------------
@@ -191,7 +231,12 @@ class Runtime {
 
   // A tensor written in pieces (streamed upload). The device memory is
   // allocated (and admitted against the budget) by BeginUpload; destroying
-  // the Upload without a successful Finish frees it.
+  // the Upload without a successful Finish frees it. Every Append,
+  // AppendFrom and Finish renews the session's lease. When the session ends
+  // (closed, its lease ran out, shutdown) the memory is freed at once and
+  // every later call fails with NOT_FOUND saying why (UNAVAILABLE at
+  // shutdown). BOOL bytes other than 0 and 1 are INVALID_ARGUMENT, checked
+  // after they are copied (the source may still change).
   class Upload {
    public:
     virtual ~Upload() = default;
@@ -217,6 +262,8 @@ class Runtime {
 
   // --- Moving ---------------------------------------------------------------
   // Same handle when already on `device` and !copy; else a new tensor.
+  // `device` must be named: "" is INVALID_ARGUMENT (Create's "" means "cpu";
+  // a move has no default target).
   absl::StatusOr<TensorMeta> To(std::string_view session, uint64_t handle,
                                 std::string_view device, bool copy);
 
@@ -257,7 +304,10 @@ class Runtime {
 
   // --- Reading back ---------------------------------------------------------
   // A snapshot of one tensor for fetching: it keeps the tensor's memory alive
-  // even if the handle is released meanwhile.
+  // even if the handle is released meanwhile, until the session ends. Every
+  // Read and ReadWith renews the session's lease; once the session has
+  // ended (closed, its lease ran out, shutdown) they fail with NOT_FOUND
+  // saying why (UNAVAILABLE at shutdown) and the memory is let go.
   class Reader {
    public:
     virtual ~Reader() = default;

@@ -1,5 +1,9 @@
 #include "server/grpc_service.h"
 
+#include <google/protobuf/descriptor.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <isa-l/crc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -8,16 +12,16 @@
 #include <string>
 #include <utility>
 
-#include <isa-l/crc.h>
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/shared_memory.h"
 #include "core/status.h"
 #include "proto/wire/bulk.h"
+#include "proto/wire/parse_error.h"
 #include "server/grpc_convert.h"
 #include "server/grpc_status.h"
+#include "server/list_page.h"
 
 namespace tensord::server {
 namespace {
@@ -41,6 +45,46 @@ std::string NewInstanceId() {
   std::random_device rd;
   const uint64_t id = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   return absl::StrFormat("%016x", id);
+}
+
+// Parses a raw request into `req`. A request that is not one is
+// INVALID_ARGUMENT saying what is wrong with it (DESIGN.md: a malformed
+// request), and so is a call without a request message.
+absl::Status ParseRequest(const grpc::ByteBuffer& raw,
+                          google::protobuf::Message* req) {
+  const google::protobuf::Descriptor& type = *req->GetDescriptor();
+  if (!raw.Valid()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the call carries no ", type.full_name(),
+                     " (a unary RPC takes exactly one request message)"));
+  }
+  grpc::ByteBuffer copy(raw);  // shares the slices; the reader needs non-const
+  grpc::ProtoBufferReader reader(&copy);
+  if (reader.status().ok() && req->ParseFromZeroCopyStream(&reader)) {
+    return absl::OkStatus();
+  }
+  // The slow path, for bad requests only: the bytes in one piece.
+  grpc::Slice flat;
+  if (!raw.DumpToSingleSlice(&flat).ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", type.full_name(), " message cannot be read"));
+  }
+  return absl::InvalidArgumentError(wire::DescribeParseError(
+      type, std::string_view(reinterpret_cast<const char*>(flat.begin()),
+                             flat.size())));
+}
+
+// Serializes a reply into the raw response.
+absl::Status SerializeReply(const google::protobuf::Message& resp,
+                            grpc::ByteBuffer* raw) {
+  bool own_buffer = false;
+  const grpc::Status status =
+      grpc::SerializationTraits<google::protobuf::Message>::Serialize(
+          resp, raw, &own_buffer);
+  if (status.ok()) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat("the ", resp.GetTypeName(),
+                   " reply does not serialize: ", status.error_message()));
 }
 
 }  // namespace
@@ -97,126 +141,311 @@ absl::Status TensorServiceImpl::CheckServing(
   return absl::OkStatus();
 }
 
-template <typename Body>
-grpc::ServerUnaryReactor* TensorServiceImpl::Unary(
-    grpc::CallbackServerContext* ctx, const char* method, Body&& body) {
+grpc::ServerUnaryReactor* TensorServiceImpl::Serve(
+    grpc::CallbackServerContext* ctx, const char* method,
+    const grpc::ByteBuffer& raw_req, google::protobuf::Message* req,
+    grpc::ByteBuffer* raw_resp, const google::protobuf::Message& resp,
+    absl::FunctionRef<absl::Status()> body) {
   RpcScope scope(this, ctx, method);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   absl::Status status = CheckServing(ctx);
+  if (status.ok()) status = ParseRequest(raw_req, req);
   if (status.ok()) status = body();
+  if (status.ok()) status = SerializeReply(resp, raw_resp);
   reactor->Finish(scope.Finish(status));
   return reactor;
 }
 
-template <typename Body>
+template <typename Req, typename Resp>
+grpc::ServerUnaryReactor* TensorServiceImpl::Unary(
+    grpc::CallbackServerContext* ctx, const char* method,
+    const grpc::ByteBuffer* raw_req, grpc::ByteBuffer* raw_resp,
+    Handler<Req, Resp> handler) {
+  Req req;
+  Resp resp;
+  return Serve(ctx, method, *raw_req, &req, raw_resp, resp, [&] {
+    const auto pinned = PinSession(req);
+    return (this->*handler)(ctx, req, &resp);
+  });
+}
+
+template <typename Req, typename Resp>
 grpc::ServerUnaryReactor* TensorServiceImpl::Mutating(
     grpc::CallbackServerContext* ctx, const char* method,
-    const std::string& session, google::protobuf::Message* resp, Body&& body) {
-  return Unary(ctx, method, [&]() -> absl::Status {
-    const std::string id = RequestIdOf(*ctx);
-    if (id.empty()) return body();
-    ASSIGN_OR_RETURN(std::optional<std::string> remembered,
-                     runtime_->BeginRequest(session, id));
-    if (remembered.has_value()) {
-      if (!resp->ParseFromString(*remembered)) {
-        return absl::InternalError("a remembered response does not parse");
-      }
-      return absl::OkStatus();
-    }
-    absl::Status status = body();
-    if (status.ok()) {
-      const std::string bytes = resp->SerializeAsString();
-      runtime_->EndRequest(session, id, &bytes);
-    } else {
-      runtime_->EndRequest(session, id, nullptr);
-    }
-    return status;
+    const grpc::ByteBuffer* raw_req, grpc::ByteBuffer* raw_resp,
+    Handler<Req, Resp> handler) {
+  Req req;
+  Resp resp;
+  return Serve(ctx, method, *raw_req, &req, raw_resp, resp, [&] {
+    const auto pinned = PinSession(req);
+    return Deduplicated(*ctx, req.session(), &resp,
+                        [&] { return (this->*handler)(ctx, req, &resp); });
   });
 }
 
+template <typename Req>
+std::unique_ptr<core::Runtime::CallScope> TensorServiceImpl::PinSession(
+    const Req& req) {
+  if constexpr (requires { req.session(); }) {
+    if (absl::StatusOr<std::unique_ptr<core::Runtime::CallScope>> call =
+            runtime_->BeginCall(req.session());
+        call.ok()) {
+      return std::move(*call);
+    }
+  }
+  return nullptr;
+}
+
+absl::Status TensorServiceImpl::Deduplicated(
+    const grpc::CallbackServerContext& ctx, const std::string& session,
+    google::protobuf::Message* resp, absl::FunctionRef<absl::Status()> body) {
+  const std::string id = RequestIdOf(ctx);
+  if (id.empty()) return body();
+  ASSIGN_OR_RETURN(std::optional<std::string> remembered,
+                   runtime_->BeginRequest(session, id));
+  if (remembered.has_value()) {
+    if (!resp->ParseFromString(*remembered)) {
+      return absl::InternalError("a remembered response does not parse");
+    }
+    return absl::OkStatus();
+  }
+  absl::Status status = body();
+  if (status.ok()) {
+    const std::string bytes = resp->SerializeAsString();
+    runtime_->EndRequest(session, id, &bytes);
+  } else {
+    runtime_->EndRequest(session, id, nullptr);
+  }
+  return status;
+}
+
+// The unary RPCs: each one line through the adapter to its typed handler.
 grpc::ServerUnaryReactor* TensorServiceImpl::ListDevices(
-    grpc::CallbackServerContext* ctx, const v1::ListDevicesRequest* req,
-    v1::ListDevicesResponse* resp) {
-  return Unary(ctx, "ListDevices", [&] {
-    for (const core::DeviceStatus& d : runtime_->ListDevices()) {
-      ToProto(d, resp->add_devices());
-    }
-    resp->set_server_version(TENSORD_VERSION);
-    return absl::OkStatus();
-  });
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Unary(ctx, "ListDevices", req, resp,
+               &TensorServiceImpl::ListDevicesImpl);
 }
-
 grpc::ServerUnaryReactor* TensorServiceImpl::OpenSession(
-    grpc::CallbackServerContext* ctx, const v1::OpenSessionRequest* req,
-    v1::OpenSessionResponse* resp) {
-  return Unary(ctx, "OpenSession", [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(core::SessionLease lease,
-                     runtime_->OpenSession(
-                         req->client_name(),
-                         std::chrono::milliseconds(req->ttl_ms())));
-    resp->set_session(std::move(lease.id));
-    resp->set_ttl_ms(lease.ttl.count());
-    return absl::OkStatus();
-  });
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Unary(ctx, "OpenSession", req, resp,
+               &TensorServiceImpl::OpenSessionImpl);
 }
-
+grpc::ServerUnaryReactor* TensorServiceImpl::GetLimits(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Unary(ctx, "GetLimits", req, resp, &TensorServiceImpl::GetLimitsImpl);
+}
 grpc::ServerUnaryReactor* TensorServiceImpl::KeepAlive(
-    grpc::CallbackServerContext* ctx, const v1::KeepAliveRequest* req,
-    v1::KeepAliveResponse* resp) {
-  return Unary(ctx, "KeepAlive", [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(std::chrono::milliseconds ttl,
-                     runtime_->KeepAlive(req->session()));
-    resp->set_ttl_ms(ttl.count());
-    return absl::OkStatus();
-  });
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Unary(ctx, "KeepAlive", req, resp, &TensorServiceImpl::KeepAliveImpl);
 }
-
 grpc::ServerUnaryReactor* TensorServiceImpl::CloseSession(
-    grpc::CallbackServerContext* ctx, const v1::CloseSessionRequest* req,
-    v1::CloseSessionResponse* resp) {
-  return Unary(ctx, "CloseSession", [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(core::SessionCloseStats stats,
-                     runtime_->CloseSession(req->session()));
-    resp->set_released_tensors(stats.released_tensors);
-    resp->set_released_bytes(stats.released_bytes);
-    return absl::OkStatus();
-  });
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Unary(ctx, "CloseSession", req, resp,
+               &TensorServiceImpl::CloseSessionImpl);
+}
+grpc::ServerUnaryReactor* TensorServiceImpl::Create(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Mutating(ctx, "Create", req, resp, &TensorServiceImpl::CreateImpl);
+}
+grpc::ServerUnaryReactor* TensorServiceImpl::To(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Mutating(ctx, "To", req, resp, &TensorServiceImpl::ToImpl);
+}
+grpc::ServerUnaryReactor* TensorServiceImpl::Binary(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Mutating(ctx, "Binary", req, resp, &TensorServiceImpl::BinaryImpl);
+}
+grpc::ServerUnaryReactor* TensorServiceImpl::MatMul(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Mutating(ctx, "MatMul", req, resp, &TensorServiceImpl::MatMulImpl);
+}
+grpc::ServerUnaryReactor* TensorServiceImpl::Run(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Mutating(ctx, "Run", req, resp, &TensorServiceImpl::RunImpl);
+}
+grpc::ServerUnaryReactor* TensorServiceImpl::Execute(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Mutating(ctx, "Execute", req, resp, &TensorServiceImpl::ExecuteImpl);
+}
+grpc::ServerUnaryReactor* TensorServiceImpl::Read(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Unary(ctx, "Read", req, resp, &TensorServiceImpl::ReadImpl);
+}
+grpc::ServerUnaryReactor* TensorServiceImpl::Release(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Mutating(ctx, "Release", req, resp, &TensorServiceImpl::ReleaseImpl);
+}
+grpc::ServerUnaryReactor* TensorServiceImpl::GetTensor(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Unary(ctx, "GetTensor", req, resp, &TensorServiceImpl::GetTensorImpl);
+}
+grpc::ServerUnaryReactor* TensorServiceImpl::ListTensors(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Unary(ctx, "ListTensors", req, resp,
+               &TensorServiceImpl::ListTensorsImpl);
+}
+grpc::ServerUnaryReactor* TensorServiceImpl::ListSessions(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Unary(ctx, "ListSessions", req, resp,
+               &TensorServiceImpl::ListSessionsImpl);
+}
+grpc::ServerUnaryReactor* TensorServiceImpl::ListAllTensors(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Unary(ctx, "ListAllTensors", req, resp,
+               &TensorServiceImpl::ListAllTensorsImpl);
+}
+grpc::ServerUnaryReactor* TensorServiceImpl::GetStats(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Unary(ctx, "GetStats", req, resp, &TensorServiceImpl::GetStatsImpl);
+}
+grpc::ServerUnaryReactor* TensorServiceImpl::RegisterSharedMemory(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Mutating(ctx, "RegisterSharedMemory", req, resp,
+                  &TensorServiceImpl::RegisterSharedMemoryImpl);
+}
+grpc::ServerUnaryReactor* TensorServiceImpl::UnregisterSharedMemory(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Mutating(ctx, "UnregisterSharedMemory", req, resp,
+                  &TensorServiceImpl::UnregisterSharedMemoryImpl);
+}
+grpc::ServerUnaryReactor* TensorServiceImpl::UploadFromSharedMemory(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Mutating(ctx, "UploadFromSharedMemory", req, resp,
+                  &TensorServiceImpl::UploadFromSharedMemoryImpl);
+}
+grpc::ServerUnaryReactor* TensorServiceImpl::FetchToSharedMemory(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Unary(ctx, "FetchToSharedMemory", req, resp,
+               &TensorServiceImpl::FetchToSharedMemoryImpl);
 }
 
-grpc::ServerUnaryReactor* TensorServiceImpl::Create(
-    grpc::CallbackServerContext* ctx, const v1::CreateRequest* req,
-    v1::TensorResponse* resp) {
-  return Mutating(ctx, "Create", req->session(), resp, [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(core::DType dtype, FromProto(req->dtype()));
-    switch (req->source_case()) {
-      case v1::CreateRequest::kData: {
-        const std::string& data = req->data();
-        if (max_inline_bytes_ != 0 && data.size() > max_inline_bytes_) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "inline data is ", data.size(), " bytes; the server accepts "
-              "at most ", max_inline_bytes_, " bytes inline in Create "
-              "(--max-inline-bytes): send larger tensors with Upload"));
-        }
-        return FillTensor(
-            runtime_->CreateFromData(
-                req->session(), req->device(), dtype, Dims(req->shape()),
-                {reinterpret_cast<const uint8_t*>(data.data()), data.size()},
-                req->tag()),
-            resp);
+absl::Status TensorServiceImpl::ListDevicesImpl(
+    grpc::CallbackServerContext* ctx, const v1::ListDevicesRequest& req,
+    v1::ListDevicesResponse* resp) {
+  for (const core::DeviceStatus& d : runtime_->ListDevices()) {
+    ToProto(d, resp->add_devices());
+  }
+  resp->set_server_version(TENSORD_VERSION);
+  return absl::OkStatus();
+}
+
+absl::Status TensorServiceImpl::OpenSessionImpl(
+    grpc::CallbackServerContext* ctx, const v1::OpenSessionRequest& req,
+    v1::OpenSessionResponse* resp) {
+  ASSIGN_OR_RETURN(
+      core::SessionLease lease,
+      runtime_->OpenSession(req.client_name(),
+                            std::chrono::milliseconds(req.ttl_ms())));
+  resp->set_session(std::move(lease.id));
+  resp->set_ttl_ms(lease.ttl.count());
+  *resp->mutable_limits() = Limits();
+  return absl::OkStatus();
+}
+
+v1::Limits TensorServiceImpl::Limits() const {
+  const core::RuntimeLimits core = runtime_->limits();
+  v1::Limits limits;
+  limits.set_max_message_bytes(max_message_bytes_);
+  limits.set_max_inline_bytes(max_inline_bytes_);
+  limits.set_max_read_bytes(kMaxFetchChunkBytes);
+  limits.set_default_fetch_chunk_bytes(kDefaultFetchChunkBytes);
+  limits.set_max_tensor_bytes(core.max_tensor_bytes);
+  limits.set_session_max_bytes(core.session_max_bytes);
+  limits.set_session_max_tensors(core.session_max_tensors);
+  limits.set_max_sessions(core.max_sessions);
+  limits.set_default_session_ttl_ms(core.default_session_ttl.count());
+  limits.set_min_session_ttl_ms(core.min_session_ttl.count());
+  limits.set_max_session_ttl_ms(core.max_session_ttl.count());
+  limits.set_max_device_name_bytes(core::kMaxDeviceNameBytes);
+  limits.set_max_tag_bytes(core::kMaxTagBytes);
+  limits.set_max_client_name_bytes(core::kMaxClientNameBytes);
+  limits.set_max_request_id_bytes(core.max_request_id_bytes);
+  limits.set_max_rank(core::kMaxRank);
+  limits.set_max_shared_memory_regions(core.session_max_regions);
+  limits.set_max_list_page_size(kMaxListPageSize);
+  return limits;
+}
+
+absl::Status TensorServiceImpl::GetLimitsImpl(grpc::CallbackServerContext* ctx,
+                                              const v1::GetLimitsRequest& req,
+                                              v1::Limits* resp) {
+  *resp = Limits();
+  return absl::OkStatus();
+}
+
+absl::Status TensorServiceImpl::KeepAliveImpl(grpc::CallbackServerContext* ctx,
+                                              const v1::KeepAliveRequest& req,
+                                              v1::KeepAliveResponse* resp) {
+  ASSIGN_OR_RETURN(std::chrono::milliseconds ttl,
+                   runtime_->KeepAlive(req.session()));
+  resp->set_ttl_ms(ttl.count());
+  return absl::OkStatus();
+}
+
+absl::Status TensorServiceImpl::CloseSessionImpl(
+    grpc::CallbackServerContext* ctx, const v1::CloseSessionRequest& req,
+    v1::CloseSessionResponse* resp) {
+  ASSIGN_OR_RETURN(core::SessionCloseStats stats,
+                   runtime_->CloseSession(req.session()));
+  resp->set_released_tensors(stats.released_tensors);
+  resp->set_released_bytes(stats.released_bytes);
+  return absl::OkStatus();
+}
+
+absl::Status TensorServiceImpl::CreateImpl(grpc::CallbackServerContext* ctx,
+                                           const v1::CreateRequest& req,
+                                           v1::TensorResponse* resp) {
+  ASSIGN_OR_RETURN(core::DType dtype, FromProto(req.dtype()));
+  switch (req.source_case()) {
+    case v1::CreateRequest::kData: {
+      const std::string& data = req.data();
+      if (max_inline_bytes_ != 0 && data.size() > max_inline_bytes_) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "inline data is ", data.size(),
+            " bytes; the server accepts at most ", max_inline_bytes_,
+            " bytes inline in Create (--max-inline-bytes): send larger "
+            "tensors with Upload"));
       }
-      case v1::CreateRequest::kFill: {
-        ASSIGN_OR_RETURN(core::FillSpec fill, FromProto(req->fill()));
-        return FillTensor(
-            runtime_->CreateFilled(req->session(), req->device(), dtype,
-                                   Dims(req->shape()), fill,
-                                   req->fill().end(), req->tag()),
-            resp);
-      }
-      default:
-        return absl::InvalidArgumentError(
-            "Create needs a source: set either `data` or `fill`");
+      return FillTensor(
+          runtime_->CreateFromData(
+              req.session(), req.device(), dtype, Dims(req.shape()),
+              {reinterpret_cast<const uint8_t*>(data.data()), data.size()},
+              req.tag()),
+          resp);
     }
-  });
+    case v1::CreateRequest::kFill: {
+      ASSIGN_OR_RETURN(core::FillSpec fill, FromProto(req.fill()));
+      return FillTensor(runtime_->CreateFilled(req.session(), req.device(),
+                                               dtype, Dims(req.shape()), fill,
+                                               req.fill().end(), req.tag()),
+                        resp);
+    }
+    default:
+      return absl::InvalidArgumentError(
+          "Create needs a source: set either `data` or `fill`");
+  }
 }
 
 // Reads an upload stream: the header allocates the tensor, every message's
@@ -379,76 +608,65 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* TensorServiceImpl::Upload(
   return new UploadReactor(this, ctx, resp);
 }
 
-grpc::ServerUnaryReactor* TensorServiceImpl::To(
-    grpc::CallbackServerContext* ctx, const v1::ToRequest* req,
-    v1::TensorResponse* resp) {
-  return Mutating(ctx, "To", req->session(), resp, [&] {
-    return FillTensor(runtime_->To(req->session(), req->handle(),
-                                   req->device(), req->copy()),
+absl::Status TensorServiceImpl::ToImpl(grpc::CallbackServerContext* ctx,
+                                       const v1::ToRequest& req,
+                                       v1::TensorResponse* resp) {
+  return FillTensor(
+      runtime_->To(req.session(), req.handle(), req.device(), req.copy()),
+      resp);
+}
+
+absl::Status TensorServiceImpl::BinaryImpl(grpc::CallbackServerContext* ctx,
+                                           const v1::BinaryRequest& req,
+                                           v1::TensorResponse* resp) {
+  ASSIGN_OR_RETURN(core::BinaryOp op, FromProto(req.op()));
+  if (!req.has_scalar()) {
+    return FillTensor(runtime_->Binary(req.session(), op, req.lhs(), req.rhs()),
                       resp);
-  });
+  }
+  core::OpSpec spec;
+  spec.kind = core::OpSpec::Kind::kBinary;
+  spec.binary = op;
+  spec.inputs = {core::Operand::Handle(req.lhs())};
+  spec.scalar = FromProto(req.scalar());
+  return FillTensor(runtime_->Run(req.session(), spec), resp);
 }
 
-grpc::ServerUnaryReactor* TensorServiceImpl::Binary(
-    grpc::CallbackServerContext* ctx, const v1::BinaryRequest* req,
-    v1::TensorResponse* resp) {
-  return Mutating(ctx, "Binary", req->session(), resp, [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(core::BinaryOp op, FromProto(req->op()));
-    if (!req->has_scalar()) {
-      return FillTensor(
-          runtime_->Binary(req->session(), op, req->lhs(), req->rhs()), resp);
+absl::Status TensorServiceImpl::MatMulImpl(grpc::CallbackServerContext* ctx,
+                                           const v1::MatMulRequest& req,
+                                           v1::TensorResponse* resp) {
+  return FillTensor(runtime_->MatMul(req.session(), req.lhs(), req.rhs()),
+                    resp);
+}
+
+absl::Status TensorServiceImpl::RunImpl(grpc::CallbackServerContext* ctx,
+                                        const v1::RunRequest& req,
+                                        v1::TensorResponse* resp) {
+  ASSIGN_OR_RETURN(core::OpSpec spec, FromProto(req.op()));
+  return FillTensor(runtime_->Run(req.session(), spec), resp);
+}
+
+absl::Status TensorServiceImpl::ExecuteImpl(grpc::CallbackServerContext* ctx,
+                                            const v1::ExecuteRequest& req,
+                                            v1::ExecuteResponse* resp) {
+  std::vector<core::OpSpec> ops;
+  ops.reserve(req.ops_size());
+  for (int i = 0; i < req.ops_size(); ++i) {
+    absl::StatusOr<core::OpSpec> spec = FromProto(req.ops(i));
+    if (!spec.ok()) {
+      return absl::Status(
+          spec.status().code(),
+          absl::StrCat("op #", i, ": ", spec.status().message()));
     }
-    core::OpSpec spec;
-    spec.kind = core::OpSpec::Kind::kBinary;
-    spec.binary = op;
-    spec.inputs = {core::Operand::Handle(req->lhs())};
-    spec.scalar = FromProto(req->scalar());
-    return FillTensor(runtime_->Run(req->session(), spec), resp);
-  });
-}
-
-grpc::ServerUnaryReactor* TensorServiceImpl::MatMul(
-    grpc::CallbackServerContext* ctx, const v1::MatMulRequest* req,
-    v1::TensorResponse* resp) {
-  return Mutating(ctx, "MatMul", req->session(), resp, [&] {
-    return FillTensor(runtime_->MatMul(req->session(), req->lhs(), req->rhs()),
-                      resp);
-  });
-}
-
-grpc::ServerUnaryReactor* TensorServiceImpl::Run(
-    grpc::CallbackServerContext* ctx, const v1::RunRequest* req,
-    v1::TensorResponse* resp) {
-  return Mutating(ctx, "Run", req->session(), resp, [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(core::OpSpec spec, FromProto(req->op()));
-    return FillTensor(runtime_->Run(req->session(), spec), resp);
-  });
-}
-
-grpc::ServerUnaryReactor* TensorServiceImpl::Execute(
-    grpc::CallbackServerContext* ctx, const v1::ExecuteRequest* req,
-    v1::ExecuteResponse* resp) {
-  return Mutating(ctx, "Execute", req->session(), resp, [&]() -> absl::Status {
-    std::vector<core::OpSpec> ops;
-    ops.reserve(req->ops_size());
-    for (int i = 0; i < req->ops_size(); ++i) {
-      absl::StatusOr<core::OpSpec> spec = FromProto(req->ops(i));
-      if (!spec.ok()) {
-        return absl::Status(spec.status().code(),
-                            absl::StrCat("op #", i, ": ",
-                                         spec.status().message()));
-      }
-      ops.push_back(*std::move(spec));
-    }
-    ASSIGN_OR_RETURN(
-        std::vector<core::TensorMeta> kept,
-        runtime_->Execute(req->session(), ops,
-                          {req->keep().data(),
-                           static_cast<size_t>(req->keep_size())},
-                          [ctx] { return ctx->IsCancelled(); }));
-    for (const core::TensorMeta& meta : kept) ToProto(meta, resp->add_kept());
-    return absl::OkStatus();
-  });
+    ops.push_back(*std::move(spec));
+  }
+  ASSIGN_OR_RETURN(std::vector<core::TensorMeta> kept,
+                   runtime_->Execute(req.session(), ops,
+                                     {req.keep().data(),
+                                      static_cast<size_t>(req.keep_size())},
+                                     [ctx] { return ctx->IsCancelled(); }));
+  for (const core::TensorMeta& meta : kept) ToProto(meta, resp->add_kept());
+  return absl::OkStatus();
 }
 
 namespace {
@@ -468,33 +686,31 @@ absl::Status ReadChunk(core::Runtime::Reader& reader, uint64_t offset,
 
 }  // namespace
 
-grpc::ServerUnaryReactor* TensorServiceImpl::Read(
-    grpc::CallbackServerContext* ctx, const v1::ReadRequest* req,
-    v1::FetchChunk* resp) {
-  return Unary(ctx, "Read", [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(std::unique_ptr<core::Runtime::Reader> reader,
-                     runtime_->OpenReader(req->session(), req->handle()));
-    const uint64_t end = reader->meta().nbytes;
-    const uint64_t offset = req->offset();
-    if (offset > end) {
-      return absl::OutOfRangeError(absl::StrCat(
-          "read offset ", offset, " is past the end of the tensor (", end,
-          " bytes)"));
-    }
-    const uint64_t n = req->length() == 0 ? end - offset : req->length();
-    if (n > end - offset) {
-      return absl::OutOfRangeError(absl::StrCat(
-          "read of ", n, " bytes at offset ", offset,
-          " runs past the end of the tensor (", end, " bytes)"));
-    }
-    if (n > kMaxFetchChunkBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Read returns at most ", kMaxFetchChunkBytes, " bytes in one reply (",
-          n, " asked); stream larger tensors with Fetch"));
-    }
-    ToProto(reader->meta(), resp->mutable_tensor());
-    return ReadChunk(*reader, offset, n, resp);
-  });
+absl::Status TensorServiceImpl::ReadImpl(grpc::CallbackServerContext* ctx,
+                                         const v1::ReadRequest& req,
+                                         v1::FetchChunk* resp) {
+  ASSIGN_OR_RETURN(std::unique_ptr<core::Runtime::Reader> reader,
+                   runtime_->OpenReader(req.session(), req.handle()));
+  const uint64_t end = reader->meta().nbytes;
+  const uint64_t offset = req.offset();
+  if (offset > end) {
+    return absl::OutOfRangeError(
+        absl::StrCat("read offset ", offset, " is past the end of the tensor (",
+                     end, " bytes)"));
+  }
+  const uint64_t n = req.length() == 0 ? end - offset : req.length();
+  if (n > end - offset) {
+    return absl::OutOfRangeError(
+        absl::StrCat("read of ", n, " bytes at offset ", offset,
+                     " runs past the end of the tensor (", end, " bytes)"));
+  }
+  if (n > kMaxFetchChunkBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Read returns at most ", kMaxFetchChunkBytes, " bytes in one reply (",
+        n, " asked); stream larger tensors with Fetch"));
+  }
+  ToProto(reader->meta(), resp->mutable_tensor());
+  return ReadChunk(*reader, offset, n, resp);
 }
 
 // Streams a tensor's bytes from the requested offset in chunks, one write in
@@ -507,13 +723,8 @@ class FetchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
                const grpc::ByteBuffer& raw)
       : scope_(service, ctx, "Fetch") {
     v1::FetchRequest req;
-    grpc::ByteBuffer copy(raw);  // Deserialize consumes its buffer
-    absl::Status status =
-        grpc::SerializationTraits<v1::FetchRequest>::Deserialize(&copy, &req)
-                .ok()
-            ? Open(service, ctx, req)
-            : absl::InvalidArgumentError(
-                  "the Fetch request is not a tensord.v1.FetchRequest");
+    absl::Status status = ParseRequest(raw, &req);
+    if (status.ok()) status = Open(service, ctx, req);
     if (!status.ok()) {
       Finish(scope_.Finish(status));
       return;
@@ -598,143 +809,128 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* TensorServiceImpl::Fetch(
   return new FetchReactor(this, ctx, *req);
 }
 
-grpc::ServerUnaryReactor* TensorServiceImpl::Release(
-    grpc::CallbackServerContext* ctx, const v1::ReleaseRequest* req,
-    v1::ReleaseResponse* resp) {
-  return Mutating(ctx, "Release", req->session(), resp, [&] {
-    return runtime_->Release(req->session(), req->handle());
-  });
+absl::Status TensorServiceImpl::ReleaseImpl(grpc::CallbackServerContext* ctx,
+                                            const v1::ReleaseRequest& req,
+                                            v1::ReleaseResponse* resp) {
+  return runtime_->Release(req.session(), req.handle());
 }
 
-grpc::ServerUnaryReactor* TensorServiceImpl::GetTensor(
-    grpc::CallbackServerContext* ctx, const v1::GetTensorRequest* req,
-    v1::TensorResponse* resp) {
-  return Unary(ctx, "GetTensor", [&] {
-    return FillTensor(runtime_->GetTensor(req->session(), req->handle()), resp);
-  });
+absl::Status TensorServiceImpl::GetTensorImpl(grpc::CallbackServerContext* ctx,
+                                              const v1::GetTensorRequest& req,
+                                              v1::TensorResponse* resp) {
+  return FillTensor(runtime_->GetTensor(req.session(), req.handle()), resp);
 }
 
-grpc::ServerUnaryReactor* TensorServiceImpl::ListTensors(
-    grpc::CallbackServerContext* ctx, const v1::ListTensorsRequest* req,
+absl::Status TensorServiceImpl::ListTensorsImpl(
+    grpc::CallbackServerContext* ctx, const v1::ListTensorsRequest& req,
     v1::ListTensorsResponse* resp) {
-  return Unary(ctx, "ListTensors", [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(std::vector<core::TensorMeta> tensors,
-                     runtime_->ListTensors(req->session()));
-    uint64_t total = 0;
-    for (const core::TensorMeta& t : tensors) {
-      ToProto(t, resp->add_tensors());
-      total += t.nbytes;
-    }
-    resp->set_total_bytes(total);
-    return absl::OkStatus();
-  });
+  ASSIGN_OR_RETURN(PageCursor page,
+                   ParsePageRequest(req.page_size(), req.page_token()));
+  ASSIGN_OR_RETURN(std::vector<core::TensorMeta> tensors,
+                   runtime_->ListTensors(req.session()));  // by handle
+  uint64_t total = 0;
+  for (const core::TensorMeta& t : tensors) total += t.nbytes;
+  resp->set_total_bytes(total);
+  resp->set_next_page_token(EmitPage(
+      tensors, page, [](const core::TensorMeta& t) { return t.handle; },
+      [&](const core::TensorMeta& t) { ToProto(t, resp->add_tensors()); }));
+  return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* TensorServiceImpl::ListSessions(
-    grpc::CallbackServerContext* ctx, const v1::ListSessionsRequest* req,
+absl::Status TensorServiceImpl::ListSessionsImpl(
+    grpc::CallbackServerContext* ctx, const v1::ListSessionsRequest& req,
     v1::ListSessionsResponse* resp) {
-  return Unary(ctx, "ListSessions", [&] {
-    for (const core::SessionInfo& s : runtime_->ListSessions()) {
-      v1::SessionInfo* out = resp->add_sessions();
-      out->set_id_prefix(s.id_prefix);
-      out->set_client_name(s.client_name);
-      out->set_tensors(s.tensors);
-      out->set_bytes(s.bytes);
-      out->set_age_ms(s.age_ms);
-    }
-    return absl::OkStatus();
-  });
+  ASSIGN_OR_RETURN(PageCursor page,
+                   ParsePageRequest(req.page_size(), req.page_token()));
+  resp->set_next_page_token(EmitPage(
+      runtime_->ListSessions(), page,
+      [](const core::SessionInfo& s) { return s.serial; },
+      [&](const core::SessionInfo& s) {
+        v1::SessionInfo* out = resp->add_sessions();
+        out->set_id_prefix(s.id_prefix);
+        out->set_client_name(s.client_name);
+        out->set_tensors(s.tensors);
+        out->set_bytes(s.bytes);
+        out->set_age_ms(s.age_ms);
+      }));
+  return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* TensorServiceImpl::ListAllTensors(
-    grpc::CallbackServerContext* ctx, const v1::ListAllTensorsRequest* req,
+absl::Status TensorServiceImpl::ListAllTensorsImpl(
+    grpc::CallbackServerContext* ctx, const v1::ListAllTensorsRequest& req,
     v1::ListAllTensorsResponse* resp) {
-  return Unary(ctx, "ListAllTensors", [&] {
-    for (const auto& [prefix, meta] : runtime_->ListAllTensors()) {
-      auto* entry = resp->add_tensors();
-      entry->set_session_id_prefix(prefix);
-      ToProto(meta, entry->mutable_tensor());
-    }
-    return absl::OkStatus();
-  });
+  ASSIGN_OR_RETURN(PageCursor page,
+                   ParsePageRequest(req.page_size(), req.page_token()));
+  using Entry = std::pair<std::string, core::TensorMeta>;
+  resp->set_next_page_token(EmitPage(
+      runtime_->ListAllTensors(), page,  // by handle
+      [](const Entry& e) { return e.second.handle; },
+      [&](const Entry& e) {
+        auto* entry = resp->add_tensors();
+        entry->set_session_id_prefix(e.first);
+        ToProto(e.second, entry->mutable_tensor());
+      }));
+  return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* TensorServiceImpl::GetStats(
-    grpc::CallbackServerContext* ctx, const v1::GetStatsRequest* req,
-    v1::GetStatsResponse* resp) {
-  return Unary(ctx, "GetStats", [&] {
-    resp->set_server_version(TENSORD_VERSION);
-    resp->set_uptime_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::steady_clock::now() - started_)
-                            .count());
-    resp->set_sessions(runtime_->session_count());
-    uint64_t tensors = 0, bytes = 0;
-    for (const core::DeviceStatus& d : runtime_->ListDevices()) {
-      tensors += d.live_tensors;
-      bytes += d.held_bytes;
-      ToProto(d, resp->add_devices());
-    }
-    resp->set_tensors(tensors);
-    resp->set_held_bytes(bytes);
-    const core::Runtime::SharedMemoryStats shm =
-        runtime_->shared_memory_stats();
-    resp->set_shared_memory_regions(shm.regions);
-    resp->set_shared_memory_uploads(shm.uploads);
-    resp->set_shared_memory_fetches(shm.fetches);
-    return absl::OkStatus();
-  });
+absl::Status TensorServiceImpl::GetStatsImpl(grpc::CallbackServerContext* ctx,
+                                             const v1::GetStatsRequest& req,
+                                             v1::GetStatsResponse* resp) {
+  resp->set_server_version(TENSORD_VERSION);
+  resp->set_uptime_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - started_)
+                          .count());
+  resp->set_sessions(runtime_->session_count());
+  uint64_t tensors = 0, bytes = 0;
+  for (const core::DeviceStatus& d : runtime_->ListDevices()) {
+    tensors += d.live_tensors;
+    bytes += d.held_bytes;
+    ToProto(d, resp->add_devices());
+  }
+  resp->set_tensors(tensors);
+  resp->set_held_bytes(bytes);
+  const core::Runtime::SharedMemoryStats shm = runtime_->shared_memory_stats();
+  resp->set_shared_memory_regions(shm.regions);
+  resp->set_shared_memory_uploads(shm.uploads);
+  resp->set_shared_memory_fetches(shm.fetches);
+  return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* TensorServiceImpl::RegisterSharedMemory(
+absl::Status TensorServiceImpl::RegisterSharedMemoryImpl(
     grpc::CallbackServerContext* ctx,
-    const v1::RegisterSharedMemoryRequest* req,
+    const v1::RegisterSharedMemoryRequest& req,
     v1::RegisterSharedMemoryResponse* resp) {
-  return Mutating(ctx, "RegisterSharedMemory", req->session(), resp,
-                  [&]() -> absl::Status {
-                    ASSIGN_OR_RETURN(uint64_t region,
-                                     runtime_->RegisterSharedMemory(
-                                         req->session(), req->name(),
-                                         req->size(), req->cookie()));
-                    resp->set_region(region);
-                    resp->set_data_bytes(req->size() -
-                                         core::kSharedMemoryDataOffset);
-                    return absl::OkStatus();
-                  });
+  ASSIGN_OR_RETURN(uint64_t region,
+                   runtime_->RegisterSharedMemory(req.session(), req.name(),
+                                                  req.size(), req.cookie()));
+  resp->set_region(region);
+  resp->set_data_bytes(req.size() - core::kSharedMemoryDataOffset);
+  return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* TensorServiceImpl::UnregisterSharedMemory(
+absl::Status TensorServiceImpl::UnregisterSharedMemoryImpl(
     grpc::CallbackServerContext* ctx,
-    const v1::UnregisterSharedMemoryRequest* req,
+    const v1::UnregisterSharedMemoryRequest& req,
     v1::UnregisterSharedMemoryResponse* resp) {
-  return Mutating(ctx, "UnregisterSharedMemory", req->session(), resp, [&] {
-    return runtime_->UnregisterSharedMemory(req->session(), req->region());
-  });
+  return runtime_->UnregisterSharedMemory(req.session(), req.region());
 }
 
-grpc::ServerUnaryReactor* TensorServiceImpl::UploadFromSharedMemory(
+absl::Status TensorServiceImpl::UploadFromSharedMemoryImpl(
     grpc::CallbackServerContext* ctx,
-    const v1::UploadFromSharedMemoryRequest* req, v1::TensorResponse* resp) {
-  return Mutating(ctx, "UploadFromSharedMemory", req->session(), resp,
-                  [&]() -> absl::Status {
-                    ASSIGN_OR_RETURN(core::DType dtype, FromProto(req->dtype()));
-                    return FillTensor(runtime_->CreateFromSharedMemory(
-                                          req->session(), req->region(),
-                                          req->offset(), req->device(), dtype,
-                                          Dims(req->shape()), req->tag()),
-                                      resp);
-                  });
+    const v1::UploadFromSharedMemoryRequest& req, v1::TensorResponse* resp) {
+  ASSIGN_OR_RETURN(core::DType dtype, FromProto(req.dtype()));
+  return FillTensor(runtime_->CreateFromSharedMemory(
+                        req.session(), req.region(), req.offset(), req.device(),
+                        dtype, Dims(req.shape()), req.tag()),
+                    resp);
 }
 
-grpc::ServerUnaryReactor* TensorServiceImpl::FetchToSharedMemory(
-    grpc::CallbackServerContext* ctx,
-    const v1::FetchToSharedMemoryRequest* req, v1::TensorResponse* resp) {
-  return Unary(ctx, "FetchToSharedMemory", [&] {
-    return FillTensor(runtime_->FetchToSharedMemory(req->session(),
-                                                    req->handle(),
-                                                    req->region(),
-                                                    req->offset()),
-                      resp);
-  });
+absl::Status TensorServiceImpl::FetchToSharedMemoryImpl(
+    grpc::CallbackServerContext* ctx, const v1::FetchToSharedMemoryRequest& req,
+    v1::TensorResponse* resp) {
+  return FillTensor(runtime_->FetchToSharedMemory(req.session(), req.handle(),
+                                                  req.region(), req.offset()),
+                    resp);
 }
 
 }  // namespace tensord::server

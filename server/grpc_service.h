@@ -1,8 +1,12 @@
 // TensorServiceImpl: the gRPC callback-API adapter over core::Runtime.
 //
-// Handlers are thin: read the proto, call the Runtime, fill the reply, finish
-// through FinishRpc() (the one status mapping). Upload and Fetch are
-// reactors that move one chunk at a time, so memory per stream is one chunk.
+// Every method is raw (TensorServiceBase below). A unary RPC goes through
+// one adapter (Unary, or Mutating for the request-id dedupe): it parses the
+// request (a malformed one is INVALID_ARGUMENT naming the problem), runs a
+// thin typed handler (read the proto, call the Runtime, fill the reply),
+// serializes the reply and finishes through FinishRpc() (the one status
+// mapping). Upload and Fetch are reactors that move one chunk at a time, so
+// memory per stream is one chunk.
 // Compute runs on gRPC's callback threads for now (ops are short on this
 // service's scale; a dedicated executor is a later step).
 // Thread-safety: the Runtime is thread-safe; the service holds no other
@@ -10,11 +14,16 @@
 #ifndef TENSORD_SERVER_GRPC_SERVICE_H_
 #define TENSORD_SERVER_GRPC_SERVICE_H_
 
+#include <google/protobuf/message.h>
+#include <grpcpp/support/byte_buffer.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
 
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "core/runtime.h"
 #include "server/auth.h"
 #include "server/metrics.h"
@@ -23,19 +32,70 @@
 namespace tensord::server {
 
 inline constexpr uint32_t kDefaultFetchChunkBytes = 1 << 20;
-inline constexpr uint32_t kMaxFetchChunkBytes = 4 << 20;
+// The most data one Read reply or Fetch chunk carries: 4 MiB less 64 KiB
+// of room for the rest of the reply (the tensor's metadata, offset, CRC),
+// so that every reply fits a default gRPC client's 4 MiB receive limit.
+inline constexpr uint32_t kMaxFetchChunkBytes = (4 << 20) - (64 << 10);
+// gRPC's default receive limit, which every reply fits.
+inline constexpr uint64_t kDefaultClientReceiveBytes = 4 << 20;
 // Metadata keys: the server instance id on every reply (trailing), and the
 // client's request id on mutating calls (see tensord.proto).
 inline constexpr char kInstanceMetadataKey[] = "tensord-instance";
 inline constexpr char kRequestIdMetadataKey[] = "tensord-request-id";
 inline constexpr uint64_t kDefaultMaxInlineBytes = 4 << 20;
 
-// Upload and Fetch are raw methods: their bulk payload is read from and
-// written into gRPC's slices in place (proto/wire/bulk.h), not copied
-// through protobuf's std::string fields.
-using TensorServiceBase = v1::TensorService::WithRawCallbackMethod_Upload<
-    v1::TensorService::WithRawCallbackMethod_Fetch<
-        v1::TensorService::CallbackService>>;
+namespace internal {
+// Nest<Base, W1, W2, ...>::type is W1<W2<...<Base>>>: the generated
+// per-method wrappers applied to a service class, listed flat.
+template <typename Base, template <typename> class... Wrappers>
+struct Nest {
+  using type = Base;
+};
+template <typename Base, template <typename> class First,
+          template <typename> class... Rest>
+struct Nest<Base, First, Rest...> {
+  using type = First<typename Nest<Base, Rest...>::type>;
+};
+}  // namespace internal
+
+// Every method is raw: the service parses its requests itself, so that a
+// malformed one is INVALID_ARGUMENT naming the problem (gRPC's own parsing
+// answers UNIMPLEMENTED with an empty message, before the service runs).
+// Upload's and Fetch's bulk payload is read from and written into gRPC's
+// slices in place (proto/wire/bulk.h); each unary method goes through one
+// adapter (Unary, Mutating) to a typed handler. A new unary RPC: a line
+// here, its raw override (defined in one line through the adapter), and its
+// typed handler. The wrappers sit on the plain Service, not CallbackService:
+// no typed callback method is left for a raw one to hide, nor to override
+// by mistake (a typed callback override does not compile; a method missing
+// here stays a synchronous UNIMPLEMENTED one). A listed method without an
+// override answers UNIMPLEMENTED.
+using TensorServiceBase = internal::Nest<
+    v1::TensorService::Service,
+    v1::TensorService::WithRawCallbackMethod_ListDevices,
+    v1::TensorService::WithRawCallbackMethod_GetLimits,
+    v1::TensorService::WithRawCallbackMethod_OpenSession,
+    v1::TensorService::WithRawCallbackMethod_CloseSession,
+    v1::TensorService::WithRawCallbackMethod_KeepAlive,
+    v1::TensorService::WithRawCallbackMethod_Create,
+    v1::TensorService::WithRawCallbackMethod_Upload,
+    v1::TensorService::WithRawCallbackMethod_To,
+    v1::TensorService::WithRawCallbackMethod_Binary,
+    v1::TensorService::WithRawCallbackMethod_MatMul,
+    v1::TensorService::WithRawCallbackMethod_Run,
+    v1::TensorService::WithRawCallbackMethod_Execute,
+    v1::TensorService::WithRawCallbackMethod_Fetch,
+    v1::TensorService::WithRawCallbackMethod_Read,
+    v1::TensorService::WithRawCallbackMethod_Release,
+    v1::TensorService::WithRawCallbackMethod_GetTensor,
+    v1::TensorService::WithRawCallbackMethod_ListTensors,
+    v1::TensorService::WithRawCallbackMethod_ListSessions,
+    v1::TensorService::WithRawCallbackMethod_ListAllTensors,
+    v1::TensorService::WithRawCallbackMethod_GetStats,
+    v1::TensorService::WithRawCallbackMethod_RegisterSharedMemory,
+    v1::TensorService::WithRawCallbackMethod_UnregisterSharedMemory,
+    v1::TensorService::WithRawCallbackMethod_UploadFromSharedMemory,
+    v1::TensorService::WithRawCallbackMethod_FetchToSharedMemory>::type;
 
 class TensorServiceImpl final : public TensorServiceBase {
  public:
@@ -53,114 +113,242 @@ class TensorServiceImpl final : public TensorServiceBase {
   // Create's inline `data` larger than this is INVALID_ARGUMENT (use
   // Upload). 0 = no limit beyond the message size.
   void set_max_inline_bytes(uint64_t bytes) { max_inline_bytes_ = bytes; }
+  // The server's message limit, reported by GetLimits.
+  void set_max_message_bytes(uint64_t bytes) { max_message_bytes_ = bytes; }
+  // Every limit a client may plan by (GetLimits, OpenSession's reply).
+  v1::Limits Limits() const;
 
+  // The unary RPCs, raw: `req` holds the serialized request of the method's
+  // request type, `resp` gets the serialized reply (see the handlers below).
+  using TensorServiceBase::ListDevices;
   grpc::ServerUnaryReactor* ListDevices(grpc::CallbackServerContext* ctx,
-                                        const v1::ListDevicesRequest* req,
-                                        v1::ListDevicesResponse* resp) override;
+                                        const grpc::ByteBuffer* req,
+                                        grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::GetLimits;
+  grpc::ServerUnaryReactor* GetLimits(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* req,
+                                      grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::OpenSession;
   grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* ctx,
-                                        const v1::OpenSessionRequest* req,
-                                        v1::OpenSessionResponse* resp) override;
-  grpc::ServerUnaryReactor* CloseSession(
-      grpc::CallbackServerContext* ctx, const v1::CloseSessionRequest* req,
-      v1::CloseSessionResponse* resp) override;
+                                        const grpc::ByteBuffer* req,
+                                        grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::CloseSession;
+  grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* ctx,
+                                         const grpc::ByteBuffer* req,
+                                         grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::KeepAlive;
   grpc::ServerUnaryReactor* KeepAlive(grpc::CallbackServerContext* ctx,
-                                      const v1::KeepAliveRequest* req,
-                                      v1::KeepAliveResponse* resp) override;
+                                      const grpc::ByteBuffer* req,
+                                      grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::Create;
   grpc::ServerUnaryReactor* Create(grpc::CallbackServerContext* ctx,
-                                   const v1::CreateRequest* req,
-                                   v1::TensorResponse* resp) override;
+                                   const grpc::ByteBuffer* req,
+                                   grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::To;
+  grpc::ServerUnaryReactor* To(grpc::CallbackServerContext* ctx,
+                               const grpc::ByteBuffer* req,
+                               grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::Binary;
+  grpc::ServerUnaryReactor* Binary(grpc::CallbackServerContext* ctx,
+                                   const grpc::ByteBuffer* req,
+                                   grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::MatMul;
+  grpc::ServerUnaryReactor* MatMul(grpc::CallbackServerContext* ctx,
+                                   const grpc::ByteBuffer* req,
+                                   grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::Run;
+  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* ctx,
+                                const grpc::ByteBuffer* req,
+                                grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::Execute;
+  grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* ctx,
+                                    const grpc::ByteBuffer* req,
+                                    grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::Read;
+  grpc::ServerUnaryReactor* Read(grpc::CallbackServerContext* ctx,
+                                 const grpc::ByteBuffer* req,
+                                 grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::Release;
+  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx,
+                                    const grpc::ByteBuffer* req,
+                                    grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::GetTensor;
+  grpc::ServerUnaryReactor* GetTensor(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* req,
+                                      grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::ListTensors;
+  grpc::ServerUnaryReactor* ListTensors(grpc::CallbackServerContext* ctx,
+                                        const grpc::ByteBuffer* req,
+                                        grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::ListSessions;
+  grpc::ServerUnaryReactor* ListSessions(grpc::CallbackServerContext* ctx,
+                                         const grpc::ByteBuffer* req,
+                                         grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::ListAllTensors;
+  grpc::ServerUnaryReactor* ListAllTensors(grpc::CallbackServerContext* ctx,
+                                           const grpc::ByteBuffer* req,
+                                           grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::GetStats;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx,
+                                     const grpc::ByteBuffer* req,
+                                     grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::RegisterSharedMemory;
+  grpc::ServerUnaryReactor* RegisterSharedMemory(
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+      grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::UnregisterSharedMemory;
+  grpc::ServerUnaryReactor* UnregisterSharedMemory(
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+      grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::UploadFromSharedMemory;
+  grpc::ServerUnaryReactor* UploadFromSharedMemory(
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+      grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::FetchToSharedMemory;
+  grpc::ServerUnaryReactor* FetchToSharedMemory(
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+      grpc::ByteBuffer* resp) override;
+
   // Raw: the request stream carries tensord.v1.UploadRequest messages, the
   // reply is a tensord.v1.TensorResponse.
   using TensorServiceBase::Upload;
   grpc::ServerReadReactor<grpc::ByteBuffer>* Upload(
       grpc::CallbackServerContext* ctx, grpc::ByteBuffer* resp) override;
-  grpc::ServerUnaryReactor* To(grpc::CallbackServerContext* ctx,
-                               const v1::ToRequest* req,
-                               v1::TensorResponse* resp) override;
-  grpc::ServerUnaryReactor* Binary(grpc::CallbackServerContext* ctx,
-                                   const v1::BinaryRequest* req,
-                                   v1::TensorResponse* resp) override;
-  grpc::ServerUnaryReactor* MatMul(grpc::CallbackServerContext* ctx,
-                                   const v1::MatMulRequest* req,
-                                   v1::TensorResponse* resp) override;
-  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* ctx,
-                                const v1::RunRequest* req,
-                                v1::TensorResponse* resp) override;
-  grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* ctx,
-                                    const v1::ExecuteRequest* req,
-                                    v1::ExecuteResponse* resp) override;
-  grpc::ServerUnaryReactor* Read(grpc::CallbackServerContext* ctx,
-                                 const v1::ReadRequest* req,
-                                 v1::FetchChunk* resp) override;
   // Raw: the request is a tensord.v1.FetchRequest, the replies are
   // tensord.v1.FetchChunk messages.
   using TensorServiceBase::Fetch;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Fetch(
       grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req) override;
-  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx,
-                                    const v1::ReleaseRequest* req,
-                                    v1::ReleaseResponse* resp) override;
-  grpc::ServerUnaryReactor* GetTensor(grpc::CallbackServerContext* ctx,
-                                      const v1::GetTensorRequest* req,
-                                      v1::TensorResponse* resp) override;
-  grpc::ServerUnaryReactor* ListTensors(
-      grpc::CallbackServerContext* ctx, const v1::ListTensorsRequest* req,
-      v1::ListTensorsResponse* resp) override;
-  grpc::ServerUnaryReactor* ListSessions(
-      grpc::CallbackServerContext* ctx, const v1::ListSessionsRequest* req,
-      v1::ListSessionsResponse* resp) override;
-  grpc::ServerUnaryReactor* ListAllTensors(
-      grpc::CallbackServerContext* ctx, const v1::ListAllTensorsRequest* req,
-      v1::ListAllTensorsResponse* resp) override;
-  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx,
-                                     const v1::GetStatsRequest* req,
-                                     v1::GetStatsResponse* resp) override;
-  // Same-host shared memory: thin wrappers over the Runtime's methods,
-  // which map, validate and copy (core/shared_memory.h).
-  grpc::ServerUnaryReactor* RegisterSharedMemory(
-      grpc::CallbackServerContext* ctx,
-      const v1::RegisterSharedMemoryRequest* req,
-      v1::RegisterSharedMemoryResponse* resp) override;
-  grpc::ServerUnaryReactor* UnregisterSharedMemory(
-      grpc::CallbackServerContext* ctx,
-      const v1::UnregisterSharedMemoryRequest* req,
-      v1::UnregisterSharedMemoryResponse* resp) override;
-  grpc::ServerUnaryReactor* UploadFromSharedMemory(
-      grpc::CallbackServerContext* ctx,
-      const v1::UploadFromSharedMemoryRequest* req,
-      v1::TensorResponse* resp) override;
-  grpc::ServerUnaryReactor* FetchToSharedMemory(
-      grpc::CallbackServerContext* ctx,
-      const v1::FetchToSharedMemoryRequest* req,
-      v1::TensorResponse* resp) override;
 
  private:
-  // Runs `body` (returning absl::Status) unless draining, and finishes the
-  // default reactor with the mapped status.
-  template <typename Body>
+  // A typed handler: validates `req`, calls the Runtime, fills `resp`.
+  template <typename Req, typename Resp>
+  using Handler = absl::Status (TensorServiceImpl::*)(
+      grpc::CallbackServerContext* ctx, const Req& req, Resp* resp);
+
+  // The adapter of a raw unary method to its typed handler. Unless draining
+  // or unauthenticated, parses `raw_req` as a Req (INVALID_ARGUMENT naming
+  // what is wrong when it is not one), runs `handler` and serializes its
+  // Resp into `raw_resp`; finishes the default reactor with the mapped
+  // status.
+  template <typename Req, typename Resp>
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx,
-                                  const char* method, Body&& body);
-  // Unary() for a mutating RPC: with a request id in the metadata, a
-  // remembered response of that id in `session` is returned without running
-  // `body`, and a successful `resp` is remembered.
-  template <typename Body>
+                                  const char* method,
+                                  const grpc::ByteBuffer* raw_req,
+                                  grpc::ByteBuffer* raw_resp,
+                                  Handler<Req, Resp> handler);
+  // Unary() for a mutating RPC (Req has a `session`): with a request id in
+  // the metadata, a remembered response of that id in the session is
+  // returned without running `handler`, and a successful response is
+  // remembered.
+  template <typename Req, typename Resp>
   grpc::ServerUnaryReactor* Mutating(grpc::CallbackServerContext* ctx,
                                      const char* method,
-                                     const std::string& session,
-                                     google::protobuf::Message* resp,
-                                     Body&& body);
+                                     const grpc::ByteBuffer* raw_req,
+                                     grpc::ByteBuffer* raw_resp,
+                                     Handler<Req, Resp> handler);
+  // What Unary() and Mutating() share, on the untyped messages `req` and
+  // `resp` (owned by the caller): check, parse, `body`, serialize, finish.
+  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx,
+                                  const char* method,
+                                  const grpc::ByteBuffer& raw_req,
+                                  google::protobuf::Message* req,
+                                  grpc::ByteBuffer* raw_resp,
+                                  const google::protobuf::Message& resp,
+                                  absl::FunctionRef<absl::Status()> body);
+  // The lease rule for unary calls (tensord.proto): a request naming a
+  // session pins it for the call (renewed when the call begins and ends,
+  // never reaped meanwhile). nullptr for requests without a session, or an
+  // unknown one (the handler reports that).
+  template <typename Req>
+  std::unique_ptr<core::Runtime::CallScope> PinSession(const Req& req);
+  // Runs `body` under the request-id dedupe of `session` (see Mutating).
+  absl::Status Deduplicated(const grpc::CallbackServerContext& ctx,
+                            const std::string& session,
+                            google::protobuf::Message* resp,
+                            absl::FunctionRef<absl::Status()> body);
+
+  absl::Status ListDevicesImpl(grpc::CallbackServerContext* ctx,
+                               const v1::ListDevicesRequest& req,
+                               v1::ListDevicesResponse* resp);
+  absl::Status OpenSessionImpl(grpc::CallbackServerContext* ctx,
+                               const v1::OpenSessionRequest& req,
+                               v1::OpenSessionResponse* resp);
+  absl::Status GetLimitsImpl(grpc::CallbackServerContext* ctx,
+                             const v1::GetLimitsRequest& req,
+                             v1::Limits* resp);
+  absl::Status CloseSessionImpl(grpc::CallbackServerContext* ctx,
+                                const v1::CloseSessionRequest& req,
+                                v1::CloseSessionResponse* resp);
+  absl::Status KeepAliveImpl(grpc::CallbackServerContext* ctx,
+                             const v1::KeepAliveRequest& req,
+                             v1::KeepAliveResponse* resp);
+  absl::Status CreateImpl(grpc::CallbackServerContext* ctx,
+                          const v1::CreateRequest& req,
+                          v1::TensorResponse* resp);
+  absl::Status ToImpl(grpc::CallbackServerContext* ctx,
+                      const v1::ToRequest& req, v1::TensorResponse* resp);
+  absl::Status BinaryImpl(grpc::CallbackServerContext* ctx,
+                          const v1::BinaryRequest& req,
+                          v1::TensorResponse* resp);
+  absl::Status MatMulImpl(grpc::CallbackServerContext* ctx,
+                          const v1::MatMulRequest& req,
+                          v1::TensorResponse* resp);
+  absl::Status RunImpl(grpc::CallbackServerContext* ctx,
+                       const v1::RunRequest& req, v1::TensorResponse* resp);
+  absl::Status ExecuteImpl(grpc::CallbackServerContext* ctx,
+                           const v1::ExecuteRequest& req,
+                           v1::ExecuteResponse* resp);
+  absl::Status ReadImpl(grpc::CallbackServerContext* ctx,
+                        const v1::ReadRequest& req, v1::FetchChunk* resp);
+  absl::Status ReleaseImpl(grpc::CallbackServerContext* ctx,
+                           const v1::ReleaseRequest& req,
+                           v1::ReleaseResponse* resp);
+  absl::Status GetTensorImpl(grpc::CallbackServerContext* ctx,
+                             const v1::GetTensorRequest& req,
+                             v1::TensorResponse* resp);
+  absl::Status ListTensorsImpl(grpc::CallbackServerContext* ctx,
+                               const v1::ListTensorsRequest& req,
+                               v1::ListTensorsResponse* resp);
+  absl::Status ListSessionsImpl(grpc::CallbackServerContext* ctx,
+                                const v1::ListSessionsRequest& req,
+                                v1::ListSessionsResponse* resp);
+  absl::Status ListAllTensorsImpl(grpc::CallbackServerContext* ctx,
+                                  const v1::ListAllTensorsRequest& req,
+                                  v1::ListAllTensorsResponse* resp);
+  absl::Status GetStatsImpl(grpc::CallbackServerContext* ctx,
+                            const v1::GetStatsRequest& req,
+                            v1::GetStatsResponse* resp);
+  // Same-host shared memory: thin wrappers over the Runtime's methods,
+  // which map, validate and copy (core/shared_memory.h).
+  absl::Status RegisterSharedMemoryImpl(
+      grpc::CallbackServerContext* ctx,
+      const v1::RegisterSharedMemoryRequest& req,
+      v1::RegisterSharedMemoryResponse* resp);
+  absl::Status UnregisterSharedMemoryImpl(
+      grpc::CallbackServerContext* ctx,
+      const v1::UnregisterSharedMemoryRequest& req,
+      v1::UnregisterSharedMemoryResponse* resp);
+  absl::Status UploadFromSharedMemoryImpl(
+      grpc::CallbackServerContext* ctx,
+      const v1::UploadFromSharedMemoryRequest& req, v1::TensorResponse* resp);
+  absl::Status FetchToSharedMemoryImpl(
+      grpc::CallbackServerContext* ctx,
+      const v1::FetchToSharedMemoryRequest& req, v1::TensorResponse* resp);
+
   // UNAVAILABLE while draining; UNAUTHENTICATED without a valid token.
   absl::Status CheckServing(const grpc::CallbackServerContext* ctx) const;
   uint64_t NextRequestId() { return next_request_id_.fetch_add(1) + 1; }
 
-  core::Runtime* runtime_;  // borrowed
-  Metrics* metrics_;        // borrowed
+  core::Runtime* runtime_;          // borrowed
+  Metrics* metrics_;                // borrowed
   const TokenAuthenticator* auth_;  // borrowed; nullptr = no auth
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_request_id_{0};
   std::atomic<int64_t> in_flight_{0};
   const std::string instance_id_;
   uint64_t max_inline_bytes_ = kDefaultMaxInlineBytes;
+  uint64_t max_message_bytes_ = 0;
   const std::chrono::steady_clock::time_point started_ =
       std::chrono::steady_clock::now();
 

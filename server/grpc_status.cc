@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "core/absl_compat.h"
+#include "core/op_checks.h"
 #include "spdlog/spdlog.h"
 
 namespace tensord::server {
@@ -39,9 +41,10 @@ grpc::Status FinishRpc(std::string_view method, uint64_t request_id,
                       code == grpc::StatusCode::UNKNOWN)
                          ? spdlog::level::err
                          : spdlog::level::info;
+  std::string message =
+      core::Echo(core::FromAbsl(status.message()), kMaxStatusMessageBytes);
   spdlog::log(level, "rpc {} request={} failed: {}: {}", method, request_id,
-              code_name, std::string(status.message()));
-  std::string message(status.message());
+              code_name, message);
   if (code == grpc::StatusCode::INTERNAL) {
     message += " (request id " + std::to_string(request_id) + ")";
   }

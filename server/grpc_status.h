@@ -10,10 +10,11 @@
 #ifndef TENSORD_SERVER_GRPC_STATUS_H_
 #define TENSORD_SERVER_GRPC_STATUS_H_
 
+#include <grpcpp/support/status.h>
+
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
-
-#include <grpcpp/support/status.h>
 
 #include "absl/status/status.h"
 
@@ -23,8 +24,14 @@ namespace tensord::server {
 // explicitly so an unknown code can never leak through as something else).
 grpc::StatusCode ToGrpcCode(absl::StatusCode code);
 
+// Every status message that leaves the server (and its log line) is cut to
+// this many bytes: gRPC carries the message in a header, which a default
+// client refuses past 8 KiB of metadata.
+inline constexpr size_t kMaxStatusMessageBytes = 2048;
+
 // Maps `status`; logs it once if it is an error. `request_id` identifies the
-// RPC in logs.
+// RPC in logs. A message longer than kMaxStatusMessageBytes is cut there
+// (core's Echo), never splitting a UTF-8 sequence.
 grpc::Status FinishRpc(std::string_view method, uint64_t request_id,
                        const absl::Status& status);
 

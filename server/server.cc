@@ -1,13 +1,14 @@
 #include "server/server.h"
 
+#include <google/protobuf/stubs/logging.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
 #include <fstream>
 #include <sstream>
 #include <thread>
 #include <utility>
-
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -71,9 +72,23 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(
   return grpc::SslServerCredentials(ssl);
 }
 
+// protobuf logs an error line for each request it parses with invalid
+// UTF-8 in a string field: client input, answered with INVALID_ARGUMENT
+// naming the field, so it must not let a client flood the log at error
+// level. Its lines go to spdlog at debug; FATAL stays what it is.
+void ProtobufLogToDebug(google::protobuf::LogLevel level, const char* file,
+                        int line, const std::string& message) {
+  if (level == google::protobuf::LOGLEVEL_FATAL) {
+    spdlog::critical("protobuf {}:{}: {}", file, line, message);
+    return;
+  }
+  spdlog::debug("protobuf {}:{}: {}", file, line, message);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
+  google::protobuf::SetLogHandler(&ProtobufLogToDebug);
   const bool tls = !options.tls_cert_file.empty();
   if (!options.listen.empty() && !IsLoopback(options.listen) &&
       options.auth_token_file.empty() && !tls && !options.insecure) {
@@ -108,6 +123,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   server->service_ = std::make_unique<TensorServiceImpl>(
       server->runtime_.get(), server->metrics_.get(), server->auth_.get());
   server->service_->set_max_inline_bytes(options.max_inline_bytes);
+  server->service_->set_max_message_bytes(
+      static_cast<uint64_t>(options.max_message_bytes));
   server->max_message_bytes_ = options.max_message_bytes;
 
   // Process-wide switches; they apply to servers built after this point.

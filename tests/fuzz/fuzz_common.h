@@ -31,6 +31,7 @@ inline constexpr const char* kRpcs[] = {
     "GetTensor",   "ListTensors", "ListSessions", "ListAllTensors",
     "GetStats",    "KeepAlive",   "Read",         "RegisterSharedMemory",
     "UnregisterSharedMemory", "UploadFromSharedMemory", "FetchToSharedMemory",
+    "GetLimits",
 };
 
 inline constexpr uint64_t kHandleSlots = 64;

@@ -50,6 +50,7 @@ void Build() {
   Add("ListSessions", v1::ListSessionsRequest());
   Add("ListAllTensors", v1::ListAllTensorsRequest());
   Add("GetStats", v1::GetStatsRequest());
+  Add("GetLimits", v1::GetLimitsRequest());
   {
     v1::OpenSessionRequest r;
     Add("OpenSession", r);

@@ -12,9 +12,14 @@
 // input the live session is put back as it was (extra tensors released,
 // missing ones re-created, a closed session re-opened).
 //
-// Oracles: ASan/UBSan/LeakSanitizer reports; and, for inputs that are valid
-// requests (structured mode), an INTERNAL or UNKNOWN status (DESIGN.md: a
-// bug) or a call that does not finish within its deadline aborts.
+// Oracles: ASan/UBSan/LeakSanitizer reports; for every input, raw or
+// structured, an UNIMPLEMENTED status (gRPC's answer to a request it failed
+// to parse itself), an INTERNAL or UNKNOWN one (DESIGN.md: a bug) or a call
+// that does not finish within its deadline aborts. For raw inputs,
+// additionally: the server's diagnosis of malformed bytes
+// (proto/wire/parse_error.h) must find a problem exactly when protobuf
+// refuses them, and a unary or Fetch request protobuf refuses must be
+// INVALID_ARGUMENT "<request type> is malformed...".
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
@@ -25,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -33,6 +39,8 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/dynamic_message.h"
 #include "google/protobuf/message.h"
+#include "google/protobuf/stubs/logging.h"
+#include "proto/wire/parse_error.h"
 #include "server/server.h"
 #include "tensord/v1/tensord.grpc.pb.h"
 #include "tests/fuzz/fuzz_common.h"
@@ -116,13 +124,46 @@ class Harness {
         m = request->SerializeAsString();
       }
     }
+    // Raw inputs: whether protobuf takes each message, and whether the
+    // diagnosis agrees.
+    bool refused = false;
+    if (raw) {
+      for (const std::string& m : messages) {
+        std::unique_ptr<pb::Message> request(request_prototype_->New());
+        const bool parses = request->ParseFromString(m);
+        const std::optional<std::string> problem =
+            wire::FindParseError(*request->GetDescriptor(), m);
+        if (parses == problem.has_value()) {
+          std::fprintf(stderr,
+                       "BUG: protobuf %s %zu bytes as a %s, the diagnosis "
+                       "says: %s\n",
+                       parses ? "parses" : "refuses", m.size(),
+                       request->GetTypeName().c_str(),
+                       problem.value_or("nothing wrong").c_str());
+          std::abort();
+        }
+        refused = refused || !parses;
+      }
+    }
     std::vector<std::string> responses;
     const grpc::Status status = GenericCall(messages, &responses);
-    if (!raw && (status.error_code() == grpc::StatusCode::INTERNAL ||
-                 status.error_code() == grpc::StatusCode::UNKNOWN ||
-                 status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)) {
-      std::fprintf(stderr, "BUG: %s answered a valid request with %d: %s\n",
-                   rpc_.c_str(), static_cast<int>(status.error_code()),
+    const grpc::StatusCode code = status.error_code();
+    if (code == grpc::StatusCode::UNIMPLEMENTED ||
+        code == grpc::StatusCode::INTERNAL ||
+        code == grpc::StatusCode::UNKNOWN ||
+        code == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      std::fprintf(stderr, "BUG: %s answered a%s request with %d: %s\n",
+                   rpc_.c_str(), raw ? " raw" : " valid",
+                   static_cast<int>(code), status.error_message().c_str());
+      std::abort();
+    }
+    const std::string malformed =
+        request_prototype_->GetTypeName() + " is malformed";
+    if (refused && !IsClientStreaming(rpc_) &&
+        (code != grpc::StatusCode::INVALID_ARGUMENT ||
+         status.error_message().rfind(malformed, 0) != 0)) {
+      std::fprintf(stderr, "BUG: %s answered a malformed request with %d: %s\n",
+                   rpc_.c_str(), static_cast<int>(code),
                    status.error_message().c_str());
       std::abort();
     }
@@ -363,6 +404,8 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   // Every rejected request would log a line; the fuzzer sends millions.
   if (std::getenv("TENSORD_FUZZ_LOG") == nullptr) {
     spdlog::set_level(spdlog::level::off);
+    // protobuf logs each string field of invalid UTF-8 it refuses.
+    google::protobuf::SetLogHandler(nullptr);
   }
   // Kept for the whole run: the server is the system under test and is torn
   // down by process exit (LeakSanitizer checks each input, not the end).

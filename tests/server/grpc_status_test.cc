@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 namespace tensord::server {
 namespace {
 
@@ -40,6 +42,16 @@ TEST(GrpcStatusTest, InternalCarriesRequestId) {
   grpc::Status s = FinishRpc("Test", 42, absl::InternalError("bug"));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
   EXPECT_EQ(s.error_message(), "bug (request id 42)");
+}
+
+TEST(GrpcStatusTest, LongMessagesAreCutToFitAReplysMetadata) {
+  const std::string long_message(100000, 'x');
+  grpc::Status s =
+      FinishRpc("Test", 9, absl::InvalidArgumentError(long_message));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_LE(s.error_message().size(), kMaxStatusMessageBytes + 32);
+  EXPECT_NE(s.error_message().find("... (100000 bytes)"), std::string::npos)
+      << s.error_message();
 }
 
 }  // namespace
