@@ -45,7 +45,8 @@ TSAN_BUILD_DIR ?= build-tsan
 FUZZ_BUILD_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 15
 SAN_CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTENSORD_CUDA=OFF
-TSAN_TESTS := core_concurrency_test core_runtime_test core_handle_table_test core_lease_test
+TSAN_TESTS := core_concurrency_test core_runtime_test core_handle_table_test core_lease_test \
+  core_stream_lease_test
 
 # The whole suite under AddressSanitizer (+ LeakSanitizer) and UBSan.
 test-asan: deps
