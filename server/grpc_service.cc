@@ -497,9 +497,20 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     std::string error;
     if (!wire::ScanBulkMessage(&message_, kUploadDataField, &fields, &data,
                                &error)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Upload message #", messages_,
-          " is not a tensord.v1.UploadRequest: ", error));
+      // The slow path, for bad messages only: the walker says what and
+      // where (as for the unary RPCs' requests).
+      grpc::Slice flat;
+      std::optional<std::string> why;
+      if (message_.DumpToSingleSlice(&flat).ok()) {
+        why = wire::FindParseError(
+            *v1::UploadRequest::descriptor(),
+            std::string_view(reinterpret_cast<const char*>(flat.begin()),
+                             flat.size()));
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("Upload message #", messages_,
+                       " is not a tensord.v1.UploadRequest: ",
+                       why.has_value() ? *why : error));
     }
     if (data.count > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
