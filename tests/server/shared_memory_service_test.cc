@@ -352,5 +352,19 @@ TEST_F(SharedMemoryServiceTest, TooManyRegionsIsResourceExhausted) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
 }
 
+TEST_F(SharedMemoryServiceTest, BoolBytesAreCheckedAfterTheCopy) {
+  ShmObject shm(64);
+  const uint64_t region = Register(shm);
+  const uint8_t good[] = {0, 1, 1, 0, 1};
+  std::memcpy(shm.data(), good, sizeof good);
+  v1::TensorInfo t;
+  ASSERT_TRUE(Upload(region, 0, v1::BOOL, {5}, &t).ok());
+  shm.data()[3] = 2;  // the client's region, not the server's tensor
+  grpc::Status bad = Upload(region, 0, v1::BOOL, {5});
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(), HasSubstr("byte 3 is 2"));
+  EXPECT_EQ(Stats().held_bytes(), 5u);  // only the good tensor
+}
+
 }  // namespace
 }  // namespace tensord::server
