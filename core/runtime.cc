@@ -690,11 +690,18 @@ class Runtime::Impl::UploadImpl final : public Runtime::Upload {
         return absl::OkStatus();
       });
     }
+    // Piece by piece; a failed piece takes back the ones before it, so a
+    // failed call appends nothing on every device (as on the CPU).
+    const uint64_t start = received_;
     std::vector<uint8_t> bounce(std::min<uint64_t>(n, kBounceBytes));
     for (uint64_t done = 0; done < n; done += bounce.size()) {
       const size_t k = static_cast<size_t>(std::min<uint64_t>(bounce.size(), n - done));
-      RETURN_IF_ERROR(fill({bounce.data(), k}, done));
-      RETURN_IF_ERROR(Append({bounce.data(), k}));
+      absl::Status status = fill({bounce.data(), k}, done);
+      if (status.ok()) status = Append({bounce.data(), k});
+      if (!status.ok()) {
+        received_ = start;
+        return status;
+      }
     }
     return absl::OkStatus();
   }

@@ -240,7 +240,9 @@ class Runtime {
   class Upload {
    public:
     virtual ~Upload() = default;
-    // Appends bytes at the current end. INVALID_ARGUMENT past the size.
+    // Appends bytes at the current end. INVALID_ARGUMENT past the size. A
+    // failed Append or AppendFrom appends nothing: the upload may go on
+    // from where it was.
     virtual absl::Status Append(std::span<const uint8_t> data) = 0;
     // Appends `n` bytes that `fill(dst, at)` writes (`at`: offset of `dst`
     // within the n): straight into the tensor's memory when the device's

@@ -1074,6 +1074,18 @@ TEST_F(FaultInjectionTest, StreamedUploadAppendFromFailsInEveryPiece) {
 
   auto up = rt_->BeginUpload(session_, kFaulty, in.dtype, in.dims, "from");
   ASSERT_TRUE(up.ok());
+  // A call that fails in its third piece appends nothing: the same upload
+  // takes the whole call again.
+  faulty_->FailNth(FaultSite::kCopyFromHost, 3);
+  EXPECT_FALSE((*up)
+                   ->AppendFrom(n,
+                                [&](std::span<uint8_t> dst, uint64_t at) {
+                                  std::memcpy(dst.data(),
+                                              in.bytes.data() + at, dst.size());
+                                  return absl::OkStatus();
+                                })
+                   .ok());
+  EXPECT_EQ((*up)->received_bytes(), 0u);
   ASSERT_TRUE((*up)
                   ->AppendFrom(n,
                                [&](std::span<uint8_t> dst, uint64_t at) {
