@@ -1080,8 +1080,8 @@ TEST_F(FaultInjectionTest, StreamedUploadAppendFromFailsInEveryPiece) {
   EXPECT_FALSE((*up)
                    ->AppendFrom(n,
                                 [&](std::span<uint8_t> dst, uint64_t at) {
-                                  std::memcpy(dst.data(),
-                                              in.bytes.data() + at, dst.size());
+                                  std::memcpy(dst.data(), in.bytes.data() + at,
+                                              dst.size());
                                   return absl::OkStatus();
                                 })
                    .ok());
