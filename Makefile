@@ -45,6 +45,7 @@ TSAN_BUILD_DIR ?= build-tsan
 FUZZ_BUILD_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 15
 SAN_CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTENSORD_CUDA=OFF
+# Each also needs tests/stress/CMakeLists.txt's absl::Mutex annotations.
 TSAN_TESTS := core_concurrency_test core_runtime_test core_handle_table_test core_lease_test \
   core_stream_lease_test
 
