@@ -1,14 +1,31 @@
 #include "core/device_registry.h"
 
+#include "absl/strings/str_cat.h"
+#include "core/cpu/blas.h"
+
 #ifdef TENSORD_WITH_CUDA
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "core/cuda/cuda_device.h"
 #include "core/cuda/cuda_probe.h"
 #endif
 
 namespace tensord::core {
+
+void PrepareHostCompute(char** argv) { ReexecWithBestBlasKernel(argv); }
+
+std::string ConfigureHostCompute(int blas_threads) {
+  const int usable = UsableCpus();
+  SetBlasThreads(blas_threads > 0 ? blas_threads : usable);
+  const BlasInfo blas = CurrentBlas();
+  const std::string replaced = ReplacedBlasCore();
+  return absl::StrCat(
+      "BLAS: ", blas.config, "; kernel ", blas.core,
+      replaced.empty()
+          ? ""
+          : absl::StrCat(" (forced over the library's choice, ", replaced, ")"),
+      "; ", blas.threads, " threads (", usable, " usable CPUs)");
+}
 
 AcceleratorDiscovery DiscoverAccelerators(const AcceleratorOptions& options) {
   AcceleratorDiscovery found;

@@ -28,7 +28,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "core/cpu/blas.h"
 #include "core/device_registry.h"
 #include "server/byte_size.h"
 #include "server/config.h"
@@ -101,20 +100,6 @@ int Fail(const std::string& message) {
   return 2;
 }
 
-// Sizes the BLAS thread pool and says which kernel runs.
-void ConfigureBlas(int threads) {
-  const int usable = tensord::core::UsableCpus();
-  tensord::core::SetBlasThreads(threads > 0 ? threads : usable);
-  const tensord::core::BlasInfo blas = tensord::core::CurrentBlas();
-  const std::string replaced = tensord::core::ReplacedBlasCore();
-  spdlog::info("BLAS: {}; kernel {}{}; {} threads ({} usable CPUs)",
-               blas.config, blas.core,
-               replaced.empty() ? ""
-                                : " (forced over the library's choice, " +
-                                      replaced + ")",
-               blas.threads, usable);
-}
-
 // Applies a log level name; false if it is not one.
 // The host part of a host:port address.
 std::string MetricsHost(const std::string& listen) {
@@ -152,7 +137,7 @@ void Reload(const std::string& config_path) {
 
 int main(int argc, char** argv) {
   // First: it may start the program over with a better BLAS kernel.
-  tensord::core::ReexecWithBestBlasKernel(argv);
+  tensord::core::PrepareHostCompute(argv);
   // absl::Mutex's lock-order graph (on in Debian's build) costs every lock
   // a hash-table update; it is a debugging aid, kept on in the tests.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
@@ -195,7 +180,8 @@ int main(int argc, char** argv) {
                 "': expected trace, debug, info, warn, error or off");
   }
   if (!config_path.empty()) spdlog::info("config file: {}", config_path);
-  ConfigureBlas(absl::GetFlag(FLAGS_blas_threads));
+  spdlog::info("{}", tensord::core::ConfigureHostCompute(
+                        absl::GetFlag(FLAGS_blas_threads)));
 
   tensord::server::ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
