@@ -1,4 +1,5 @@
 #include "client/grpc_session.h"
+#include "client/grpc_enums.h"
 #include "client/host_copy.h"
 
 #include <grpcpp/support/sync_stream.h>
@@ -411,7 +412,7 @@ TensorState::~TensorState() {
   if (session != nullptr) session->ReleaseQuietly(handle);
 }
 
-v1::DType DTypeToProto(DType dtype) { return static_cast<v1::DType>(dtype); }
+v1::DType DTypeToProto(DType dtype) { return ToProto(dtype); }
 
 DType DTypeFromProto(v1::DType dtype) {
   switch (dtype) {

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "client/grpc_enums.h"
 #include "client/grpc_ops.h"
 #include "client/grpc_session.h"
 #include "tensord/client.h"
@@ -30,7 +31,7 @@ v1::Scalar ToProto(const Scalar& s) {
 v1::Op BinaryOpMsg(BinaryOp op, v1::Operand a, v1::Operand b) {
   v1::Op m;
   v1::BinaryArgs* args = m.mutable_binary();
-  args->set_op(static_cast<v1::BinaryOp>(op));
+  args->set_op(ToProto(op));
   *args->mutable_lhs() = std::move(a);
   *args->mutable_rhs() = std::move(b);
   return m;
@@ -40,7 +41,7 @@ v1::Op BinaryOpMsg(BinaryOp op, v1::Operand a, const Scalar& b,
                    bool scalar_first) {
   v1::Op m;
   v1::BinaryArgs* args = m.mutable_binary();
-  args->set_op(static_cast<v1::BinaryOp>(op));
+  args->set_op(ToProto(op));
   *args->mutable_lhs() = std::move(a);
   *args->mutable_scalar() = ToProto(b);
   args->set_scalar_first(scalar_first);
@@ -49,7 +50,7 @@ v1::Op BinaryOpMsg(BinaryOp op, v1::Operand a, const Scalar& b,
 
 v1::Op UnaryOpMsg(UnaryOp op, v1::Operand x) {
   v1::Op m;
-  m.mutable_unary()->set_op(static_cast<v1::UnaryOp>(op));
+  m.mutable_unary()->set_op(ToProto(op));
   *m.mutable_unary()->mutable_x() = std::move(x);
   return m;
 }
@@ -58,7 +59,7 @@ v1::Op ReduceOpMsg(ReduceOp op, v1::Operand x, std::optional<int64_t> dim,
                    bool keepdim) {
   v1::Op m;
   v1::ReduceArgs* args = m.mutable_reduce();
-  args->set_op(static_cast<v1::ReduceOp>(op));
+  args->set_op(ToProto(op));
   *args->mutable_x() = std::move(x);
   if (dim.has_value()) args->set_dim(*dim);
   args->set_keepdim(keepdim);

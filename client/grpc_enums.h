@@ -1,0 +1,67 @@
+// Internal: the client's public enums as the wire's, one conversion each.
+//
+// tensord/client.h numbers DType, BinaryOp, UnaryOp and ReduceOp as
+// tensord.proto does, so a conversion is a cast; the static_asserts below
+// prove every enumerator against the generated enum at compile time (and
+// that neither side has one the other lacks, through the proto's _MAX), so
+// adding an op to one and not the other fails the build, not a request.
+// Thread-safety: stateless.
+#ifndef TENSORD_CLIENT_GRPC_ENUMS_H_
+#define TENSORD_CLIENT_GRPC_ENUMS_H_
+
+#include "tensord/client.h"
+#include "tensord/v1/tensord.pb.h"
+
+namespace tensord::client::internal {
+
+// True when `client` has the number of `wire`.
+template <typename Client, typename Wire>
+constexpr bool Same(Client client, Wire wire) {
+  return static_cast<int>(client) == static_cast<int>(wire);
+}
+
+static_assert(Same(DType::kFloat32, v1::FLOAT32) &&
+              Same(DType::kFloat64, v1::FLOAT64) &&
+              Same(DType::kInt32, v1::INT32) &&
+              Same(DType::kInt64, v1::INT64) && Same(DType::kBool, v1::BOOL) &&
+              Same(DType::kFloat16, v1::FLOAT16) &&
+              Same(DType::kBFloat16, v1::BFLOAT16) &&
+              Same(DType::kBFloat16, v1::DType_MAX));
+
+static_assert(Same(BinaryOp::kAdd, v1::ADD) && Same(BinaryOp::kSub, v1::SUB) &&
+              Same(BinaryOp::kMul, v1::MUL) && Same(BinaryOp::kDiv, v1::DIV) &&
+              Same(BinaryOp::kMaximum, v1::MAXIMUM) &&
+              Same(BinaryOp::kMinimum, v1::MINIMUM) &&
+              Same(BinaryOp::kPow, v1::POW) && Same(BinaryOp::kEq, v1::EQ) &&
+              Same(BinaryOp::kNe, v1::NE) && Same(BinaryOp::kLt, v1::LT) &&
+              Same(BinaryOp::kLe, v1::LE) && Same(BinaryOp::kGt, v1::GT) &&
+              Same(BinaryOp::kGe, v1::GE) &&
+              Same(BinaryOp::kGe, v1::BinaryOp_MAX));
+
+static_assert(Same(UnaryOp::kNeg, v1::NEG) && Same(UnaryOp::kAbs, v1::ABS) &&
+              Same(UnaryOp::kExp, v1::EXP) && Same(UnaryOp::kLog, v1::LOG) &&
+              Same(UnaryOp::kSqrt, v1::SQRT) &&
+              Same(UnaryOp::kRelu, v1::RELU) &&
+              Same(UnaryOp::kSigmoid, v1::SIGMOID) &&
+              Same(UnaryOp::kTanh, v1::TANH) &&
+              Same(UnaryOp::kTanh, v1::UnaryOp_MAX));
+
+static_assert(Same(ReduceOp::kSum, v1::SUM) &&
+              Same(ReduceOp::kMean, v1::MEAN) &&
+              Same(ReduceOp::kMax, v1::MAX) && Same(ReduceOp::kMin, v1::MIN) &&
+              Same(ReduceOp::kArgmax, v1::ARGMAX) &&
+              Same(ReduceOp::kNorm, v1::NORM) &&
+              Same(ReduceOp::kNorm, v1::ReduceOp_MAX));
+
+inline v1::DType ToProto(DType d) { return static_cast<v1::DType>(d); }
+inline v1::BinaryOp ToProto(BinaryOp op) {
+  return static_cast<v1::BinaryOp>(op);
+}
+inline v1::UnaryOp ToProto(UnaryOp op) { return static_cast<v1::UnaryOp>(op); }
+inline v1::ReduceOp ToProto(ReduceOp op) {
+  return static_cast<v1::ReduceOp>(op);
+}
+
+}  // namespace tensord::client::internal
+
+#endif  // TENSORD_CLIENT_GRPC_ENUMS_H_
