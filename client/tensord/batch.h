@@ -1,0 +1,129 @@
+// tensord::Batch: a recorded list of ops run in one round trip (Execute).
+// Part of the client library (tensord/client.h includes every part).
+// Thread-safety: a Batch is not thread-safe.
+#ifndef TENSORD_CLIENT_TENSORD_BATCH_H_
+#define TENSORD_CLIENT_TENSORD_BATCH_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "tensord/tensor.h"
+#include "tensord/types.h"
+
+namespace tensord::client {
+
+// ---------------------------------------------------------------------------
+// Batches: a recorded list of ops run in one round trip (the Execute RPC).
+//
+//   auto b = client.batch();
+//   auto y = b.matmul(x, w);          // a placeholder; nothing runs yet
+//   auto n = b.norm(y);
+//   b.keep(n);
+//   auto results = b.run();           // one RPC
+//   float v = results[n].item<float>();
+//
+// Results not kept are freed on the server when the list ends. If an op
+// fails, run() throws the Error of that op, whose message starts
+// "op #<i> (<name>; operands: ...)"; nothing of the batch is kept. Tensors
+// given as inputs are held by the batch until run() returns. A Batch is not
+// thread-safe; run() may be called once.
+
+class BatchResults;
+
+class Batch {
+ public:
+  // The future result of a recorded op (its index in the list).
+  class Value {
+   public:
+    uint32_t index() const { return index_; }
+
+   private:
+    friend class Batch;
+    friend class BatchResults;
+    Value(const internal::BatchState* owner, uint32_t index)
+        : owner_(owner), index_(index) {}
+    const internal::BatchState* owner_;
+    uint32_t index_;
+  };
+  // An op's input: a Tensor or a Value of this batch.
+  class Input {
+   public:
+    Input(const Tensor& t) : tensor_(t) {}  // NOLINT: implicit
+    Input(Value v) : value_(v) {}           // NOLINT: implicit
+
+   private:
+    friend class Batch;
+    std::optional<Tensor> tensor_;
+    std::optional<Value> value_;
+  };
+
+  Value binary(BinaryOp op, Input a, Input b);
+  Value binary(BinaryOp op, Input a, Scalar b);
+  Value add(Input a, Input b) { return binary(BinaryOp::kAdd, a, b); }
+  Value sub(Input a, Input b) { return binary(BinaryOp::kSub, a, b); }
+  Value mul(Input a, Input b) { return binary(BinaryOp::kMul, a, b); }
+  Value div(Input a, Input b) { return binary(BinaryOp::kDiv, a, b); }
+  Value add(Input a, Scalar b) { return binary(BinaryOp::kAdd, a, b); }
+  Value sub(Input a, Scalar b) { return binary(BinaryOp::kSub, a, b); }
+  Value mul(Input a, Scalar b) { return binary(BinaryOp::kMul, a, b); }
+  Value div(Input a, Scalar b) { return binary(BinaryOp::kDiv, a, b); }
+  Value unary(UnaryOp op, Input x);
+  Value relu(Input x) { return unary(UnaryOp::kRelu, x); }
+  Value sigmoid(Input x) { return unary(UnaryOp::kSigmoid, x); }
+  Value reduce(ReduceOp op, Input x, std::optional<int64_t> dim = std::nullopt,
+               bool keepdim = false);
+  Value sum(Input x, std::optional<int64_t> dim = std::nullopt,
+            bool keepdim = false) {
+    return reduce(ReduceOp::kSum, x, dim, keepdim);
+  }
+  Value mean(Input x, std::optional<int64_t> dim = std::nullopt,
+             bool keepdim = false) {
+    return reduce(ReduceOp::kMean, x, dim, keepdim);
+  }
+  Value norm(Input x) { return reduce(ReduceOp::kNorm, x); }
+  Value matmul(Input a, Input b);
+  Value linear(Input x, Input weight, std::optional<Input> bias = std::nullopt);
+  Value transpose(Input x, int64_t dim0, int64_t dim1);
+  Value t(Input x) { return transpose(x, 0, -1); }
+  Value reshape(Input x, const std::vector<int64_t>& shape);
+  Value narrow(Input x, int64_t dim, int64_t start, int64_t length);
+  Value cat(const std::vector<Input>& xs, int64_t dim = 0);
+  Value to(Input x, DType dtype);
+  // In place on `target`; the Value is the updated target.
+  Value sub_(Input target, Input other);
+  Value add_(Input target, Input other);
+  Value mul_(Input target, Scalar other);
+  Value axpy_(Input target, Scalar alpha, Input x);
+
+  // Asks for `v` to get a handle when the batch runs.
+  void keep(Value v);
+  // Number of recorded ops.
+  size_t size() const;
+  // Runs the list in one Execute RPC. Throws Error.
+  BatchResults run();
+
+ private:
+  friend class Client;
+  explicit Batch(std::shared_ptr<const internal::Session> session);
+  Value Record(const void* op);  // op: a tensord.v1.Op
+  std::shared_ptr<internal::BatchState> state_;
+};
+
+// What Batch::run() returns: the kept results as Tensors.
+class BatchResults {
+ public:
+  // The tensor of a kept Value. INVALID_ARGUMENT if `v` was not kept.
+  const Tensor& operator[](Batch::Value v) const;
+
+ private:
+  friend class Batch;
+  std::map<uint32_t, Tensor> tensors_;
+};
+
+}  // namespace tensord::client
+
+#endif  // TENSORD_CLIENT_TENSORD_BATCH_H_

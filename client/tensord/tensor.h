@@ -1,0 +1,266 @@
+// tensord::Tensor: an RAII handle to a tensor living on a device of the
+// server, with PyTorch's operators, moves, fetches and printing.
+// Part of the client library (tensord/client.h includes every part).
+// Thread-safety: as tensord/client.h says.
+#ifndef TENSORD_CLIENT_TENSORD_TENSOR_H_
+#define TENSORD_CLIENT_TENSORD_TENSOR_H_
+
+#include <grpcpp/channel.h>
+#include <grpcpp/support/status_code_enum.h>
+
+#include <bit>
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <cstring>
+#include <initializer_list>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "tensord/errors.h"
+#include "tensord/types.h"
+
+namespace tensord::client {
+
+// ---------------------------------------------------------------------------
+// Tensors
+
+class Client;
+struct ClientOptions;
+class Batch;
+class SharedMemoryRegion;
+namespace internal {
+class Session;
+struct TensorState;
+struct BatchState;
+struct TensorAccess;
+// Maps and zeroes the whole pages of [p, p + n) in one system call
+// (MADV_POPULATE_WRITE, Linux 5.14+) instead of one fault per 4 KiB page
+// on first touch, when n is at least 2 MiB; a no-op for smaller n and where
+// the kernel lacks it. Only for memory nothing has touched yet: on
+// resident pages it costs about as much as the copy it would speed up.
+void PrefaultForWrite(void* p, size_t n);
+}  // namespace internal
+
+
+// An RAII handle to a tensor living on a device of the server. Copies share
+// the remote tensor; the last copy to go releases it (a failure to release
+// is ignored: the session's close frees it anyway). Metadata accessors are
+// local; fetch(), item(), str() and operator<< transfer the data.
+class Tensor {
+ public:
+  Tensor(const Tensor&) = default;
+  Tensor& operator=(const Tensor&) = default;
+  Tensor(Tensor&&) = default;
+  Tensor& operator=(Tensor&&) = default;
+  ~Tensor();
+
+  uint64_t handle() const;
+  const Device& device() const;
+  DType dtype() const;
+  const std::vector<int64_t>& shape() const;
+  int64_t dim() const { return static_cast<int64_t>(shape().size()); }
+  int64_t numel() const;
+  uint64_t nbytes() const;
+
+  // PyTorch's `a is b`: both name the same remote tensor.
+  bool is(const Tensor& other) const;
+
+  // The tensor on `device`. If it already lives there this returns the same
+  // tensor (is() holds) unless `copy` forces a new one. Moves happen inside
+  // the server; nothing reaches the client.
+  Tensor to(const Device& device, bool copy = false) const;
+  Tensor cpu() const { return to("cpu"); }
+  Tensor cuda(int index = 0) const {
+    return to("cuda:" + std::to_string(index));
+  }
+
+  // Elementwise with broadcasting and PyTorch type promotion; both operands
+  // must live on one device (FAILED_PRECONDITION otherwise). `/` is true
+  // division (integers give float32).
+  friend Tensor operator+(const Tensor& a, const Tensor& b);
+  friend Tensor operator-(const Tensor& a, const Tensor& b);
+  friend Tensor operator*(const Tensor& a, const Tensor& b);
+  friend Tensor operator/(const Tensor& a, const Tensor& b);
+  friend Tensor operator+(const Tensor& a, Scalar b);
+  friend Tensor operator-(const Tensor& a, Scalar b);
+  friend Tensor operator*(const Tensor& a, Scalar b);
+  friend Tensor operator/(const Tensor& a, Scalar b);
+  friend Tensor operator+(Scalar a, const Tensor& b);
+  friend Tensor operator-(Scalar a, const Tensor& b);
+  friend Tensor operator*(Scalar a, const Tensor& b);
+  friend Tensor operator/(Scalar a, const Tensor& b);
+  Tensor operator-() const { return neg(); }
+  // Any binary op, tensor (op) tensor or tensor (op) number. Comparisons
+  // (kEq .. kGe) give bool.
+  Tensor binary(BinaryOp op, const Tensor& other) const;
+  Tensor binary(BinaryOp op, Scalar other) const;
+  Tensor maximum(const Tensor& o) const { return binary(BinaryOp::kMaximum, o); }
+  Tensor minimum(const Tensor& o) const { return binary(BinaryOp::kMinimum, o); }
+  Tensor pow(const Tensor& o) const { return binary(BinaryOp::kPow, o); }
+  Tensor pow(Scalar o) const { return binary(BinaryOp::kPow, o); }
+  Tensor eq(const Tensor& o) const { return binary(BinaryOp::kEq, o); }
+  Tensor ne(const Tensor& o) const { return binary(BinaryOp::kNe, o); }
+  Tensor lt(const Tensor& o) const { return binary(BinaryOp::kLt, o); }
+  Tensor le(const Tensor& o) const { return binary(BinaryOp::kLe, o); }
+  Tensor gt(const Tensor& o) const { return binary(BinaryOp::kGt, o); }
+  Tensor ge(const Tensor& o) const { return binary(BinaryOp::kGe, o); }
+  Tensor eq(Scalar o) const { return binary(BinaryOp::kEq, o); }
+  Tensor lt(Scalar o) const { return binary(BinaryOp::kLt, o); }
+  Tensor gt(Scalar o) const { return binary(BinaryOp::kGt, o); }
+
+  // Elementwise unary ops; exp/log/sqrt/sigmoid/tanh of integers give
+  // float32.
+  Tensor unary(UnaryOp op) const;
+  Tensor neg() const { return unary(UnaryOp::kNeg); }
+  Tensor abs() const { return unary(UnaryOp::kAbs); }
+  Tensor exp() const { return unary(UnaryOp::kExp); }
+  Tensor log() const { return unary(UnaryOp::kLog); }
+  Tensor sqrt() const { return unary(UnaryOp::kSqrt); }
+  Tensor relu() const { return unary(UnaryOp::kRelu); }
+  Tensor sigmoid() const { return unary(UnaryOp::kSigmoid); }
+  Tensor tanh() const { return unary(UnaryOp::kTanh); }
+
+  // Reductions over all elements (no dim) or one dim (negative counts from
+  // the end). sum of integers is int64; mean/norm need a floating dtype;
+  // argmax gives int64 indices; norm is the L2/Frobenius norm.
+  Tensor reduce(ReduceOp op, std::optional<int64_t> dim = std::nullopt,
+                bool keepdim = false) const;
+  Tensor sum(std::optional<int64_t> dim = std::nullopt,
+             bool keepdim = false) const {
+    return reduce(ReduceOp::kSum, dim, keepdim);
+  }
+  Tensor mean(std::optional<int64_t> dim = std::nullopt,
+              bool keepdim = false) const {
+    return reduce(ReduceOp::kMean, dim, keepdim);
+  }
+  Tensor max(std::optional<int64_t> dim = std::nullopt,
+             bool keepdim = false) const {
+    return reduce(ReduceOp::kMax, dim, keepdim);
+  }
+  Tensor min(std::optional<int64_t> dim = std::nullopt,
+             bool keepdim = false) const {
+    return reduce(ReduceOp::kMin, dim, keepdim);
+  }
+  Tensor argmax(std::optional<int64_t> dim = std::nullopt,
+                bool keepdim = false) const {
+    return reduce(ReduceOp::kArgmax, dim, keepdim);
+  }
+  Tensor norm() const { return reduce(ReduceOp::kNorm); }
+
+  // torch.matmul shape rules; both operands of one dtype.
+  Tensor matmul(const Tensor& other) const;
+  // Shape ops; each makes a new tensor (no views).
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const { return transpose(0, -1); }
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor reshape(const std::vector<int64_t>& shape) const;  // one -1 allowed
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  // A copy converted to `dtype`.
+  Tensor to(DType dtype) const;
+
+  // In-place updates (PyTorch's trailing underscore): the tensor's own
+  // memory is written, nothing is allocated for the result. The result
+  // dtype must be castable to this tensor's dtype (INVALID_ARGUMENT
+  // otherwise, e.g. int64_tensor.mul_(0.5)).
+  Tensor& add_(const Tensor& other);
+  Tensor& sub_(const Tensor& other);
+  Tensor& mul_(const Tensor& other);
+  Tensor& div_(const Tensor& other);
+  Tensor& add_(Scalar other);
+  Tensor& sub_(Scalar other);
+  Tensor& mul_(Scalar other);
+  Tensor& div_(Scalar other);
+  // this += alpha * x (BLAS axpy).
+  Tensor& axpy_(Scalar alpha, const Tensor& x);
+
+  // Writes the tensor as a NumPy .npy file (format 1.0, little-endian,
+  // C order). float16 is '<f2'; bfloat16 has no NumPy dtype
+  // (INVALID_ARGUMENT). Throws Error(UNKNOWN) on I/O failure.
+  void save_npy(const std::filesystem::path& path) const;
+
+  // The tensor's bytes (row-major, little-endian), streamed in chunks whose
+  // offset and CRC-32 are checked: DATA_LOSS on a mismatch. With the
+  // client's shared memory enabled (Client::enable_shared_memory), tensors
+  // over 1 MiB that fit its region come through the region instead.
+  std::string fetch_bytes() const;
+  // The bytes into `dst`, which must be exactly nbytes() long
+  // (INVALID_ARGUMENT otherwise). Into a buffer the caller reuses this
+  // skips what a fresh std::string costs: the kernel zeroing and mapping
+  // every page of it on first touch (~2 GB/s), which for large tensors is
+  // slower than the shared-memory transfer itself.
+  void fetch_into(std::span<std::byte> dst) const;
+  // Zero-copy fetch: the server writes the bytes straight into `region`'s
+  // data area at `offset` (OUT_OF_RANGE when they do not fit). `region`
+  // must belong to this tensor's session (INVALID_ARGUMENT otherwise).
+  void fetch_shared(const SharedMemoryRegion& region, uint64_t offset = 0) const;
+
+  // The elements as T. INVALID_ARGUMENT when T is not the tensor's dtype.
+  template <typename T>
+  std::vector<T> fetch() const {
+    CheckElementType(kDTypeOf<T>, "fetch");
+    if constexpr (std::is_same_v<T, bool>) {  // vector<bool> is packed
+      std::string bytes = fetch_bytes();
+      std::vector<T> out(bytes.size());
+      for (size_t i = 0; i < out.size(); ++i) out[i] = bytes[i] != 0;
+      return out;
+    } else {
+      // Straight into the result: one fresh buffer, its pages mapped in
+      // one go before the zeroing resize, no intermediate string.
+      const auto n = static_cast<size_t>(numel());
+      std::vector<T> out;
+      out.reserve(n);
+      internal::PrefaultForWrite(out.data(), n * sizeof(T));
+      out.resize(n);
+      fetch_into(std::as_writable_bytes(std::span<T>(out)));
+      return out;
+    }
+  }
+
+  // The single element of a 0-d or one-element tensor as T.
+  // INVALID_ARGUMENT for other sizes or when T is not the dtype.
+  template <typename T>
+  T item() const {
+    CheckElementType(kDTypeOf<T>, "item");
+    CheckSingleElement();
+    return fetch<T>()[0];
+  }
+
+  // PyTorch's repr, e.g. "tensor([ 5, 16,  3], device='cuda:0')". Fetches
+  // the data.
+  std::string str() const;
+  friend std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+ private:
+  friend class Client;
+  friend class Batch;
+  friend struct internal::TensorAccess;
+  explicit Tensor(std::shared_ptr<const internal::TensorState> state);
+  Tensor Binary(int op, const Tensor& rhs) const;
+  Tensor& InPlace(int op, const Tensor* other, const Scalar* scalar);
+  void CheckElementType(DType requested, std::string_view what) const;
+  void CheckSingleElement() const;
+
+  std::shared_ptr<const internal::TensorState> state_;
+};
+
+// nn.functional.linear: x [..., in] . weight[out, in]^T (+ bias [out]).
+Tensor linear(const Tensor& x, const Tensor& weight,
+              const std::optional<Tensor>& bias = std::nullopt);
+// torch.cat along `dim`; all tensors on one device.
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+
+}  // namespace tensord::client
+
+#endif  // TENSORD_CLIENT_TENSORD_TENSOR_H_
