@@ -1,0 +1,217 @@
+// Internal: the Runtime's implementation class and what its parts share.
+//
+// Runtime (core/runtime.h) is a facade; its Impl is defined here and
+// implemented in one file per concern:
+//   runtime.cc    devices, budgets, sessions and leases, handles
+//   transfers.cc  tensors in and out: creates, uploads, moves, readers,
+//                 shared memory, and the session holds of open streams
+//   executor.cc   ops: each op's checks and kernels (Apply), Run, Execute
+// Included only by those files.
+// Thread-safety: as Runtime.
+#ifndef TENSORD_CORE_RUNTIME_IMPL_H_
+#define TENSORD_CORE_RUNTIME_IMPL_H_
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/absl_compat.h"
+#include "core/cpu/cpu_device.h"
+#include "core/handle_table.h"
+#include "core/op_checks.h"
+#include "core/runtime.h"
+#include "core/shared_memory.h"
+#include "core/status.h"
+
+namespace tensord::core {
+
+// A device with its budget. Held bytes are counted from admission until the
+// buffer (or a failed allocation) gives them back.
+struct DeviceSlot {
+  std::unique_ptr<Device> device;
+  uint64_t budget = 0;
+  std::atomic<uint64_t> held{0};
+  std::atomic<uint64_t> live_tensors{0};
+  std::atomic<uint64_t> allocation_failures{0};
+};
+
+inline int64_t MillisSince(HandleEntry::Clock::time_point t,
+                           HandleEntry::Clock::time_point now) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(now - t).count();
+}
+
+inline TensorMeta MetaOf(const HandleEntry& entry) {
+  const auto now = HandleEntry::Clock::now();
+  const StoredTensor& t = *entry.tensor;
+  TensorMeta meta;
+  meta.handle = entry.handle;
+  meta.device = t.device->name();
+  meta.dtype = t.dtype;
+  meta.shape = t.shape;
+  meta.nbytes = t.nbytes;
+  meta.tag = entry.tag;
+  meta.age_ms = MillisSince(entry.created, now);
+  meta.idle_ms = MillisSince(entry.last_used, now);
+  return meta;
+}
+
+inline TensorRef RefOf(const StoredTensor& t) {
+  return TensorRef{t.buffer.get(), t.dtype, t.shape};
+}
+
+// INVALID_ARGUMENT unless `text` (the request's `field`) fits `max` bytes.
+inline absl::Status CheckLength(std::string_view field, std::string_view text,
+                                size_t max) {
+  if (text.size() <= max) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      ToAbsl(field), " is ", text.size(), " bytes long ('", Echo(text, 32),
+      "'); the server's limit is ", max, " bytes"));
+}
+
+inline absl::Status CheckTag(std::string_view tag) {
+  return CheckLength("tag", tag, kMaxTagBytes);
+}
+
+// The handle table's options from the Runtime's.
+HandleTableOptions TableOptions(const RuntimeOptions& o);
+
+class Runtime::Impl {
+ public:
+  explicit Impl(const RuntimeOptions& options)
+      : table_(TableOptions(options)) {}
+  // The reaper stops first; then sessions go: their buffers give bytes back
+  // to the slots.
+  ~Impl() {
+    {
+      absl::MutexLock lock(&reaper_mu_);
+      stopping_ = true;
+    }
+    if (reaper_.joinable()) reaper_.join();
+    table_.CloseAll();
+  }
+
+  absl::Status Init(RuntimeOptions options);
+
+  // Closes the expired sessions, frees their tensors, reports each one.
+  size_t ReapExpired();
+  // The reaper thread's body: wakes every reap_interval (or at once on
+  // shutdown) and reaps.
+  void ReaperLoop();
+  std::chrono::milliseconds ClampTtl(std::chrono::milliseconds requested) const;
+
+  std::vector<DeviceStatus> ListDevices() const;
+  RuntimeLimits limits() const { return limits_; }
+  absl::StatusOr<DeviceSlot*> FindSlot(std::string_view name) const;
+  DeviceSlot& SlotOf(const Device* device) const;
+
+  HandleTable& table() { return table_; }
+
+  // Admits `bytes` against the slot's budget and allocates them. The
+  // returned buffer gives the bytes back when its last owner drops it.
+  absl::StatusOr<std::shared_ptr<Buffer>> Allocate(DeviceSlot& slot,
+                                                   uint64_t bytes);
+
+  // Registers a finished tensor in the session.
+  absl::StatusOr<TensorMeta> Register(std::string_view session,
+                                      DeviceSlot& slot, DType dtype,
+                                      Shape shape, uint64_t nbytes,
+                                      std::shared_ptr<Buffer> buffer,
+                                      std::string_view tag);
+  // Drops removed entries, keeping the live-tensor counts right.
+  SessionCloseStats Forget(std::vector<HandleEntry> entries);
+
+  // Allocates an output tensor of `dtype`/`shape` on `slot`.
+  struct Output {
+    Shape shape;
+    DType dtype;
+    uint64_t nbytes;
+    std::shared_ptr<Buffer> buffer;
+    TensorRef ref() const { return TensorRef{buffer.get(), dtype, shape}; }
+  };
+  absl::StatusOr<Output> AllocateOutput(DeviceSlot& slot, DType dtype,
+                                        Shape shape);
+  // `t` as `dtype`: itself, or a cast into a temporary kept in `temp`.
+  absl::StatusOr<TensorRef> AsDType(DeviceSlot& slot, const StoredTensor& t,
+                                    DType dtype, Output& temp);
+
+  // --- Ops (Run / Execute) ---
+  using TensorPtr = std::shared_ptr<const StoredTensor>;
+  // One value of an op list: a tensor, with its handle entry when it is a
+  // tensor of the session (given by handle, or updated in place).
+  struct Value {
+    TensorPtr tensor;
+    std::optional<HandleEntry> entry;
+  };
+  // Runs one op on resolved inputs. The result is a new, unregistered
+  // tensor, or for an in-place op inputs[0] itself.
+  absl::StatusOr<Value> Apply(const OpSpec& op, std::span<const Value> in);
+
+  TensorPtr Stored(DeviceSlot& slot, Output out) const;
+  absl::StatusOr<Output> ScalarTensor(DeviceSlot& slot, const Scalar& s,
+                                      DType dtype);
+  // a (op) b, or a (op) scalar (scalar (op) a when scalar_first). With
+  // `into`, the result is written into that tensor (in-place ops): its
+  // shape must be the broadcast shape and the result dtype castable to its
+  // dtype; the returned Output is then empty.
+  absl::StatusOr<Output> BinaryOut(BinaryOp op, const StoredTensor& a,
+                                   const StoredTensor* b, const Scalar* scalar,
+                                   bool scalar_first, const StoredTensor* into);
+  absl::StatusOr<Output> UnaryOut(UnaryOp op, const StoredTensor& x);
+  absl::StatusOr<Output> MatMulOut(const StoredTensor& a,
+                                   const StoredTensor& b);
+  absl::StatusOr<Output> LinearOut(const StoredTensor& x, const StoredTensor& w,
+                                   const StoredTensor* bias);
+  absl::StatusOr<Output> ReduceOut(ReduceOp op, const StoredTensor& x,
+                                   std::optional<int64_t> dim, bool keepdim);
+  absl::StatusOr<Output> PermuteOut(const StoredTensor& x,
+                                    std::span<const int64_t> dims);
+  absl::StatusOr<Output> ReshapeOut(const StoredTensor& x,
+                                    std::span<const int64_t> dims);
+  // x's elements [start, start + length) along `axis`, shaped `out_dims`.
+  absl::StatusOr<Output> SliceOut(const StoredTensor& x, int axis,
+                                  int64_t start, int64_t length,
+                                  std::vector<int64_t> out_dims);
+  absl::StatusOr<Output> CatOut(std::span<const Value> xs, int64_t dim);
+  absl::StatusOr<Output> CastOut(const StoredTensor& x, DType dtype);
+  absl::Status InPlace(const OpSpec& op, const StoredTensor& self,
+                       const StoredTensor* other);
+
+  class UploadImpl;
+  class ReaderImpl;
+
+  // Shared-memory mappings alive, and transfers through them.
+  std::atomic<int64_t> shm_regions{0};
+  std::atomic<uint64_t> shm_uploads{0};
+  std::atomic<uint64_t> shm_fetches{0};
+
+ private:
+  std::vector<std::unique_ptr<DeviceSlot>> slots_;
+  HandleTable table_;  // after slots_: destroyed before them
+  uint64_t max_tensor_bytes_ = 0;
+  RuntimeLimits limits_;
+  std::chrono::milliseconds session_ttl_{0};
+  std::chrono::milliseconds min_session_ttl_{0};
+  std::chrono::milliseconds max_session_ttl_{0};
+  std::chrono::milliseconds reap_interval_{100};
+  std::function<void(const ExpiredSessionInfo&)> on_session_expired_;
+  absl::Mutex reaper_mu_;
+  bool stopping_ ABSL_GUARDED_BY(reaper_mu_) = false;
+  std::thread reaper_;  // last: started once everything else is set
+};
+
+}  // namespace tensord::core
+
+#endif  // TENSORD_CORE_RUNTIME_IMPL_H_
