@@ -73,7 +73,10 @@ Input Sequence(DType dtype, std::vector<int64_t> dims, double start,
   }
   Input in{dtype, std::move(dims), {}};
   in.bytes.resize(values.size() * sizeof(T));
-  std::memcpy(in.bytes.data(), values.data(), in.bytes.size());
+  // memcpy of an empty range may get null pointers (UBSan).
+  if (!values.empty()) {
+    std::memcpy(in.bytes.data(), values.data(), in.bytes.size());
+  }
   return in;
 }
 
