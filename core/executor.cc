@@ -1,3 +1,4 @@
+#include "core/planner.h"
 #include "core/runtime_impl.h"
 
 namespace tensord::core {
@@ -30,18 +31,6 @@ bool CanCast(DType from, DType to) {
   return true;
 }
 
-// Wraps a possibly negative dim into [0, rank) (a 0-d tensor accepts 0 and
-// -1, like PyTorch).
-absl::StatusOr<int> WrapDim(int64_t dim, int rank) {
-  const int64_t r = std::max(rank, 1);
-  if (dim < -r || dim >= r) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Dimension out of range (expected to be in range of [", -r,
-                     ", ", r - 1, "], but got ", dim, ")"));
-  }
-  return static_cast<int>(dim < 0 ? dim + r : dim);
-}
-
 int64_t Product(const Shape& shape, int begin, int end) {
   int64_t n = 1;
   for (int i = begin; i < end; ++i) n *= shape.dim(i);
@@ -58,57 +47,17 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::MatMulOut(
     const StoredTensor& a, const StoredTensor& b) {
   DeviceSlot& slot = SlotOf(a.device);
   Device& device = *a.device;
-  const std::string shapes =
-      absl::StrCat(a.shape.ToString(), " and ", b.shape.ToString());
-
-  if (a.shape.rank() == 0 || b.shape.rank() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "both arguments to matmul need to be at least 1D, but they are ",
-        a.shape.rank(), "D and ", b.shape.rank(), "D (shapes ", shapes, ")"));
-  }
-  if (a.dtype != b.dtype) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected both operands to have the same dtype, but got ",
-                     ToAbsl(DTypeName(a.dtype)), " and ",
-                     ToAbsl(DTypeName(b.dtype)), " (shapes ", shapes, ")"));
-  }
-  const DType dtype = a.dtype;
-
-  // torch.matmul: a 1-D lhs is a row [1, k], a 1-D rhs a column [k, 1]; the
-  // added dim is dropped from the result. Leading dims are batch dims and
-  // broadcast.
-  const std::vector<int64_t>& ad = a.shape.dims();
-  const std::vector<int64_t>& bd = b.shape.dims();
-  const bool a_vector = ad.size() == 1, b_vector = bd.size() == 1;
-  const int64_t m = a_vector ? 1 : ad[ad.size() - 2];
-  const int64_t k = ad.back();
-  const int64_t kb = b_vector ? bd[0] : bd[bd.size() - 2];
-  const int64_t n = b_vector ? 1 : bd.back();
-  if (k != kb) {
-    return absl::InvalidArgumentError(absl::StrCat("matmul: shapes ", shapes,
-                                                   " cannot be multiplied (", k,
-                                                   " != ", kb, ")"));
-  }
-  const std::span<const int64_t> a_batch_dims(ad.data(),
-                                              a_vector ? 0 : ad.size() - 2);
-  const std::span<const int64_t> b_batch_dims(bd.data(),
-                                              b_vector ? 0 : bd.size() - 2);
-  ASSIGN_OR_RETURN(Shape a_batch, Shape::Make(a_batch_dims));
-  ASSIGN_OR_RETURN(Shape b_batch, Shape::Make(b_batch_dims));
-  absl::StatusOr<Shape> batch = BroadcastShapes(a_batch, b_batch);
-  if (!batch.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "matmul: shapes ", shapes, " cannot be multiplied: batch dimensions ",
-        batch.status().message()));
-  }
-  std::vector<int64_t> out_dims = batch->dims();
-  if (!a_vector) out_dims.push_back(m);
-  if (!b_vector) out_dims.push_back(n);
-  ASSIGN_OR_RETURN(Shape out_shape, Shape::Make(out_dims));
+  ASSIGN_OR_RETURN(MatMulPlan plan,
+                   PlanMatMul(a.dtype, a.shape, b.dtype, b.shape));
+  const DType dtype = plan.dtype;
+  const int64_t m = plan.m, n = plan.n, k = plan.k;
+  const Shape& a_batch = plan.a_batch;
+  const Shape& b_batch = plan.b_batch;
+  const Shape* batch = &plan.batch;
   RETURN_IF_ERROR(device.Supports(OpKind::kMatMul, dtype));
 
   ASSIGN_OR_RETURN(Impl::Output out,
-                   AllocateOutput(slot, dtype, std::move(out_shape)));
+                   AllocateOutput(slot, dtype, std::move(plan.out)));
   const int64_t batch_count = batch->NumElements();
   if (out.shape.NumElements() == 0) {
     // Nothing to compute.
@@ -309,125 +258,33 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ReduceOut(
     bool keepdim) {
   DeviceSlot& slot = SlotOf(x.device);
   Device& device = *x.device;
-  const std::string name(ReduceOpName(op));
-  DType dtype = x.dtype;
-  if (op == ReduceOp::kSum && !IsFloating(dtype)) dtype = DType::kInt64;
-  if (op == ReduceOp::kMean && !IsFloating(dtype)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "mean(): could not infer output dtype. Input dtype must be either a "
-        "floating point or complex dtype. Got: ",
-        ToAbsl(DTypeName(dtype))));
-  }
-  if (op == ReduceOp::kNorm && !IsFloating(dtype)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("norm(): expected a floating point tensor as input. Got: ",
-                     ToAbsl(DTypeName(dtype))));
-  }
-  RETURN_IF_ERROR(device.Supports(OpKind::kReduce, dtype));
-  if (dtype != x.dtype)
+  ASSIGN_OR_RETURN(ReducePlan plan,
+                   PlanReduce(op, x.dtype, x.shape, dim, keepdim));
+  RETURN_IF_ERROR(device.Supports(OpKind::kReduce, plan.compute));
+  if (plan.compute != x.dtype) {
     RETURN_IF_ERROR(device.Supports(OpKind::kCast, x.dtype));
-
-  const int rank = x.shape.rank();
-  Device::ReduceDims d;
-  std::vector<int64_t> out_dims;
-  if (!dim.has_value()) {
-    d.n = x.shape.NumElements();
-    if (keepdim) out_dims.assign(rank, 1);
-  } else {
-    ASSIGN_OR_RETURN(int axis, WrapDim(*dim, rank));
-    if (rank > 0) {
-      d.outer = Product(x.shape, 0, axis);
-      d.n = x.shape.dim(axis);
-      d.inner = Product(x.shape, axis + 1, rank);
-      out_dims = x.shape.dims();
-      if (keepdim) {
-        out_dims[axis] = 1;
-      } else {
-        out_dims.erase(out_dims.begin() + axis);
-      }
-    }
   }
-  const bool needs_element =
-      op == ReduceOp::kMax || op == ReduceOp::kMin || op == ReduceOp::kArgmax;
-  if (needs_element && d.n == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, "(): cannot reduce over an empty dimension (input shape ",
-        x.shape.ToString(), ")"));
-  }
-  ASSIGN_OR_RETURN(Shape out_shape, Shape::Make(out_dims));
   Output temp;
-  ASSIGN_OR_RETURN(TensorRef in, AsDType(slot, x, dtype, temp));
-  ASSIGN_OR_RETURN(
-      Output out,
-      AllocateOutput(slot, op == ReduceOp::kArgmax ? DType::kInt64 : dtype,
-                     std::move(out_shape)));
-  RETURN_IF_ERROR(device.Reduce(op, d, in, out.ref()));
+  ASSIGN_OR_RETURN(TensorRef in, AsDType(slot, x, plan.compute, temp));
+  ASSIGN_OR_RETURN(Output out,
+                   AllocateOutput(slot, plan.out_dtype, std::move(plan.out)));
+  RETURN_IF_ERROR(device.Reduce(op, plan.dims, in, out.ref()));
   return out;
 }
 
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::PermuteOut(
     const StoredTensor& x, std::span<const int64_t> dims) {
-  const int rank = x.shape.rank();
-  if (static_cast<int>(dims.size()) != rank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "permute: number of dims don't match: the order has ", dims.size(),
-        " dims but the input has shape ", x.shape.ToString()));
-  }
-  std::vector<int> perm;
-  std::vector<bool> seen(rank, false);
-  std::vector<int64_t> out_dims;
-  for (int64_t d : dims) {
-    ASSIGN_OR_RETURN(int axis, WrapDim(d, rank));
-    if (seen[axis]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("permute: dim ", axis, " appears more than once in [",
-                       absl::StrJoin(dims, ", "), "]"));
-    }
-    seen[axis] = true;
-    perm.push_back(axis);
-    out_dims.push_back(x.shape.dim(axis));
-  }
-  ASSIGN_OR_RETURN(Shape shape, Shape::Make(out_dims));
+  ASSIGN_OR_RETURN(PermutePlan plan, PlanPermute(x.shape, dims));
   DeviceSlot& slot = SlotOf(x.device);
-  ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, x.dtype, std::move(shape)));
-  RETURN_IF_ERROR(x.device->Permute(RefOf(x), perm, out.ref()));
+  ASSIGN_OR_RETURN(Output out,
+                   AllocateOutput(slot, x.dtype, std::move(plan.out)));
+  RETURN_IF_ERROR(x.device->Permute(RefOf(x), plan.perm, out.ref()));
   return out;
 }
 
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ReshapeOut(
     const StoredTensor& x, std::span<const int64_t> dims) {
-  const int64_t numel = x.shape.NumElements();
-  auto invalid = [&] {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shape '[", absl::StrJoin(dims, ", "),
-                     "]' is invalid for input of size ", numel, " (shape ",
-                     x.shape.ToString(), ")"));
-  };
-  std::vector<int64_t> out_dims(dims.begin(), dims.end());
-  int infer = -1;
-  int64_t known = 1;
-  for (size_t i = 0; i < out_dims.size(); ++i) {
-    if (out_dims[i] == -1) {
-      if (infer >= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("reshape: only one dimension can be inferred in [",
-                         absl::StrJoin(dims, ", "), "]"));
-      }
-      infer = static_cast<int>(i);
-    } else if (out_dims[i] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("reshape: invalid shape dimension ", out_dims[i],
-                       " in [", absl::StrJoin(dims, ", "), "]"));
-    } else if (__builtin_mul_overflow(known, out_dims[i], &known)) {
-      return invalid();
-    }
-  }
-  if (infer >= 0) {
-    if (known == 0 || numel % known != 0) return invalid();
-    out_dims[infer] = numel / known;
-  }
-  ASSIGN_OR_RETURN(Shape shape, Shape::Make(out_dims));
-  if (shape.NumElements() != numel) return invalid();
+  ASSIGN_OR_RETURN(Shape shape, PlanReshape(x.shape, dims));
   DeviceSlot& slot = SlotOf(x.device);
   ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, x.dtype, std::move(shape)));
   Device::BlockCopy copy;

@@ -1,0 +1,192 @@
+#include "core/planner.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/absl_compat.h"
+#include "core/status.h"
+
+namespace tensord::core {
+namespace {
+
+int64_t Product(const Shape& shape, int begin, int end) {
+  int64_t n = 1;
+  for (int i = begin; i < end; ++i) n *= shape.dim(i);
+  return n;
+}
+
+}  // namespace
+
+absl::StatusOr<int> WrapDim(int64_t dim, int rank) {
+  const int64_t r = std::max(rank, 1);
+  if (dim < -r || dim >= r) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Dimension out of range (expected to be in range of [", -r,
+                     ", ", r - 1, "], but got ", dim, ")"));
+  }
+  return static_cast<int>(dim < 0 ? dim + r : dim);
+}
+
+absl::StatusOr<MatMulPlan> PlanMatMul(DType a_dtype, const Shape& a,
+                                      DType b_dtype, const Shape& b) {
+  const std::string shapes = absl::StrCat(a.ToString(), " and ", b.ToString());
+  if (a.rank() == 0 || b.rank() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "both arguments to matmul need to be at least 1D, but they are ",
+        a.rank(), "D and ", b.rank(), "D (shapes ", shapes, ")"));
+  }
+  if (a_dtype != b_dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected both operands to have the same dtype, but got ",
+                     ToAbsl(DTypeName(a_dtype)), " and ",
+                     ToAbsl(DTypeName(b_dtype)), " (shapes ", shapes, ")"));
+  }
+  MatMulPlan plan;
+  plan.dtype = a_dtype;
+  const std::vector<int64_t>& ad = a.dims();
+  const std::vector<int64_t>& bd = b.dims();
+  const bool a_vector = ad.size() == 1, b_vector = bd.size() == 1;
+  plan.m = a_vector ? 1 : ad[ad.size() - 2];
+  plan.k = ad.back();
+  const int64_t kb = b_vector ? bd[0] : bd[bd.size() - 2];
+  plan.n = b_vector ? 1 : bd.back();
+  if (plan.k != kb) {
+    return absl::InvalidArgumentError(absl::StrCat("matmul: shapes ", shapes,
+                                                   " cannot be multiplied (",
+                                                   plan.k, " != ", kb, ")"));
+  }
+  const std::span<const int64_t> a_batch_dims(ad.data(),
+                                              a_vector ? 0 : ad.size() - 2);
+  const std::span<const int64_t> b_batch_dims(bd.data(),
+                                              b_vector ? 0 : bd.size() - 2);
+  ASSIGN_OR_RETURN(plan.a_batch, Shape::Make(a_batch_dims));
+  ASSIGN_OR_RETURN(plan.b_batch, Shape::Make(b_batch_dims));
+  absl::StatusOr<Shape> batch = BroadcastShapes(plan.a_batch, plan.b_batch);
+  if (!batch.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "matmul: shapes ", shapes, " cannot be multiplied: batch dimensions ",
+        batch.status().message()));
+  }
+  plan.batch = *std::move(batch);
+  std::vector<int64_t> out_dims = plan.batch.dims();
+  if (!a_vector) out_dims.push_back(plan.m);
+  if (!b_vector) out_dims.push_back(plan.n);
+  ASSIGN_OR_RETURN(plan.out, Shape::Make(out_dims));
+  return plan;
+}
+
+absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
+                                      std::optional<int64_t> dim,
+                                      bool keepdim) {
+  ReducePlan plan;
+  plan.compute = dtype;
+  if (op == ReduceOp::kSum && !IsFloating(dtype)) plan.compute = DType::kInt64;
+  if (op == ReduceOp::kMean && !IsFloating(dtype)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "mean(): could not infer output dtype. Input dtype must be either a "
+        "floating point or complex dtype. Got: ",
+        ToAbsl(DTypeName(dtype))));
+  }
+  if (op == ReduceOp::kNorm && !IsFloating(dtype)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("norm(): expected a floating point tensor as input. Got: ",
+                     ToAbsl(DTypeName(dtype))));
+  }
+  plan.out_dtype = op == ReduceOp::kArgmax ? DType::kInt64 : plan.compute;
+  const int rank = x.rank();
+  std::vector<int64_t> out_dims;
+  if (!dim.has_value()) {
+    plan.dims.n = x.NumElements();
+    if (keepdim) out_dims.assign(rank, 1);
+  } else {
+    ASSIGN_OR_RETURN(int axis, WrapDim(*dim, rank));
+    if (rank > 0) {
+      plan.dims.outer = Product(x, 0, axis);
+      plan.dims.n = x.dim(axis);
+      plan.dims.inner = Product(x, axis + 1, rank);
+      out_dims = x.dims();
+      if (keepdim) {
+        out_dims[axis] = 1;
+      } else {
+        out_dims.erase(out_dims.begin() + axis);
+      }
+    }
+  }
+  const bool needs_element =
+      op == ReduceOp::kMax || op == ReduceOp::kMin || op == ReduceOp::kArgmax;
+  if (needs_element && plan.dims.n == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ToAbsl(ReduceOpName(op)),
+                     "(): cannot reduce over an empty dimension (input shape ",
+                     x.ToString(), ")"));
+  }
+  ASSIGN_OR_RETURN(plan.out, Shape::Make(out_dims));
+  return plan;
+}
+
+absl::StatusOr<PermutePlan> PlanPermute(const Shape& x,
+                                        std::span<const int64_t> dims) {
+  const int rank = x.rank();
+  if (static_cast<int>(dims.size()) != rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "permute: number of dims don't match: the order has ", dims.size(),
+        " dims but the input has shape ", x.ToString()));
+  }
+  PermutePlan plan;
+  std::vector<bool> seen(rank, false);
+  std::vector<int64_t> out_dims;
+  for (int64_t d : dims) {
+    ASSIGN_OR_RETURN(int axis, WrapDim(d, rank));
+    if (seen[axis]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("permute: dim ", axis, " appears more than once in [",
+                       absl::StrJoin(dims, ", "), "]"));
+    }
+    seen[axis] = true;
+    plan.perm.push_back(axis);
+    out_dims.push_back(x.dim(axis));
+  }
+  ASSIGN_OR_RETURN(plan.out, Shape::Make(out_dims));
+  return plan;
+}
+
+absl::StatusOr<Shape> PlanReshape(const Shape& x,
+                                  std::span<const int64_t> dims) {
+  const int64_t numel = x.NumElements();
+  auto invalid = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shape '[", absl::StrJoin(dims, ", "),
+                     "]' is invalid for input of size ", numel, " (shape ",
+                     x.ToString(), ")"));
+  };
+  std::vector<int64_t> out_dims(dims.begin(), dims.end());
+  int infer = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < out_dims.size(); ++i) {
+    if (out_dims[i] == -1) {
+      if (infer >= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("reshape: only one dimension can be inferred in [",
+                         absl::StrJoin(dims, ", "), "]"));
+      }
+      infer = static_cast<int>(i);
+    } else if (out_dims[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("reshape: invalid shape dimension ", out_dims[i],
+                       " in [", absl::StrJoin(dims, ", "), "]"));
+    } else if (__builtin_mul_overflow(known, out_dims[i], &known)) {
+      return invalid();
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || numel % known != 0) return invalid();
+    out_dims[infer] = numel / known;
+  }
+  ASSIGN_OR_RETURN(Shape shape, Shape::Make(out_dims));
+  if (shape.NumElements() != numel) return invalid();
+  return shape;
+}
+
+}  // namespace tensord::core

@@ -1,0 +1,78 @@
+// The op planner: pure functions from an op and its inputs' metadata to
+// what a device needs to run it (the output's dtype and shape, the compute
+// dtype, the kernel's dimensions), or the error with PyTorch's message.
+//
+// Every shape and dtype rule of the ops planned here lives here once and is
+// unit-tested here (tests/core/planner_test.cc) with no device and no
+// runtime: the executor (core/executor.cc) asks the planner, then asks the
+// device whether it supports the planned kernel, allocates and launches.
+// This is the first stage of issue 11's planner: matmul, reductions,
+// permute/transpose, reshape and dim wrapping; the other op families still
+// plan inside the executor.
+// Thread-safety: pure functions.
+#ifndef TENSORD_CORE_PLANNER_H_
+#define TENSORD_CORE_PLANNER_H_
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/shape.h"
+
+namespace tensord::core {
+
+// Wraps a possibly negative dim into [0, rank) (a 0-d tensor accepts 0 and
+// -1, like PyTorch). INVALID_ARGUMENT "Dimension out of range (expected to
+// be in range of [-2, 1], but got 2)" otherwise.
+absl::StatusOr<int> WrapDim(int64_t dim, int rank);
+
+// torch.matmul of a [.., m, k] and b [.., k, n]: a 1-D lhs is a row [1, k],
+// a 1-D rhs a column [k, 1], the added dim dropped from the result; leading
+// dims are batch dims and broadcast. Both operands one dtype.
+struct MatMulPlan {
+  DType dtype = DType::kFloat32;
+  Shape out;
+  Shape batch;    // the broadcast batch shape
+  Shape a_batch;  // each operand's own batch shape
+  Shape b_batch;
+  int64_t m = 0, n = 0, k = 0;
+};
+// INVALID_ARGUMENT for a 0-d operand, different dtypes, inner dims that
+// differ or batch dims that do not broadcast, naming both shapes.
+absl::StatusOr<MatMulPlan> PlanMatMul(DType a_dtype, const Shape& a,
+                                      DType b_dtype, const Shape& b);
+
+// sum/mean/max/min/argmax/norm over all elements (`dim` unset) or one dim.
+struct ReducePlan {
+  DType compute = DType::kFloat32;  // the input is cast to this first
+  DType out_dtype = DType::kFloat32;
+  Shape out;
+  Device::ReduceDims dims;  // outer x n x inner, reduced over n
+};
+// FAILED_PRECONDITION for mean or norm of a non-floating tensor (PyTorch's
+// messages); INVALID_ARGUMENT for a bad dim, or max/min/argmax over an
+// empty dimension. Sum of an integer or bool tensor computes in int64.
+absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
+                                      std::optional<int64_t> dim, bool keepdim);
+
+// x.permute(dims): `perm` holds the wrapped dims.
+struct PermutePlan {
+  std::vector<int> perm;
+  Shape out;
+};
+// INVALID_ARGUMENT when `dims` is not a permutation of x's dims.
+absl::StatusOr<PermutePlan> PlanPermute(const Shape& x,
+                                        std::span<const int64_t> dims);
+
+// x.reshape(dims), one entry may be -1 (inferred). INVALID_ARGUMENT when the
+// element counts differ, for two -1s or a negative entry.
+absl::StatusOr<Shape> PlanReshape(const Shape& x,
+                                  std::span<const int64_t> dims);
+
+}  // namespace tensord::core
+
+#endif  // TENSORD_CORE_PLANNER_H_

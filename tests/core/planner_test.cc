@@ -1,0 +1,162 @@
+// The planner's rules, each with its message, with no device and no
+// runtime (core/planner.h).
+#include "core/planner.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tensord::core {
+namespace {
+
+using ::testing::HasSubstr;
+
+Shape S(std::vector<int64_t> dims) { return *Shape::Make(dims); }
+
+std::string Message(const absl::Status& s) { return std::string(s.message()); }
+
+TEST(PlannerTest, WrapDim) {
+  EXPECT_EQ(*WrapDim(-1, 3), 2);
+  EXPECT_EQ(*WrapDim(0, 0), 0);  // a 0-d tensor accepts 0 and -1
+  EXPECT_EQ(*WrapDim(-1, 0), 0);
+  absl::StatusOr<int> bad = WrapDim(2, 2);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(bad.status()),
+            "Dimension out of range (expected to be in range of [-2, 1], but "
+            "got 2)");
+}
+
+TEST(PlannerTest, MatMulShapes) {
+  auto p = PlanMatMul(DType::kFloat32, S({2, 3}), DType::kFloat32, S({3, 4}));
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->out, S({2, 4}));
+  EXPECT_EQ(p->m, 2);
+  EXPECT_EQ(p->n, 4);
+  EXPECT_EQ(p->k, 3);
+  // 1-D operands: row and column, the added dim dropped.
+  EXPECT_EQ(PlanMatMul(DType::kFloat32, S({3}), DType::kFloat32, S({3}))->out,
+            S({}));
+  EXPECT_EQ(
+      PlanMatMul(DType::kFloat32, S({3}), DType::kFloat32, S({3, 5}))->out,
+      S({5}));
+  EXPECT_EQ(
+      PlanMatMul(DType::kFloat32, S({2, 3}), DType::kFloat32, S({3}))->out,
+      S({2}));
+  // Batch dims broadcast.
+  auto batched = PlanMatMul(DType::kFloat64, S({5, 1, 2, 3}), DType::kFloat64,
+                            S({4, 3, 6}));
+  ASSERT_TRUE(batched.ok());
+  EXPECT_EQ(batched->out, S({5, 4, 2, 6}));
+  EXPECT_EQ(batched->batch, S({5, 4}));
+  EXPECT_EQ(batched->a_batch, S({5, 1}));
+  EXPECT_EQ(batched->b_batch, S({4}));
+}
+
+TEST(PlannerTest, MatMulErrorsNameTheShapes) {
+  auto scalar = PlanMatMul(DType::kFloat32, S({}), DType::kFloat32, S({3}));
+  EXPECT_EQ(scalar.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(scalar.status()),
+              HasSubstr("both arguments to matmul need to be at least 1D, but "
+                        "they are 0D and 1D"));
+  auto dtypes = PlanMatMul(DType::kFloat32, S({2, 3}), DType::kInt64, S({3}));
+  EXPECT_THAT(Message(dtypes.status()),
+              HasSubstr("expected both operands to have the same dtype, but "
+                        "got float32 and int64"));
+  auto inner =
+      PlanMatMul(DType::kFloat32, S({2, 3}), DType::kFloat32, S({4, 5}));
+  EXPECT_EQ(inner.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(inner.status()),
+              HasSubstr("cannot be multiplied (3 != 4)"));
+  auto batch =
+      PlanMatMul(DType::kFloat32, S({2, 2, 3}), DType::kFloat32, S({3, 3, 4}));
+  EXPECT_THAT(Message(batch.status()),
+              HasSubstr("cannot be multiplied: batch dimensions"));
+}
+
+TEST(PlannerTest, ReduceDtypesAndDims) {
+  auto sum = PlanReduce(ReduceOp::kSum, DType::kInt32, S({2, 3, 4}), 1, false);
+  ASSERT_TRUE(sum.ok());
+  EXPECT_EQ(sum->compute, DType::kInt64);  // integer sums widen
+  EXPECT_EQ(sum->out_dtype, DType::kInt64);
+  EXPECT_EQ(sum->out, S({2, 4}));
+  EXPECT_EQ(sum->dims.outer, 2);
+  EXPECT_EQ(sum->dims.n, 3);
+  EXPECT_EQ(sum->dims.inner, 4);
+  auto keep = PlanReduce(ReduceOp::kMax, DType::kFloat32, S({2, 3}), -1, true);
+  EXPECT_EQ(keep->out, S({2, 1}));
+  EXPECT_EQ(keep->compute, DType::kFloat32);
+  auto all = PlanReduce(ReduceOp::kMean, DType::kFloat64, S({2, 3}),
+                        std::nullopt, true);
+  EXPECT_EQ(all->out, S({1, 1}));
+  EXPECT_EQ(all->dims.n, 6);
+  auto argmax = PlanReduce(ReduceOp::kArgmax, DType::kFloat32, S({4}),
+                           std::nullopt, false);
+  EXPECT_EQ(argmax->out_dtype, DType::kInt64);
+  EXPECT_EQ(argmax->out, S({}));
+}
+
+TEST(PlannerTest, ReduceErrors) {
+  auto mean =
+      PlanReduce(ReduceOp::kMean, DType::kInt64, S({3}), std::nullopt, false);
+  EXPECT_EQ(mean.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Message(mean.status()),
+              HasSubstr("mean(): could not infer output dtype. Input dtype "
+                        "must be either a floating point or complex dtype. "
+                        "Got: int64"));
+  auto norm =
+      PlanReduce(ReduceOp::kNorm, DType::kBool, S({3}), std::nullopt, false);
+  EXPECT_EQ(norm.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Message(norm.status()),
+              HasSubstr("norm(): expected a floating point tensor as input. "
+                        "Got: bool"));
+  auto empty = PlanReduce(ReduceOp::kMax, DType::kFloat32, S({2, 0}), 1, false);
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(empty.status()),
+            "max(): cannot reduce over an empty dimension (input shape "
+            "[2, 0])");
+  // Sum over an empty dim is fine (zeros); a bad dim is not.
+  EXPECT_TRUE(
+      PlanReduce(ReduceOp::kSum, DType::kFloat32, S({2, 0}), 1, false).ok());
+  EXPECT_EQ(PlanReduce(ReduceOp::kSum, DType::kFloat32, S({2}), 3, false)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PlannerTest, Permute) {
+  const int64_t order[] = {2, 0, -2};
+  auto p = PlanPermute(S({2, 3, 4}), order);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->out, S({4, 2, 3}));
+  EXPECT_EQ(p->perm, (std::vector<int>{2, 0, 1}));
+  const int64_t short_order[] = {1, 0};
+  EXPECT_THAT(Message(PlanPermute(S({2, 3, 4}), short_order).status()),
+              HasSubstr("number of dims don't match"));
+  const int64_t repeated[] = {0, 0, 1};
+  EXPECT_THAT(Message(PlanPermute(S({2, 3, 4}), repeated).status()),
+              HasSubstr("dim 0 appears more than once in [0, 0, 1]"));
+}
+
+TEST(PlannerTest, Reshape) {
+  const int64_t infer[] = {3, -1};
+  EXPECT_EQ(*PlanReshape(S({2, 6}), infer), S({3, 4}));
+  const int64_t bad[] = {5, -1};
+  EXPECT_EQ(Message(PlanReshape(S({2, 6}), bad).status()),
+            "shape '[5, -1]' is invalid for input of size 12 (shape [2, 6])");
+  const int64_t two[] = {-1, -1};
+  EXPECT_THAT(Message(PlanReshape(S({4}), two).status()),
+              HasSubstr("only one dimension can be inferred"));
+  const int64_t negative[] = {-3, 2};
+  EXPECT_THAT(Message(PlanReshape(S({6}), negative).status()),
+              HasSubstr("invalid shape dimension -3"));
+  const int64_t zero_infer[] = {0, -1};
+  EXPECT_FALSE(PlanReshape(S({0}), zero_infer).ok());  // -1 ambiguous
+  const int64_t huge[] = {INT64_MAX, 2};
+  EXPECT_FALSE(PlanReshape(S({4}), huge).ok());  // overflow, not a crash
+}
+
+}  // namespace
+}  // namespace tensord::core
