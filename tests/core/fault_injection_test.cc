@@ -1077,26 +1077,17 @@ TEST_F(FaultInjectionTest, StreamedUploadAppendFromFailsInEveryPiece) {
 
   auto up = rt_->BeginUpload(session_, kFaulty, in.dtype, in.dims, "from");
   ASSERT_TRUE(up.ok());
+  const Runtime::Upload::Filler copy_in = [&](std::span<uint8_t> dst,
+                                              uint64_t at) {
+    std::memcpy(dst.data(), in.bytes.data() + at, dst.size());
+    return absl::OkStatus();
+  };
   // A call that fails in its third piece appends nothing: the same upload
   // takes the whole call again.
   faulty_->FailNth(FaultSite::kCopyFromHost, 3);
-  EXPECT_FALSE((*up)
-                   ->AppendFrom(n,
-                                [&](std::span<uint8_t> dst, uint64_t at) {
-                                  std::memcpy(dst.data(), in.bytes.data() + at,
-                                              dst.size());
-                                  return absl::OkStatus();
-                                })
-                   .ok());
+  EXPECT_FALSE((*up)->AppendFrom(n, copy_in).ok());
   EXPECT_EQ((*up)->received_bytes(), 0u);
-  ASSERT_TRUE((*up)
-                  ->AppendFrom(n,
-                               [&](std::span<uint8_t> dst, uint64_t at) {
-                                 std::memcpy(dst.data(), in.bytes.data() + at,
-                                             dst.size());
-                                 return absl::OkStatus();
-                               })
-                  .ok());
+  ASSERT_TRUE((*up)->AppendFrom(n, copy_in).ok());
   auto made = (*up)->Finish();
   ASSERT_TRUE(made.ok()) << made.status();
   EXPECT_EQ(ReadAll(made->handle), in.bytes);
