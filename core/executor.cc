@@ -12,25 +12,6 @@ absl::Status SameDevice(const StoredTensor& a, const StoredTensor& b) {
       a.device->name(), " and ", b.device->name(), "!"));
 }
 
-// The dtype of `t` (op) a Python number: the number counts only by category
-// (bool < integral < floating); a higher-category number gives that
-// category's default dtype (int64, float32).
-DType ScalarResultType(DType t, const Scalar& s) {
-  const int scalar_category = s.is_integral ? 1 : 2;
-  const int tensor_category = t == DType::kBool ? 0 : IsIntegral(t) ? 1 : 2;
-  if (scalar_category > tensor_category) {
-    return s.is_integral ? DType::kInt64 : DType::kFloat32;
-  }
-  return t;
-}
-
-// PyTorch's canCast(from, to) for in-place results.
-bool CanCast(DType from, DType to) {
-  if (IsFloating(from) && !IsFloating(to)) return false;
-  if (from != DType::kBool && to == DType::kBool) return false;
-  return true;
-}
-
 int64_t Product(const Shape& shape, int begin, int end) {
   int64_t n = 1;
   for (int i = begin; i < end; ++i) n *= shape.dim(i);
@@ -150,38 +131,20 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::BinaryOut(
     const Scalar* scalar, bool scalar_first, const StoredTensor* into) {
   DeviceSlot& slot = SlotOf(a.device);
   Device& device = *a.device;
-  Shape out_shape = a.shape;
-  DType dtype;
-  if (b != nullptr) {
-    ASSIGN_OR_RETURN(out_shape, BroadcastShapes(a.shape, b->shape));
-    dtype = ResultType(a.dtype, a.shape.rank() == 0, b->dtype,
-                       b->shape.rank() == 0);
-  } else {
-    dtype = ScalarResultType(a.dtype, *scalar);
-  }
-  // True division: integer and bool quotients are float32, PyTorch's default
-  // floating dtype.
-  if (op == BinaryOp::kDiv && !IsFloating(dtype)) dtype = DType::kFloat32;
-  const DType out_dtype = IsComparison(op) ? DType::kBool : dtype;
-  RETURN_IF_ERROR(CheckBinaryOpDType(op, dtype));
+  const OperandDesc a_desc{a.dtype, a.shape};
+  std::optional<OperandDesc> b_desc, into_desc;
+  if (b != nullptr) b_desc.emplace(OperandDesc{b->dtype, b->shape});
+  if (into != nullptr) into_desc.emplace(OperandDesc{into->dtype, into->shape});
+  ASSIGN_OR_RETURN(BinaryPlan plan,
+                   PlanBinary(op, a_desc, b_desc ? &*b_desc : nullptr, scalar,
+                              into_desc ? &*into_desc : nullptr));
+  const DType dtype = plan.compute;
+  const DType out_dtype = plan.out_dtype;
   RETURN_IF_ERROR(device.Supports(OpKind::kBinary, dtype));
   for (DType operand : {a.dtype, b != nullptr ? b->dtype : dtype}) {
     if (operand != dtype) {
       RETURN_IF_ERROR(device.Supports(OpKind::kCast, operand));
       RETURN_IF_ERROR(device.Supports(OpKind::kCast, dtype));
-    }
-  }
-  if (into != nullptr) {
-    if (out_shape != into->shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "output with shape ", into->shape.ToString(),
-          " doesn't match the broadcast shape ", out_shape.ToString()));
-    }
-    if (!CanCast(out_dtype, into->dtype)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("result type ", ToAbsl(DTypeName(out_dtype)),
-                       " can't be cast to the desired output type ",
-                       ToAbsl(DTypeName(into->dtype))));
     }
   }
 
@@ -200,7 +163,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::BinaryOut(
     return Output{};
   }
   ASSIGN_OR_RETURN(Output out,
-                   AllocateOutput(slot, out_dtype, std::move(out_shape)));
+                   AllocateOutput(slot, out_dtype, std::move(plan.out)));
   RETURN_IF_ERROR(device.Binary(op, a_ref, b_ref, out.ref()));
   if (into != nullptr) {
     RETURN_IF_ERROR(device.Supports(OpKind::kCast, into->dtype));

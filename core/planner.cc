@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/absl_compat.h"
+#include "core/op_checks.h"
 #include "core/status.h"
 
 namespace tensord::core {
@@ -17,7 +18,61 @@ int64_t Product(const Shape& shape, int begin, int end) {
   return n;
 }
 
+// The dtype of tensor (op) number: the number promotes by category only
+// (bool < integral < floating); a higher-category number gives that
+// category's default dtype (int64, float32).
+DType ScalarResultType(DType t, const Scalar& s) {
+  const int scalar_category = s.is_integral ? 1 : 2;
+  const int tensor_category = t == DType::kBool ? 0 : IsIntegral(t) ? 1 : 2;
+  if (scalar_category > tensor_category) {
+    return s.is_integral ? DType::kInt64 : DType::kFloat32;
+  }
+  return t;
+}
+
 }  // namespace
+
+bool CanCast(DType from, DType to) {
+  if (IsFloating(from) && !IsFloating(to)) return false;
+  if (from != DType::kBool && to == DType::kBool) return false;
+  return true;
+}
+
+absl::StatusOr<BinaryPlan> PlanBinary(BinaryOp op, const OperandDesc& a,
+                                      const OperandDesc* b,
+                                      const Scalar* scalar,
+                                      const OperandDesc* into) {
+  BinaryPlan plan;
+  plan.out = a.shape;
+  if (b != nullptr) {
+    ASSIGN_OR_RETURN(plan.out, BroadcastShapes(a.shape, b->shape));
+    plan.compute = ResultType(a.dtype, a.shape.rank() == 0, b->dtype,
+                              b->shape.rank() == 0);
+  } else {
+    plan.compute = ScalarResultType(a.dtype, *scalar);
+  }
+  // True division: integer and bool quotients are float32, PyTorch's
+  // default floating dtype.
+  if (op == BinaryOp::kDiv && !IsFloating(plan.compute)) {
+    plan.compute = DType::kFloat32;
+  }
+  plan.out_dtype = IsComparison(op) ? DType::kBool : plan.compute;
+  RETURN_IF_ERROR(CheckBinaryOpDType(op, plan.compute));
+  if (into != nullptr) {
+    if (plan.out != into->shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "output with shape ", into->shape.ToString(),
+          " doesn't match the broadcast shape ", plan.out.ToString()));
+    }
+    if (!CanCast(plan.out_dtype, into->dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("result type ", ToAbsl(DTypeName(plan.out_dtype)),
+                       " can't be cast to the desired output type ",
+                       ToAbsl(DTypeName(into->dtype))));
+    }
+  }
+  return plan;
+}
 
 absl::StatusOr<int> WrapDim(int64_t dim, int rank) {
   const int64_t r = std::max(rank, 1);

@@ -6,9 +6,9 @@
 // unit-tested here (tests/core/planner_test.cc) with no device and no
 // runtime: the executor (core/executor.cc) asks the planner, then asks the
 // device whether it supports the planned kernel, allocates and launches.
-// This is the first stage of issue 11's planner: matmul, reductions,
-// permute/transpose, reshape and dim wrapping; the other op families still
-// plan inside the executor.
+// This is the first stage of issue 11's planner: elementwise binary ops,
+// matmul, reductions, permute/transpose, reshape and dim wrapping; the other
+// op families still plan inside the executor.
 // Thread-safety: pure functions.
 #ifndef TENSORD_CORE_PLANNER_H_
 #define TENSORD_CORE_PLANNER_H_
@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/ops.h"
 #include "core/shape.h"
 
 namespace tensord::core {
@@ -29,6 +30,33 @@ namespace tensord::core {
 // -1, like PyTorch). INVALID_ARGUMENT "Dimension out of range (expected to
 // be in range of [-2, 1], but got 2)" otherwise.
 absl::StatusOr<int> WrapDim(int64_t dim, int rank);
+
+// An operand's metadata; the shape is borrowed for the call.
+struct OperandDesc {
+  DType dtype;
+  const Shape& shape;
+};
+
+// a (op) b with broadcasting and PyTorch's type promotion, or a (op) a
+// Python number (`b` null, `scalar` set), optionally into an existing tensor
+// (`into`: the in-place ops).
+struct BinaryPlan {
+  DType compute = DType::kFloat32;    // operands are cast to this
+  DType out_dtype = DType::kFloat32;  // bool for comparisons
+  Shape out;
+};
+// INVALID_ARGUMENT for shapes that do not broadcast, or (with `into`) a
+// broadcast shape other than into's or a result not castable to into's
+// dtype (PyTorch's canCast); FAILED_PRECONDITION for an op the dtype does
+// not have (bool sub/pow). Division of integers computes in float32.
+absl::StatusOr<BinaryPlan> PlanBinary(BinaryOp op, const OperandDesc& a,
+                                      const OperandDesc* b,
+                                      const Scalar* scalar,
+                                      const OperandDesc* into);
+
+// PyTorch's canCast(from, to): no floating into an integer, nothing but
+// bool into bool.
+bool CanCast(DType from, DType to);
 
 // torch.matmul of a [.., m, k] and b [.., k, n]: a 1-D lhs is a row [1, k],
 // a 1-D rhs a column [k, 1], the added dim dropped from the result; leading

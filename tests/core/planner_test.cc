@@ -158,5 +158,75 @@ TEST(PlannerTest, Reshape) {
   EXPECT_FALSE(PlanReshape(S({4}), huge).ok());  // overflow, not a crash
 }
 
+TEST(PlannerTest, BinaryPromotesAndBroadcasts) {
+  const Shape a = S({2, 3}), b = S({3}), scalar0 = S({});
+  const OperandDesc floats{DType::kFloat32, b};
+  auto p =
+      PlanBinary(BinaryOp::kAdd, {DType::kInt32, a}, &floats, nullptr, nullptr);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->compute, DType::kFloat32);
+  EXPECT_EQ(p->out, S({2, 3}));
+  // A 0-d tensor of the same category does not raise the dtype.
+  const OperandDesc zero_d{DType::kInt64, scalar0};
+  EXPECT_EQ(
+      PlanBinary(BinaryOp::kMul, {DType::kInt32, a}, &zero_d, nullptr, nullptr)
+          ->compute,
+      DType::kInt32);
+  // Python numbers promote by category only.
+  const Scalar two = Scalar::Int(2), half = Scalar::Float(0.5);
+  EXPECT_EQ(
+      PlanBinary(BinaryOp::kMul, {DType::kInt32, a}, nullptr, &two, nullptr)
+          ->compute,
+      DType::kInt32);
+  EXPECT_EQ(
+      PlanBinary(BinaryOp::kMul, {DType::kInt32, a}, nullptr, &half, nullptr)
+          ->compute,
+      DType::kFloat32);
+  EXPECT_EQ(
+      PlanBinary(BinaryOp::kAdd, {DType::kBool, a}, nullptr, &two, nullptr)
+          ->compute,
+      DType::kInt64);
+  // True division of integers is float32; comparisons give bool.
+  EXPECT_EQ(
+      PlanBinary(BinaryOp::kDiv, {DType::kInt64, a}, nullptr, &two, nullptr)
+          ->compute,
+      DType::kFloat32);
+  auto lt =
+      PlanBinary(BinaryOp::kLt, {DType::kFloat64, a}, nullptr, &half, nullptr);
+  EXPECT_EQ(lt->compute, DType::kFloat64);
+  EXPECT_EQ(lt->out_dtype, DType::kBool);
+}
+
+TEST(PlannerTest, BinaryErrors) {
+  const Shape a = S({2, 3}), b = S({4});
+  const OperandDesc bad{DType::kFloat32, b};
+  auto shapes =
+      PlanBinary(BinaryOp::kAdd, {DType::kFloat32, a}, &bad, nullptr, nullptr);
+  EXPECT_EQ(shapes.status().code(), absl::StatusCode::kInvalidArgument);
+  const OperandDesc bools{DType::kBool, a};
+  auto sub =
+      PlanBinary(BinaryOp::kSub, {DType::kBool, a}, &bools, nullptr, nullptr);
+  EXPECT_EQ(sub.status().code(), absl::StatusCode::kFailedPrecondition);
+  // In place: the broadcast shape must be the target's, and the result
+  // castable to its dtype.
+  const Shape row = S({3});
+  const OperandDesc small_target{DType::kFloat32, row};
+  const OperandDesc full{DType::kFloat32, a};
+  auto shape_mismatch = PlanBinary(BinaryOp::kAdd, {DType::kFloat32, row},
+                                   &full, nullptr, &small_target);
+  EXPECT_EQ(Message(shape_mismatch.status()),
+            "output with shape [3] doesn't match the broadcast shape [2, 3]");
+  const OperandDesc int_target{DType::kInt64, a};
+  const Scalar half = Scalar::Float(0.5);
+  auto cast = PlanBinary(BinaryOp::kMul, {DType::kInt64, a}, nullptr, &half,
+                         &int_target);
+  EXPECT_EQ(Message(cast.status()),
+            "result type float32 can't be cast to the desired output type "
+            "int64");
+  EXPECT_TRUE(CanCast(DType::kInt32, DType::kFloat32));
+  EXPECT_FALSE(CanCast(DType::kInt32, DType::kBool));
+  EXPECT_TRUE(CanCast(DType::kBool, DType::kBool));
+}
+
 }  // namespace
 }  // namespace tensord::core
