@@ -177,9 +177,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::UnaryOut(
     UnaryOp op, const StoredTensor& x) {
   DeviceSlot& slot = SlotOf(x.device);
   Device& device = *x.device;
-  RETURN_IF_ERROR(CheckUnaryOpDType(op, x.dtype));
-  const DType dtype =
-      IsFloatingUnary(op) && !IsFloating(x.dtype) ? DType::kFloat32 : x.dtype;
+  ASSIGN_OR_RETURN(const DType dtype, PlanUnary(op, x.dtype));
   RETURN_IF_ERROR(device.Supports(OpKind::kUnary, dtype));
   if (dtype != x.dtype)
     RETURN_IF_ERROR(device.Supports(OpKind::kCast, x.dtype));
@@ -192,20 +190,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::UnaryOut(
 
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::LinearOut(
     const StoredTensor& x, const StoredTensor& w, const StoredTensor* bias) {
-  if (w.shape.rank() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "linear: weight must be 2-D [out_features, in_features], but has "
-        "shape ",
-        w.shape.ToString()));
-  }
-  if (x.shape.rank() == 0 ||
-      x.shape.dim(x.shape.rank() - 1) != w.shape.dim(1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "linear: input shape ", x.shape.ToString(), " and weight shape ",
-        w.shape.ToString(),
-        " do not match: the input's last dim must equal in_features (",
-        w.shape.dim(1), ")"));
-  }
+  RETURN_IF_ERROR(CheckLinearShapes(x.shape, w.shape));
   DeviceSlot& slot = SlotOf(x.device);
   const int64_t perm[] = {1, 0};
   ASSIGN_OR_RETURN(Output wt, PermuteOut(w, perm));
@@ -276,37 +261,17 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::SliceOut(
 
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::CatOut(
     std::span<const Value> xs, int64_t dim) {
-  for (size_t i = 0; i < xs.size(); ++i) {
-    if (xs[i].tensor->shape.rank() == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cat: zero-dimensional tensor (at position ", i,
-                       ") cannot be concatenated"));
-    }
+  std::vector<OperandDesc> descs;
+  descs.reserve(xs.size());
+  for (const Value& v : xs) {
+    descs.push_back(OperandDesc{v.tensor->dtype, v.tensor->shape});
   }
+  ASSIGN_OR_RETURN(CatPlan plan, PlanCat(descs, dim));
   const StoredTensor& first = *xs[0].tensor;
   const int rank = first.shape.rank();
-  ASSIGN_OR_RETURN(int axis, WrapDim(dim, rank));
-  DType dtype = first.dtype;
-  int64_t total = 0;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    const StoredTensor& t = *xs[i].tensor;
-    if (t.shape.rank() != rank) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cat: tensors must have the same number of dimensions: got shapes ",
-          first.shape.ToString(), " and ", t.shape.ToString(),
-          " (tensor number ", i, ")"));
-    }
-    for (int d = 0; d < rank; ++d) {
-      if (d != axis && t.shape.dim(d) != first.shape.dim(d)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "cat: sizes of tensors must match except in dimension ", axis,
-            ": shapes ", first.shape.ToString(), " and ", t.shape.ToString(),
-            " (tensor number ", i, ") differ in dimension ", d));
-      }
-    }
-    dtype = PromoteTypes(dtype, t.dtype);
-    total += t.shape.dim(axis);
-  }
+  const int axis = plan.axis;
+  const DType dtype = plan.dtype;
+  const int64_t total = plan.out.dim(axis);
   Device& device = *first.device;
   for (const Value& v : xs) {
     if (v.tensor->dtype != dtype) {
@@ -314,11 +279,9 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::CatOut(
       RETURN_IF_ERROR(device.Supports(OpKind::kCast, dtype));
     }
   }
-  std::vector<int64_t> out_dims = first.shape.dims();
-  out_dims[axis] = total;
-  ASSIGN_OR_RETURN(Shape shape, Shape::Make(out_dims));
   DeviceSlot& slot = SlotOf(first.device);
-  ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, dtype, std::move(shape)));
+  ASSIGN_OR_RETURN(Output out,
+                   AllocateOutput(slot, dtype, std::move(plan.out)));
   const int64_t es = static_cast<int64_t>(DTypeSize(dtype));
   const int64_t inner = Product(first.shape, axis + 1, rank) * es;
   int64_t offset = 0;

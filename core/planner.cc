@@ -74,6 +74,70 @@ absl::StatusOr<BinaryPlan> PlanBinary(BinaryOp op, const OperandDesc& a,
   return plan;
 }
 
+absl::StatusOr<DType> PlanUnary(UnaryOp op, DType x) {
+  RETURN_IF_ERROR(CheckUnaryOpDType(op, x));
+  return IsFloatingUnary(op) && !IsFloating(x) ? DType::kFloat32 : x;
+}
+
+absl::Status CheckLinearShapes(const Shape& x, const Shape& w) {
+  if (w.rank() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "linear: weight must be 2-D [out_features, in_features], but has "
+        "shape ",
+        w.ToString()));
+  }
+  if (x.rank() == 0 || x.dim(x.rank() - 1) != w.dim(1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "linear: input shape ", x.ToString(), " and weight shape ",
+        w.ToString(),
+        " do not match: the input's last dim must equal in_features (",
+        w.dim(1), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CatPlan> PlanCat(std::span<const OperandDesc> xs, int64_t dim) {
+  if (xs.empty()) {
+    return absl::InvalidArgumentError(
+        "cat: expected a non-empty list of tensors");
+  }
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (xs[i].shape.rank() == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cat: zero-dimensional tensor (at position ", i,
+                       ") cannot be concatenated"));
+    }
+  }
+  const Shape& first = xs[0].shape;
+  const int rank = first.rank();
+  CatPlan plan;
+  ASSIGN_OR_RETURN(plan.axis, WrapDim(dim, rank));
+  plan.dtype = xs[0].dtype;
+  int64_t total = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Shape& t = xs[i].shape;
+    if (t.rank() != rank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cat: tensors must have the same number of dimensions: got shapes ",
+          first.ToString(), " and ", t.ToString(), " (tensor number ", i, ")"));
+    }
+    for (int d = 0; d < rank; ++d) {
+      if (d != plan.axis && t.dim(d) != first.dim(d)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cat: sizes of tensors must match except in dimension ", plan.axis,
+            ": shapes ", first.ToString(), " and ", t.ToString(),
+            " (tensor number ", i, ") differ in dimension ", d));
+      }
+    }
+    plan.dtype = PromoteTypes(plan.dtype, xs[i].dtype);
+    total += t.dim(plan.axis);
+  }
+  std::vector<int64_t> out_dims = first.dims();
+  out_dims[plan.axis] = total;
+  ASSIGN_OR_RETURN(plan.out, Shape::Make(out_dims));
+  return plan;
+}
+
 absl::StatusOr<int> WrapDim(int64_t dim, int rank) {
   const int64_t r = std::max(rank, 1);
   if (dim < -r || dim >= r) {

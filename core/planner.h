@@ -6,9 +6,9 @@
 // unit-tested here (tests/core/planner_test.cc) with no device and no
 // runtime: the executor (core/executor.cc) asks the planner, then asks the
 // device whether it supports the planned kernel, allocates and launches.
-// This is the first stage of issue 11's planner: elementwise binary ops,
-// matmul, reductions, permute/transpose, reshape and dim wrapping; the other
-// op families still plan inside the executor.
+// Planned here: elementwise binary and unary ops, matmul, linear,
+// reductions, permute/transpose, reshape, cat and dim wrapping. Still in the
+// executor (issue 11): narrow/select arguments, casts, in-place axpy_.
 // Thread-safety: pure functions.
 #ifndef TENSORD_CORE_PLANNER_H_
 #define TENSORD_CORE_PLANNER_H_
@@ -54,6 +54,11 @@ absl::StatusOr<BinaryPlan> PlanBinary(BinaryOp op, const OperandDesc& a,
                                       const Scalar* scalar,
                                       const OperandDesc* into);
 
+// neg/abs/exp/.../tanh of x: the dtype it computes (and returns) in.
+// Floating functions of an integer or bool tensor compute in float32; relu,
+// neg and abs keep the dtype. FAILED_PRECONDITION for neg/abs/relu of bool.
+absl::StatusOr<DType> PlanUnary(UnaryOp op, DType x);
+
 // PyTorch's canCast(from, to): no floating into an integer, nothing but
 // bool into bool.
 bool CanCast(DType from, DType to);
@@ -73,6 +78,23 @@ struct MatMulPlan {
 // differ or batch dims that do not broadcast, naming both shapes.
 absl::StatusOr<MatMulPlan> PlanMatMul(DType a_dtype, const Shape& a,
                                       DType b_dtype, const Shape& b);
+
+// nn.functional.linear's shape rules (x [..., in] . weight [out, in]^T):
+// INVALID_ARGUMENT unless the weight is 2-D and x's last dim is its
+// in_features. The product itself is then planned as a matmul with the
+// transposed weight, the bias as a broadcast add.
+absl::Status CheckLinearShapes(const Shape& x, const Shape& weight);
+
+// torch.cat along `dim`: same rank, same sizes but along dim, dtypes
+// promote.
+struct CatPlan {
+  DType dtype = DType::kFloat32;
+  int axis = 0;
+  Shape out;
+};
+// INVALID_ARGUMENT for no tensors, a 0-d tensor, ranks or sizes that differ
+// (naming the two shapes and the tensor's position) or a bad dim.
+absl::StatusOr<CatPlan> PlanCat(std::span<const OperandDesc> xs, int64_t dim);
 
 // sum/mean/max/min/argmax/norm over all elements (`dim` unset) or one dim.
 struct ReducePlan {

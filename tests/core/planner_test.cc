@@ -228,5 +228,56 @@ TEST(PlannerTest, BinaryErrors) {
   EXPECT_TRUE(CanCast(DType::kBool, DType::kBool));
 }
 
+TEST(PlannerTest, Unary) {
+  EXPECT_EQ(*PlanUnary(UnaryOp::kExp, DType::kInt64), DType::kFloat32);
+  EXPECT_EQ(*PlanUnary(UnaryOp::kSigmoid, DType::kBool), DType::kFloat32);
+  EXPECT_EQ(*PlanUnary(UnaryOp::kRelu, DType::kInt32), DType::kInt32);
+  EXPECT_EQ(*PlanUnary(UnaryOp::kSqrt, DType::kFloat64), DType::kFloat64);
+  auto neg = PlanUnary(UnaryOp::kNeg, DType::kBool);
+  EXPECT_EQ(neg.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(PlanUnary(UnaryOp::kRelu, DType::kBool).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(PlannerTest, LinearShapes) {
+  EXPECT_TRUE(CheckLinearShapes(S({8, 3}), S({4, 3})).ok());
+  EXPECT_TRUE(CheckLinearShapes(S({3}), S({4, 3})).ok());
+  EXPECT_THAT(Message(CheckLinearShapes(S({8, 3}), S({3}))),
+              HasSubstr("weight must be 2-D [out_features, in_features], but "
+                        "has shape [3]"));
+  EXPECT_THAT(Message(CheckLinearShapes(S({8, 2}), S({4, 3}))),
+              HasSubstr("input shape [8, 2] and weight shape [4, 3] do not "
+                        "match: the input's last dim must equal in_features "
+                        "(3)"));
+  EXPECT_FALSE(CheckLinearShapes(S({}), S({4, 3})).ok());
+}
+
+TEST(PlannerTest, Cat) {
+  const Shape a = S({2, 3}), b = S({4, 3}), c = S({2, 5}), d = S({3});
+  const OperandDesc ints{DType::kInt32, a}, floats{DType::kFloat32, b};
+  const OperandDesc rows[] = {ints, floats};
+  auto p = PlanCat(rows, 0);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->out, S({6, 3}));
+  EXPECT_EQ(p->dtype, DType::kFloat32);  // promoted
+  EXPECT_EQ(p->axis, 0);
+  const OperandDesc cols[] = {ints, {DType::kInt32, c}};
+  EXPECT_EQ(PlanCat(cols, -1)->out, S({2, 8}));
+  EXPECT_THAT(Message(PlanCat(cols, 0).status()),
+              HasSubstr("sizes of tensors must match except in dimension 0: "
+                        "shapes [2, 3] and [2, 5] (tensor number 1) differ in "
+                        "dimension 1"));
+  const OperandDesc ranks[] = {ints, {DType::kInt32, d}};
+  EXPECT_THAT(Message(PlanCat(ranks, 0).status()),
+              HasSubstr("same number of dimensions: got shapes [2, 3] and "
+                        "[3]"));
+  const Shape zero_d = S({});
+  const OperandDesc scalars[] = {ints, {DType::kInt32, zero_d}};
+  EXPECT_THAT(Message(PlanCat(scalars, 0).status()),
+              HasSubstr("zero-dimensional tensor (at position 1)"));
+  EXPECT_FALSE(PlanCat({}, 0).ok());
+  EXPECT_FALSE(PlanCat(rows, 2).ok());
+}
+
 }  // namespace
 }  // namespace tensord::core
