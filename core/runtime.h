@@ -326,8 +326,14 @@ class Runtime {
     virtual absl::Status ReadWith(uint64_t offset, uint64_t n,
                                   const Consumer& consume) = 0;
   };
-  absl::StatusOr<std::unique_ptr<Reader>> OpenReader(std::string_view session,
-                                                     uint64_t handle);
+  // kStream: the reader serves a stream (Fetch) and is tied to the session
+  // as above. kCall: it serves one call that holds a CallScope (Read,
+  // FetchToSharedMemory), which already keeps the session: no renewals, no
+  // tie, so a small read costs no more than it must.
+  enum class ReaderUse { kStream, kCall };
+  absl::StatusOr<std::unique_ptr<Reader>> OpenReader(
+      std::string_view session, uint64_t handle,
+      ReaderUse use = ReaderUse::kStream);
 
   // --- Same-host shared memory (core/shared_memory.h) -----------------------
   // Maps the client's POSIX shared-memory object `name` (at least `size`

@@ -266,12 +266,13 @@ class Runtime::Impl::ReaderImpl final : public Runtime::Reader {
  public:
   ReaderImpl(Impl* runtime, std::string_view session, TensorMeta meta,
              std::shared_ptr<SessionHold<const StoredTensor>> tensor,
-             uint64_t nbytes)
+             uint64_t nbytes, bool renews)
       : runtime_(runtime),
         session_(session),
         meta_(std::move(meta)),
         tensor_(std::move(tensor)),
-        nbytes_(nbytes) {}
+        nbytes_(nbytes),
+        renews_(renews) {}
 
   const TensorMeta& meta() const override { return meta_; }
 
@@ -308,7 +309,8 @@ class Runtime::Impl::ReaderImpl final : public Runtime::Reader {
   // Renews the session's lease (each read is a message of the stream) and
   // checks that [offset, offset + n) lies in the tensor (OUT_OF_RANGE).
   absl::Status Begin(uint64_t offset, uint64_t n) {
-    RETURN_IF_ERROR(RenewFor(runtime_->table(), session_, *tensor_));
+    if (renews_)
+      RETURN_IF_ERROR(RenewFor(runtime_->table(), session_, *tensor_));
     if (offset > nbytes_ || n > nbytes_ - offset) {
       return absl::OutOfRangeError(
           absl::StrCat("read of ", n, " bytes at offset ", offset,
@@ -325,6 +327,7 @@ class Runtime::Impl::ReaderImpl final : public Runtime::Reader {
   // session ends.
   const std::shared_ptr<SessionHold<const StoredTensor>> tensor_;
   const uint64_t nbytes_;
+  const bool renews_;  // a stream's reader: each read renews the lease
 };
 
 absl::StatusOr<TensorMeta> Runtime::CreateFromData(
@@ -397,7 +400,8 @@ absl::StatusOr<TensorMeta> Runtime::FetchToSharedMemory(
     uint64_t offset) {
   ASSIGN_OR_RETURN(std::shared_ptr<SharedMemoryMapping> mapping,
                    impl_->table().FindRegion(session, region));
-  ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader, OpenReader(session, handle));
+  ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader,
+                   OpenReader(session, handle, ReaderUse::kCall));
   const uint64_t nbytes = reader->meta().nbytes;
   RETURN_IF_ERROR(mapping->CheckRange(offset, nbytes));
   RETURN_IF_ERROR(reader->ReadWith(
@@ -487,14 +491,22 @@ absl::StatusOr<TensorMeta> Runtime::To(std::string_view session,
 }
 
 absl::StatusOr<std::unique_ptr<Runtime::Reader>> Runtime::OpenReader(
-    std::string_view session, uint64_t handle) {
+    std::string_view session, uint64_t handle, ReaderUse use) {
   ASSIGN_OR_RETURN(HandleEntry entry, impl_->table().Lookup(session, handle));
   TensorMeta meta = MetaOf(entry);
   const uint64_t nbytes = entry.tensor->nbytes;
-  ASSIGN_OR_RETURN(auto tensor,
-                   HoldFor(impl_->table(), session, std::move(entry.tensor)));
-  return std::make_unique<Impl::ReaderImpl>(
-      impl_.get(), session, std::move(meta), std::move(tensor), nbytes);
+  const bool stream = use == ReaderUse::kStream;
+  std::shared_ptr<SessionHold<const StoredTensor>> tensor;
+  if (stream) {
+    ASSIGN_OR_RETURN(tensor,
+                     HoldFor(impl_->table(), session, std::move(entry.tensor)));
+  } else {
+    tensor = std::make_shared<SessionHold<const StoredTensor>>(
+        std::move(entry.tensor));
+  }
+  return std::make_unique<Impl::ReaderImpl>(impl_.get(), session,
+                                            std::move(meta), std::move(tensor),
+                                            nbytes, /*renews=*/stream);
 }
 
 }  // namespace tensord::core

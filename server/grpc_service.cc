@@ -700,8 +700,10 @@ absl::Status ReadChunk(core::Runtime::Reader& reader, uint64_t offset,
 absl::Status TensorServiceImpl::ReadImpl(grpc::CallbackServerContext* ctx,
                                          const v1::ReadRequest& req,
                                          v1::FetchChunk* resp) {
+  // A call, pinned by the adapter: the reader needs no tie to the session.
   ASSIGN_OR_RETURN(std::unique_ptr<core::Runtime::Reader> reader,
-                   runtime_->OpenReader(req.session(), req.handle()));
+                   runtime_->OpenReader(req.session(), req.handle(),
+                                        core::Runtime::ReaderUse::kCall));
   const uint64_t end = reader->meta().nbytes;
   const uint64_t offset = req.offset();
   if (offset > end) {

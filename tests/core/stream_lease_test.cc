@@ -137,6 +137,25 @@ TEST(StreamLeaseTest, CloseSessionEndsItsOpenStreams) {
   EXPECT_EQ(next.code(), absl::StatusCode::kNotFound);
 }
 
+TEST(StreamLeaseTest, ACallsReaderIsNotTiedToTheSession) {
+  auto rt = MakeRuntime();
+  auto lease = rt->OpenSession("unary read", milliseconds(0));
+  ASSERT_TRUE(lease.ok());
+  auto t = Bytes(*rt, lease->id, DType::kFloat32, std::vector<uint8_t>(64, 7));
+  ASSERT_TRUE(t.ok());
+  // A unary Read's reader (the call's pin keeps the session): closing the
+  // session does not cut the call short; the memory goes with the reader.
+  auto reader = rt->OpenReader(lease->id, t->handle, Runtime::ReaderUse::kCall);
+  ASSERT_TRUE(reader.ok());
+  ASSERT_TRUE(rt->CloseSession(lease->id).ok());
+  uint8_t bytes[4] = {};
+  EXPECT_TRUE((*reader)->Read(60, bytes).ok());
+  EXPECT_EQ(bytes[3], 7);
+  EXPECT_EQ(HeldBytes(*rt), 64u);
+  reader->reset();
+  EXPECT_EQ(HeldBytes(*rt), 0u);
+}
+
 TEST(StreamLeaseTest, ACallInProgressPinsItsSession) {
   auto rt = MakeRuntime();
   auto lease = rt->OpenSession("busy", milliseconds(100));
