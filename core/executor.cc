@@ -12,12 +12,6 @@ absl::Status SameDevice(const StoredTensor& a, const StoredTensor& b) {
       a.device->name(), " and ", b.device->name(), "!"));
 }
 
-int64_t Product(const Shape& shape, int begin, int end) {
-  int64_t n = 1;
-  for (int i = begin; i < end; ++i) n *= shape.dim(i);
-  return n;
-}
-
 std::string Describe(const StoredTensor& t) {
   return absl::StrCat(t.shape.ToString(), " ", ToAbsl(DTypeName(t.dtype)));
 }
@@ -245,12 +239,12 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::SliceOut(
     const StoredTensor& x, int axis, int64_t start, int64_t length,
     std::vector<int64_t> out_dims) {
   const int64_t es = static_cast<int64_t>(DTypeSize(x.dtype));
-  const int64_t inner = Product(x.shape, axis + 1, x.shape.rank()) * es;
+  const int64_t inner = x.shape.NumElements(axis + 1, x.shape.rank()) * es;
   ASSIGN_OR_RETURN(Shape shape, Shape::Make(out_dims));
   DeviceSlot& slot = SlotOf(x.device);
   ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, x.dtype, std::move(shape)));
   Device::BlockCopy copy;
-  copy.rows = Product(x.shape, 0, axis);
+  copy.rows = x.shape.NumElements(0, axis);
   copy.row_bytes = length * inner;
   copy.src_offset = start * inner;
   copy.src_stride = x.shape.dim(axis) * inner;
@@ -283,13 +277,13 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::CatOut(
   ASSIGN_OR_RETURN(Output out,
                    AllocateOutput(slot, dtype, std::move(plan.out)));
   const int64_t es = static_cast<int64_t>(DTypeSize(dtype));
-  const int64_t inner = Product(first.shape, axis + 1, rank) * es;
+  const int64_t inner = first.shape.NumElements(axis + 1, rank) * es;
   int64_t offset = 0;
   for (const Value& v : xs) {
     Output temp;
     ASSIGN_OR_RETURN(TensorRef ref, AsDType(slot, *v.tensor, dtype, temp));
     Device::BlockCopy copy;
-    copy.rows = Product(first.shape, 0, axis);
+    copy.rows = first.shape.NumElements(0, axis);
     copy.row_bytes = ref.shape.dim(axis) * inner;
     copy.src_stride = copy.row_bytes;
     copy.dst_offset = offset * inner;

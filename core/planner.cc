@@ -12,12 +12,6 @@
 namespace tensord::core {
 namespace {
 
-int64_t Product(const Shape& shape, int begin, int end) {
-  int64_t n = 1;
-  for (int i = begin; i < end; ++i) n *= shape.dim(i);
-  return n;
-}
-
 // The dtype of tensor (op) number: the number promotes by category only
 // (bool < integral < floating); a higher-category number gives that
 // category's default dtype (int64, float32).
@@ -222,9 +216,9 @@ absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
   } else {
     ASSIGN_OR_RETURN(int axis, WrapDim(*dim, rank));
     if (rank > 0) {
-      plan.dims.outer = Product(x, 0, axis);
+      plan.dims.outer = x.NumElements(0, axis);
       plan.dims.n = x.dim(axis);
-      plan.dims.inner = Product(x, axis + 1, rank);
+      plan.dims.inner = x.NumElements(axis + 1, rank);
       out_dims = x.dims();
       if (keepdim) {
         out_dims[axis] = 1;

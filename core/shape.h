@@ -33,6 +33,13 @@ class Shape {
   int64_t dim(int i) const { return dims_[i]; }
   const std::vector<int64_t>& dims() const { return dims_; }
   int64_t NumElements() const { return num_elements_; }
+  // The product of dims [begin, end): the elements of a block of those dims
+  // (1 for an empty range). Precondition: 0 <= begin <= end <= rank().
+  int64_t NumElements(int begin, int end) const {
+    int64_t n = 1;
+    for (int i = begin; i < end; ++i) n *= dims_[i];
+    return n;
+  }
 
   // numel x DTypeSize(dtype), INVALID_ARGUMENT if over kMaxTensorBytes.
   absl::StatusOr<uint64_t> ByteSize(DType dtype) const;

@@ -174,5 +174,13 @@ TEST(BroadcastTest, Strides) {
             (std::vector<int64_t>{0, 3, 0, 1}));
 }
 
+TEST(ShapeTest, NumElementsOfADimRange) {
+  const Shape s = *Shape::Make(std::vector<int64_t>{2, 3, 4});
+  EXPECT_EQ(s.NumElements(0, 1), 2);
+  EXPECT_EQ(s.NumElements(1, 3), 12);
+  EXPECT_EQ(s.NumElements(2, 2), 1);  // empty range
+  EXPECT_EQ(s.NumElements(0, 3), s.NumElements());
+}
+
 }  // namespace
 }  // namespace tensord::core
