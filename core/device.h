@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
+#include "core/op_kinds.h"
 #include "core/shape.h"
 
 namespace tensord::core {
@@ -60,41 +61,34 @@ struct TensorRef {
   Shape shape;
 };
 
-// Elementwise binary ops. The comparisons (kEq .. kGe) produce bool.
-enum class BinaryOp {
-  kAdd, kSub, kMul, kDiv, kMaximum, kMinimum, kPow,
-  kEq, kNe, kLt, kLe, kGt, kGe,
-};
+// The op families (BinaryOp, UnaryOp, ReduceOp) are in core/op_kinds.h.
 // PyTorch's names: "add", "sub", "mul", "div", "maximum", "pow", "eq", ...
 std::string_view BinaryOpName(BinaryOp op);
-bool IsComparison(BinaryOp op);  // kEq .. kGe
-
-// Elementwise unary ops; input and output share one dtype (the Runtime casts
-// integer inputs of the floating ops to float32 first).
-enum class UnaryOp { kNeg, kAbs, kExp, kLog, kSqrt, kRelu, kSigmoid, kTanh };
+bool IsComparison(BinaryOp op);            // kEq .. kGe
 std::string_view UnaryOpName(UnaryOp op);  // "neg", "abs", "exp", ...
 // True for the ops whose result is floating (exp, log, sqrt, sigmoid, tanh).
 bool IsFloatingUnary(UnaryOp op);
-
-// Reductions over one axis (or all elements). kArgmax produces int64; the
-// others keep the input dtype (the Runtime casts integer sums to int64).
-// kNorm is the L2 (Frobenius) norm, sqrt(sum(x^2)).
-enum class ReduceOp { kSum, kMean, kMax, kMin, kArgmax, kNorm };
 std::string_view ReduceOpName(ReduceOp op);  // "sum", "mean", ..., "norm"
 
 struct FillSpec {
   enum class Kind { kZeros, kOnes, kFull, kArange, kRand, kRandn };
   Kind kind = Kind::kZeros;
-  double value = 0;             // kFull
-  double start = 0, step = 1;   // kArange: element i = start + i * step
-  double low = 0, high = 1;     // kRand
-  double mean = 0, stddev = 1;  // kRandn
-  std::optional<uint64_t> seed; // kRand/kRandn; unset = nondeterministic
+  double value = 0;              // kFull
+  double start = 0, step = 1;    // kArange: element i = start + i * step
+  double low = 0, high = 1;      // kRand
+  double mean = 0, stddev = 1;   // kRandn
+  std::optional<uint64_t> seed;  // kRand/kRandn; unset = nondeterministic
 };
 
 // The operations a device may or may not implement for a dtype.
 enum class OpKind {
-  kFill, kRandomFill, kCast, kBinary, kMatMul, kUnary, kReduce,
+  kFill,
+  kRandomFill,
+  kCast,
+  kBinary,
+  kMatMul,
+  kUnary,
+  kReduce,
 };
 
 class Device {
@@ -117,8 +111,8 @@ class Device {
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) = 0;
 
   // Host -> device: writes `bytes` from `src` at `offset` into `dst`.
-  virtual absl::Status CopyFromHost(const void* src, Buffer& dst,
-                                    size_t offset, size_t bytes) = 0;
+  virtual absl::Status CopyFromHost(const void* src, Buffer& dst, size_t offset,
+                                    size_t bytes) = 0;
   // Device -> host: reads `bytes` at `offset` of `src` into `dst`, waiting
   // for every kernel that writes `src` to finish first.
   virtual absl::Status CopyToHost(const Buffer& src, size_t offset, void* dst,

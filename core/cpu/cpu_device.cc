@@ -127,24 +127,23 @@ class CpuDevice final : public Device {
     return p;
   }
 
+  // Every dtype computes on the CPU (float16/bfloat16 in float32, rounded
+  // back, as PyTorch's CPU does) except random fills of the half and
+  // non-floating types and matmul of bool.
   absl::Status Supports(OpKind op, DType dtype) const override {
-    const bool half = dtype == DType::kFloat16 || dtype == DType::kBFloat16;
     bool ok = true;
     switch (op) {
-      case OpKind::kFill:
-        ok = true;
-        break;
       case OpKind::kRandomFill:
         ok = dtype == DType::kFloat32 || dtype == DType::kFloat64;
         break;
+      case OpKind::kMatMul:
+        ok = dtype != DType::kBool;
+        break;
+      case OpKind::kFill:
       case OpKind::kCast:
       case OpKind::kBinary:
       case OpKind::kUnary:
       case OpKind::kReduce:
-        ok = !half;
-        break;
-      case OpKind::kMatMul:
-        ok = !half && dtype != DType::kBool;
         break;
     }
     return ok ? absl::OkStatus()

@@ -18,37 +18,34 @@
 
 namespace tensord::core::cpu {
 
+// The arithmetic is core/scalar_ops.h's, the CUDA kernels' too; float16
+// and bfloat16 compute in float32 and round back to nearest even. A kernel
+// asked for an op its dtype does not define (the planner never asks) is
+// FAILED_PRECONDITION "\"op\" not implemented for 'dtype' on cpu".
+
 // Fills `numel` elements. kRand/kRandn need float32/float64; an unset seed
-// is drawn from std::random_device. float16/bfloat16 take every non-random
-// fill.
+// is drawn from std::random_device.
 absl::Status FillKernel(const FillSpec& spec, DType dtype, int64_t numel,
                         void* out);
 
-// Element-wise conversion between float32/float64/int32/int64/bool.
-// Floating -> integer saturates (NaN -> 0); anything -> bool is != 0.
+// Element-wise conversion between any two dtypes.
 absl::Status CastKernel(DType in_dtype, const void* in, DType out_dtype,
                         void* out, int64_t numel);
 
 // out = a (op) b with broadcasting; `dtype` is a's and b's, and out's too
-// except for comparisons (out is bool). Integer add/sub/mul/pow wrap
-// around; bool add/mul/maximum/minimum are logical or/and/or/and; integer
-// and bool div, bool sub and bool pow are FAILED_PRECONDITION. `out` may
-// alias `a` when out_shape == a_shape.
+// except for comparisons (out is bool). `out` may alias `a` when
+// out_shape == a_shape.
 absl::Status BinaryKernel(BinaryOp op, DType dtype, const void* a,
                           const Shape& a_shape, const void* b,
                           const Shape& b_shape, void* out,
                           const Shape& out_shape);
 
-// out = op(in) over `numel` elements of `dtype` (out may alias in). The
-// floating ops need a floating dtype; bool neg/abs/relu are
-// FAILED_PRECONDITION.
+// out = op(in) over `numel` elements of `dtype` (out may alias in).
 absl::Status UnaryKernel(UnaryOp op, DType dtype, const void* in, void* out,
                          int64_t numel);
 
-// Device::Reduce on host memory. Floating sums accumulate in double;
-// integer sums wrap in int64 arithmetic. kMean/kNorm need a floating dtype;
-// kMax/kMin/kArgmax over n == 0 are INVALID_ARGUMENT. Ties in
-// kMax/kMin/kArgmax take the first index; NaN counts as the largest value.
+// Device::Reduce on host memory. kMax/kMin/kArgmax over n == 0 (which the
+// planner rejects) are INTERNAL.
 absl::Status ReduceKernel(ReduceOp op, DType dtype,
                           const Device::ReduceDims& dims, const void* in,
                           void* out);
@@ -58,7 +55,8 @@ void PermuteKernel(size_t elem_size, const void* in, const Shape& in_shape,
                    const std::vector<int>& perm, void* out);
 
 // Batched row-major matmul per Device::MatMulDims. float32/float64 through
-// OpenBLAS; int32/int64 with wrapping arithmetic.
+// OpenBLAS, the half types widened to float32 for it; int32/int64 with
+// wrapping arithmetic.
 absl::Status MatMulKernel(const Device::MatMulDims& dims, DType dtype,
                           const void* a, const void* b, void* out);
 

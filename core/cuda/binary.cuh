@@ -11,15 +11,17 @@
 
 namespace tensord::core::cuda {
 
-// out[i] = a[.] (op) b[.] for i < numel, reading a and b through
+// out[i] = a[.] (op) b[.] for i < numel with core/scalar_ops.h's functor
+// for `op` (the half types compute in float32), reading a and b through
 // `index`'s broadcast strides, or elementwise when `contiguous` (all three
 // shapes equal). a, b are `type`; out is `type`, or bool for comparisons.
-// `out` may alias `a` when the shapes match. The dtype rules (no bool
-// sub/pow, floating-only div) are the caller's: other combinations give
-// cudaErrorInvalidValue. Returns the launch status.
-cudaError_t LaunchBinary(BinOp op, ElemType type, const void* a, const void* b,
-                         void* out, int64_t numel, bool contiguous,
-                         const BroadcastIndex& index, cudaStream_t stream);
+// `out` may alias `a` when the shapes match. An op the functor does not
+// define for `type` (bool sub/pow, integer div: the planner never plans
+// them) is cudaErrorInvalidValue. Returns the launch status.
+cudaError_t LaunchBinary(BinaryOp op, ElemType type, const void* a,
+                         const void* b, void* out, int64_t numel,
+                         bool contiguous, const BroadcastIndex& index,
+                         cudaStream_t stream);
 
 }  // namespace tensord::core::cuda
 

@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -22,9 +21,14 @@
 #include "core/absl_compat.h"
 #include "core/cuda/binary.cuh"
 #include "core/cuda/cast.cuh"
+#include "core/cuda/copy_plan.h"
 #include "core/cuda/cuda_status.h"
+#include "core/cuda/cuda_supports.h"
 #include "core/cuda/fill.cuh"
+#include "core/cuda/gemm_params.h"
+#include "core/cuda/kernel_args.h"
 #include "core/cuda/matmul_int.cuh"
+#include "core/cuda/out_of_memory.h"
 #include "core/cuda/permute.cuh"
 #include "core/cuda/reduce.cuh"
 #include "core/cuda/unary.cuh"
@@ -42,42 +46,47 @@ constexpr size_t kMaxStagingBuffers = 16;
 // owns a minimal allocation so data() is never null (as on the CPU).
 constexpr size_t kMinAllocation = 256;
 
-// The kernels' enums mirror core's one to one (kernel_types.h).
-static_assert(static_cast<int>(BinOp::kGe) == static_cast<int>(BinaryOp::kGe) &&
-              static_cast<int>(BinOp::kPow) ==
-                  static_cast<int>(BinaryOp::kPow) &&
-              static_cast<int>(BinOp::kEq) == static_cast<int>(BinaryOp::kEq));
-static_assert(static_cast<int>(UnOp::kTanh) ==
-                  static_cast<int>(UnaryOp::kTanh) &&
-              static_cast<int>(UnOp::kRelu) ==
-                  static_cast<int>(UnaryOp::kRelu));
-static_assert(static_cast<int>(RedOp::kNorm) ==
-                  static_cast<int>(ReduceOp::kNorm) &&
-              static_cast<int>(RedOp::kArgmax) ==
-                  static_cast<int>(ReduceOp::kArgmax));
+// The fill kinds mirror core's one to one (kernel_types.h); the op families
+// are core's own enums.
 static_assert(static_cast<int>(FillKind::kRandn) ==
                   static_cast<int>(FillSpec::Kind::kRandn) &&
               static_cast<int>(FillKind::kArange) ==
                   static_cast<int>(FillSpec::Kind::kArange));
 
-ElemType ToElem(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return ElemType::kF32;
-    case DType::kFloat64:
-      return ElemType::kF64;
-    case DType::kInt32:
-      return ElemType::kI32;
-    case DType::kInt64:
-      return ElemType::kI64;
-    case DType::kBool:
-      return ElemType::kBool;
-    case DType::kFloat16:
-      return ElemType::kF16;
-    case DType::kBFloat16:
-      return ElemType::kBF16;
+// gemm_params.h's plain enums as cuBLAS's constants.
+cublasOperation_t ToCublas(GemmOp op) {
+  return op == GemmOp::kTranspose ? CUBLAS_OP_T : CUBLAS_OP_N;
+}
+
+cudaDataType_t ToCuda(GemmDataType type) {
+  switch (type) {
+    case GemmDataType::kF32:
+      return CUDA_R_32F;
+    case GemmDataType::kF64:
+      return CUDA_R_64F;
+    case GemmDataType::kF16:
+      return CUDA_R_16F;
+    case GemmDataType::kBF16:
+      return CUDA_R_16BF;
   }
-  return ElemType::kF32;  // unreachable: dtypes are validated upstream
+  return CUDA_R_32F;  // unreachable
+}
+
+cublasComputeType_t ToCublas(GemmComputeType compute) {
+  switch (compute) {
+    case GemmComputeType::k32F:
+      return CUBLAS_COMPUTE_32F;
+    case GemmComputeType::k32FFastTF32:
+      return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case GemmComputeType::k64F:
+      return CUBLAS_COMPUTE_64F;
+  }
+  return CUBLAS_COMPUTE_32F;  // unreachable
+}
+
+cublasMath_t ToCublas(BlasMathMode mode) {
+  return mode == BlasMathMode::kTf32TensorOp ? CUBLAS_TF32_TENSOR_OP_MATH
+                                             : CUBLAS_DEFAULT_MATH;
 }
 
 // The stream and ordinal a device's buffers are freed on. Shared by the
@@ -194,11 +203,9 @@ class CudaDevice final : public Device {
     RETURN_IF_ERROR(CheckBlas(cublasCreate(&cublas_), "cublasCreate"));
     RETURN_IF_ERROR(
         CheckBlas(cublasSetStream(cublas_, ctx_->stream), "cublasSetStream"));
-    RETURN_IF_ERROR(
-        CheckBlas(cublasSetMathMode(cublas_, options_.allow_tf32
-                                                 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                 : CUBLAS_DEFAULT_MATH),
-                  "cublasSetMathMode"));
+    RETURN_IF_ERROR(CheckBlas(
+        cublasSetMathMode(cublas_, ToCublas(MathModeFor(options_.allow_tf32))),
+        "cublasSetMathMode"));
     RETURN_IF_ERROR(Check(cudaMalloc(&workspace_, kCublasWorkspaceBytes),
                           "cudaMalloc(cuBLAS workspace)"));
     RETURN_IF_ERROR(CheckBlas(
@@ -243,32 +250,13 @@ class CudaDevice final : public Device {
   }
 
   absl::Status Supports(OpKind op, DType dtype) const override {
-    const bool half = dtype == DType::kFloat16 || dtype == DType::kBFloat16;
-    bool ok = true;
-    switch (op) {
-      case OpKind::kFill:
-      case OpKind::kCast:
-      case OpKind::kBinary:
-      case OpKind::kUnary:
-        ok = true;
-        break;
-      case OpKind::kRandomFill:
-        ok = IsFloating(dtype);
-        break;
-      case OpKind::kReduce:
-        ok = !half;
-        break;
-      case OpKind::kMatMul:
-        ok = dtype != DType::kBool;
-        break;
-    }
-    return ok ? absl::OkStatus()
-              : NotImplementedError(OpKindName(op), dtype, name_);
+    return SupportsOp(op, dtype, name_);
   }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
     if (bytes > total_memory_) {  // cannot fit, whatever the driver says
-      return absl::ResourceExhaustedError(OutOfMemoryMessage(bytes));
+      return absl::ResourceExhaustedError(
+          OutOfMemoryMessage(name_, bytes, MemoryFigures()));
     }
     RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
     const size_t n = std::max(bytes, kMinAllocation);
@@ -285,7 +273,8 @@ class CudaDevice final : public Device {
     }
     if (err == cudaErrorMemoryAllocation) {
       cudaGetLastError();
-      return absl::ResourceExhaustedError(OutOfMemoryMessage(bytes));
+      return absl::ResourceExhaustedError(
+          OutOfMemoryMessage(name_, bytes, MemoryFigures()));
     }
     RETURN_IF_ERROR(Check(err, "cudaMallocAsync"));
     return std::unique_ptr<Buffer>(new CudaBuffer(ctx_, p, bytes));
@@ -314,27 +303,34 @@ class CudaDevice final : public Device {
     RETURN_IF_ERROR(CheckRange(dst, 0, bytes));
     RETURN_IF_ERROR(CheckRange(src, 0, bytes));
     if (bytes == 0) return absl::OkStatus();
-    if (src_device.kind() != DeviceKind::kCuda) {
-      // Any non-CUDA device keeps its tensors in host memory (Device's
-      // contract for the CPU), and runs its kernels synchronously.
-      return CopyFromHost(src.data(), dst, 0, bytes);
-    }
     auto* peer = dynamic_cast<CudaDevice*>(&src_device);
-    if (peer == nullptr) {
+    if (src_device.kind() == DeviceKind::kCuda && peer == nullptr) {
       return absl::InternalError(
           absl::StrCat(name_, ": source device ", src_device.name(),
                        " says it is CUDA but is not a CudaDevice"));
     }
+    const DeviceCopyRoute route = ChooseDeviceCopyRoute(
+        src_device.kind(), peer == this,
+        peer != nullptr && HasPeerAccess(peer->ordinal()));
+    if (route == DeviceCopyRoute::kFromHost) {
+      // Any non-CUDA device keeps its tensors in host memory (Device's
+      // contract for the CPU), and runs its kernels synchronously.
+      return CopyFromHost(src.data(), dst, 0, bytes);
+    }
     RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
-    if (peer == this) {
-      return Check(cudaMemcpyAsync(dst.data(), src.data(), bytes,
-                                   cudaMemcpyDeviceToDevice, ctx_->stream),
-                   "cudaMemcpyAsync(device to device)");
+    switch (route) {
+      case DeviceCopyRoute::kFromHost:
+        break;  // above
+      case DeviceCopyRoute::kSameDevice:
+        return Check(cudaMemcpyAsync(dst.data(), src.data(), bytes,
+                                     cudaMemcpyDeviceToDevice, ctx_->stream),
+                     "cudaMemcpyAsync(device to device)");
+      case DeviceCopyRoute::kPeer:
+        return PeerCopy(*peer, src, dst, bytes);
+      case DeviceCopyRoute::kStaged:
+        return StagedDeviceCopy(*peer, src, dst, bytes);
     }
-    if (HasPeerAccess(peer->ordinal())) {
-      return PeerCopy(*peer, src, dst, bytes);
-    }
-    return StagedDeviceCopy(*peer, src, dst, bytes);
+    return absl::InternalError("unknown device copy route");  // unreachable
   }
 
   absl::Status Fill(const FillSpec& spec, const TensorRef& out) override {
@@ -375,121 +371,81 @@ class CudaDevice final : public Device {
 
   absl::Status Binary(BinaryOp op, const TensorRef& a, const TensorRef& b,
                       const TensorRef& out) override {
-    RETURN_IF_ERROR(Supports(OpKind::kBinary, a.dtype));
-    RETURN_IF_ERROR(CheckBinaryOpDType(op, a.dtype));
-    if (op == BinaryOp::kDiv && !IsFloating(a.dtype)) {
-      return NotImplementedError(BinaryOpName(op), a.dtype, name_);
-    }
-    if (out.shape.rank() > kMaxKernelRank) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", out.shape.rank(), " exceeds ", kMaxKernelRank));
-    }
-    BroadcastIndex index;
-    const bool contiguous = a.shape == out.shape && b.shape == out.shape;
-    if (!contiguous) {
-      const std::vector<int64_t> sa = BroadcastStrides(a.shape, out.shape);
-      const std::vector<int64_t> sb = BroadcastStrides(b.shape, out.shape);
-      index.rank = out.shape.rank();
-      for (int d = 0; d < index.rank; ++d) {
-        index.dims[d] = out.shape.dim(d);
-        index.a_strides[d] = sa[d];
-        index.b_strides[d] = sb[d];
-      }
-    }
+    RETURN_IF_ERROR(CheckBinary(op, a.dtype, name_));
+    ASSIGN_OR_RETURN(const BinaryIndex index,
+                     MakeBinaryIndex(a.shape, b.shape, out.shape));
     RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
     return Check(
-        LaunchBinary(static_cast<BinOp>(static_cast<int>(op)), ToElem(a.dtype),
-                     a.buffer->data(), b.buffer->data(), out.buffer->data(),
-                     out.shape.NumElements(), contiguous, index, ctx_->stream),
+        LaunchBinary(op, ToElem(a.dtype), a.buffer->data(), b.buffer->data(),
+                     out.buffer->data(), out.shape.NumElements(),
+                     index.contiguous, index.index, ctx_->stream),
         "binary kernel");
   }
 
   absl::Status MatMul(const MatMulDims& dims, const TensorRef& a,
                       const TensorRef& b, const TensorRef& out) override {
     RETURN_IF_ERROR(Supports(OpKind::kMatMul, out.dtype));
-    if (dims.batch <= 0 || dims.m <= 0 || dims.n <= 0) return absl::OkStatus();
+    const MatMulPath path = ChooseMatMulPath(dims, out.dtype);
+    if (path == MatMulPath::kNothing) return absl::OkStatus();
     RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
-    const size_t elem = DTypeSize(out.dtype);
-    if (dims.k == 0) {  // empty sums
-      for (int64_t p = 0; p < dims.batch; ++p) {
-        RETURN_IF_ERROR(
-            Check(cudaMemsetAsync(static_cast<char*>(out.buffer->data()) +
-                                      p * dims.out_batch_stride * elem,
-                                  0, dims.m * dims.n * elem, ctx_->stream),
-                  "cudaMemsetAsync"));
+    switch (path) {
+      case MatMulPath::kNothing:
+        return absl::OkStatus();  // above
+      case MatMulPath::kZeroFill: {
+        const size_t elem = DTypeSize(out.dtype);
+        for (int64_t p = 0; p < dims.batch; ++p) {
+          RETURN_IF_ERROR(
+              Check(cudaMemsetAsync(static_cast<char*>(out.buffer->data()) +
+                                        p * dims.out_batch_stride * elem,
+                                    0, dims.m * dims.n * elem, ctx_->stream),
+                    "cudaMemsetAsync"));
+        }
+        return absl::OkStatus();
       }
-      return absl::OkStatus();
-    }
-    if (!IsFloating(out.dtype)) {
-      const cudaError_t err = LaunchIntMatMul(
-          ToElem(out.dtype), dims.batch, dims.m, dims.n, dims.k,
-          a.buffer->data(), dims.a_batch_stride, b.buffer->data(),
-          dims.b_batch_stride, out.buffer->data(), dims.out_batch_stride,
-          ctx_->stream);
-      if (err == cudaErrorInvalidValue) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("matmul: ", dims.m, "x", dims.n,
-                         " output is too large for the integer matmul kernel"));
+      case MatMulPath::kIntegerKernel: {
+        const cudaError_t err = LaunchIntMatMul(
+            ToElem(out.dtype), dims.batch, dims.m, dims.n, dims.k,
+            a.buffer->data(), dims.a_batch_stride, b.buffer->data(),
+            dims.b_batch_stride, out.buffer->data(), dims.out_batch_stride,
+            ctx_->stream);
+        if (err == cudaErrorInvalidValue) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "matmul: ", dims.m, "x", dims.n,
+              " output is too large for the integer matmul kernel"));
+        }
+        return Check(err, "integer matmul kernel");
       }
-      return Check(err, "integer matmul kernel");
+      case MatMulPath::kGemm:
+        return BlasMatMul(dims, out.dtype, a.buffer->data(), b.buffer->data(),
+                          out.buffer->data());
     }
-    return BlasMatMul(dims, out.dtype, a.buffer->data(), b.buffer->data(),
-                      out.buffer->data());
+    return absl::InternalError("unknown matmul path");  // unreachable
   }
 
   absl::Status Unary(UnaryOp op, const TensorRef& in,
                      const TensorRef& out) override {
-    RETURN_IF_ERROR(Supports(OpKind::kUnary, in.dtype));
-    RETURN_IF_ERROR(CheckUnaryOpDType(op, in.dtype));
-    if (IsFloatingUnary(op) && !IsFloating(in.dtype)) {
-      return NotImplementedError(UnaryOpName(op), in.dtype, name_);
-    }
+    RETURN_IF_ERROR(CheckUnary(op, in.dtype, name_));
     RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
     return Check(
-        LaunchUnary(static_cast<UnOp>(static_cast<int>(op)), ToElem(in.dtype),
-                    in.buffer->data(), out.buffer->data(),
+        LaunchUnary(op, ToElem(in.dtype), in.buffer->data(), out.buffer->data(),
                     in.shape.NumElements(), ctx_->stream),
         "unary kernel");
   }
 
   absl::Status Reduce(ReduceOp op, const ReduceDims& dims, const TensorRef& in,
                       const TensorRef& out) override {
-    RETURN_IF_ERROR(Supports(OpKind::kReduce, in.dtype));
-    if (dims.n == 0 && (op == ReduceOp::kMax || op == ReduceOp::kMin ||
-                        op == ReduceOp::kArgmax)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(ToAbsl(ReduceOpName(op)),
-                       "(): cannot reduce over an empty dimension"));
-    }
-    if ((op == ReduceOp::kMean || op == ReduceOp::kNorm) &&
-        !IsFloating(in.dtype)) {
-      return NotImplementedError(ReduceOpName(op), in.dtype, name_);
-    }
+    RETURN_IF_ERROR(CheckReduce(op, dims.n, in.dtype, name_));
     RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
     return Check(
-        LaunchReduce(static_cast<RedOp>(static_cast<int>(op)), ToElem(in.dtype),
-                     dims.outer, dims.n, dims.inner, in.buffer->data(),
-                     out.buffer->data(), ctx_->stream),
+        LaunchReduce(op, ToElem(in.dtype), dims.outer, dims.n, dims.inner,
+                     in.buffer->data(), out.buffer->data(), ctx_->stream),
         "reduce kernel");
   }
 
   absl::Status Permute(const TensorRef& in, const std::vector<int>& perm,
                        const TensorRef& out) override {
-    const int rank = in.shape.rank();
-    if (rank > kMaxKernelRank || static_cast<int>(perm.size()) != rank) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "permute of rank ", rank, " with ", perm.size(), " dims"));
-    }
-    std::vector<int64_t> in_strides(rank, 1);
-    for (int d = rank - 2; d >= 0; --d) {
-      in_strides[d] = in_strides[d + 1] * in.shape.dim(d + 1);
-    }
-    BroadcastIndex index;
-    index.rank = rank;
-    for (int i = 0; i < rank; ++i) {
-      index.dims[i] = in.shape.dim(perm[i]);
-      index.a_strides[i] = in_strides[perm[i]];
-    }
+    ASSIGN_OR_RETURN(const BroadcastIndex index,
+                     MakePermuteIndex(in.shape, perm));
     RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
     return Check(LaunchPermute(DTypeSize(in.dtype), in.buffer->data(),
                                out.buffer->data(), in.shape.NumElements(),
@@ -499,33 +455,29 @@ class CudaDevice final : public Device {
 
   absl::Status CopyBlocks(const BlockCopy& c, const Buffer& src,
                           Buffer& dst) override {
-    if (c.rows <= 0 || c.row_bytes <= 0) return absl::OkStatus();
-    const int64_t src_end = c.src_offset + (c.rows - 1) * c.src_stride;
-    const int64_t dst_end = c.dst_offset + (c.rows - 1) * c.dst_stride;
-    if (c.src_offset < 0 || c.dst_offset < 0 || src_end < 0 || dst_end < 0) {
-      return absl::OutOfRangeError("block copy with a negative offset");
-    }
-    RETURN_IF_ERROR(CheckRange(src, src_end, c.row_bytes));
-    RETURN_IF_ERROR(CheckRange(dst, dst_end, c.row_bytes));
+    ASSIGN_OR_RETURN(const BlockCopyMethod method, PlanBlockCopy(c, src, dst));
+    if (method == BlockCopyMethod::kNothing) return absl::OkStatus();
     RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
     const char* s = static_cast<const char*>(src.data()) + c.src_offset;
     char* d = static_cast<char*>(dst.data()) + c.dst_offset;
-    if (c.rows == 1) {
-      return Check(cudaMemcpyAsync(d, s, c.row_bytes, cudaMemcpyDeviceToDevice,
-                                   ctx_->stream),
-                   "cudaMemcpyAsync(device to device)");
+    switch (method) {
+      case BlockCopyMethod::kNothing:
+        return absl::OkStatus();  // above
+      case BlockCopyMethod::kMemcpy:
+        return Check(cudaMemcpyAsync(d, s, c.row_bytes,
+                                     cudaMemcpyDeviceToDevice, ctx_->stream),
+                     "cudaMemcpyAsync(device to device)");
+      case BlockCopyMethod::kMemcpy2D:
+        return Check(
+            cudaMemcpy2DAsync(d, c.dst_stride, s, c.src_stride, c.row_bytes,
+                              c.rows, cudaMemcpyDeviceToDevice, ctx_->stream),
+            "cudaMemcpy2DAsync");
+      case BlockCopyMethod::kKernel:
+        return Check(LaunchCopyBlocks(s, c.src_stride, d, c.dst_stride, c.rows,
+                                      c.row_bytes, ctx_->stream),
+                     "block copy kernel");
     }
-    constexpr int64_t kMaxPitch = INT_MAX;
-    if (c.src_stride >= c.row_bytes && c.dst_stride >= c.row_bytes &&
-        c.src_stride <= kMaxPitch && c.dst_stride <= kMaxPitch) {
-      return Check(
-          cudaMemcpy2DAsync(d, c.dst_stride, s, c.src_stride, c.row_bytes,
-                            c.rows, cudaMemcpyDeviceToDevice, ctx_->stream),
-          "cudaMemcpy2DAsync");
-    }
-    return Check(LaunchCopyBlocks(s, c.src_stride, d, c.dst_stride, c.rows,
-                                  c.row_bytes, ctx_->stream),
-                 "block copy kernel");
+    return absl::InternalError("unknown block copy method");  // unreachable
   }
 
   absl::Status Synchronize() override {
@@ -546,25 +498,22 @@ class CudaDevice final : public Device {
                           : cudaMalloc(p, n);
   }
 
-  // PyTorch's "CUDA out of memory" detail: what was asked, what tensord
-  // holds, what the GPU has left.
-  std::string OutOfMemoryMessage(size_t bytes) const {
-    uint64_t used = 0, reserved = 0;
+  // The figures of an out-of-memory message, now.
+  CudaMemoryFigures MemoryFigures() const {
+    CudaMemoryFigures m;
     if (ctx_->use_pool) {
-      cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemCurrent, &used);
+      cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemCurrent, &m.used);
       cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent,
-                              &reserved);
+                              &m.reserved);
     }
     size_t free = 0, total = 0;
     if (cudaSetDevice(ordinal_) != cudaSuccess ||
         cudaMemGetInfo(&free, &total) != cudaSuccess) {
       cudaGetLastError();  // the message goes out with zeros
     }
-    return absl::StrCat(
-        name_, ": CUDA out of memory. Tried to allocate ", FormatBytes(bytes),
-        " (", bytes, " bytes); in use by tensord ", FormatBytes(used),
-        " (reserved ", FormatBytes(reserved), "); free ", FormatBytes(free),
-        " of ", FormatBytes(total), " total GPU memory");
+    m.free = free;
+    m.total = total;
+    return m;
   }
 
   bool HasPeerAccess(int peer) const {
@@ -775,51 +724,29 @@ class CudaDevice final : public Device {
 
   // --- cuBLAS ----------------------------------------------------------------
 
-  // Row-major C = A * B is column-major C^T = B^T * A^T: cuBLAS gets
-  // (n, m, k) with B first; no transposes, no copies.
+  // The parameters (row-major to column-major, types, compute type) are
+  // PlanGemm's, tested without a GPU; this only passes them on.
   absl::Status BlasMatMul(const MatMulDims& d, DType dtype, const void* a,
                           const void* b, void* out) {
-    if (d.m > INT_MAX || d.n > INT_MAX || d.k > INT_MAX || d.batch > INT_MAX) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "matmul dimensions (", d.m, "x", d.k, " and ", d.k, "x", d.n,
-          ", batch ", d.batch, ") exceed the cuBLAS index range"));
-    }
-    cudaDataType_t type = CUDA_R_32F;
-    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-    const float alpha_f = 1.0f, beta_f = 0.0f;
-    const double alpha_d = 1.0, beta_d = 0.0;
-    const void* alpha = &alpha_f;
-    const void* beta = &beta_f;
-    switch (dtype) {
-      case DType::kFloat32:
-        type = CUDA_R_32F;
-        compute = options_.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                      : CUBLAS_COMPUTE_32F;
-        break;
-      case DType::kFloat64:
-        type = CUDA_R_64F;
-        compute = CUBLAS_COMPUTE_64F;
-        alpha = &alpha_d;
-        beta = &beta_d;
-        break;
-      case DType::kFloat16:
-        type = CUDA_R_16F;  // tensor cores, float32 accumulation
-        break;
-      case DType::kBFloat16:
-        type = CUDA_R_16BF;
-        break;
-      default:
-        return NotImplementedError("matmul", dtype, name_);
-    }
-    const int m = static_cast<int>(d.m), n = static_cast<int>(d.n),
-              k = static_cast<int>(d.k);
+    ASSIGN_OR_RETURN(const GemmParams p,
+                     PlanGemm(d, dtype, options_.allow_tf32, name_));
+    const float alpha_f = static_cast<float>(p.alpha),
+                beta_f = static_cast<float>(p.beta);
+    const double alpha_d = p.alpha, beta_d = p.beta;
+    const bool doubles = p.scalar_type == GemmScalarType::kDouble;
+    const void* alpha = doubles ? static_cast<const void*>(&alpha_d) : &alpha_f;
+    const void* beta = doubles ? static_cast<const void*>(&beta_d) : &beta_f;
+    auto operand = [&](GemmOperand which) {
+      return which == GemmOperand::kA ? a : b;
+    };
+    const cudaDataType_t type = ToCuda(p.data_type);
     absl::MutexLock lock(&cublas_mu_);  // a handle is not thread-safe
     return CheckBlas(
         cublasGemmStridedBatchedEx(
-            cublas_, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, alpha, b, type, n,
-            d.b_batch_stride, a, type, k, d.a_batch_stride, beta, out, type, n,
-            d.out_batch_stride, static_cast<int>(d.batch), compute,
-            CUBLAS_GEMM_DEFAULT),
+            cublas_, ToCublas(p.trans_a), ToCublas(p.trans_b), p.m, p.n, p.k,
+            alpha, operand(p.a_is), type, p.lda, p.stride_a, operand(p.b_is),
+            type, p.ldb, p.stride_b, beta, out, type, p.ldc, p.stride_c,
+            p.batch_count, ToCublas(p.compute_type), CUBLAS_GEMM_DEFAULT),
         "cublasGemmStridedBatchedEx");
   }
 

@@ -1,8 +1,6 @@
 #include <curand_kernel.h>
 #include <math_constants.h>
 
-#include <cmath>
-
 #include "core/cuda/fill.cuh"
 #include "core/cuda/kernel_common.cuh"
 
@@ -11,27 +9,16 @@ namespace {
 
 template <typename T>
 __global__ void ConstantKernel(double value, T* out, int64_t numel) {
-  const T v = Convert<T, double>(value);
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-       i < numel; i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
-    out[i] = v;
-  }
+  const T v = FromDouble<T>(value);
+  for (int64_t i = GridStart(); i < numel; i += GridStep()) out[i] = v;
 }
 
+// arange's element i (scalar::Arange: exact wrapping int64 for integral
+// start and step on integer tensors, double otherwise), as the CPU's.
 template <typename T>
-__global__ void ArangeKernel(double start, double step, bool exact,
-                             uint64_t istart, uint64_t istep, T* out,
-                             int64_t numel) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-       i < numel; i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
-    if constexpr (kIsIntType<T>) {
-      if (exact) {
-        out[i] = static_cast<T>(
-            static_cast<int64_t>(istart + static_cast<uint64_t>(i) * istep));
-        continue;
-      }
-    }
-    out[i] = Convert<T, double>(start + static_cast<double>(i) * step);
+__global__ void ArangeKernel(scalar::Arange arange, T* out, int64_t numel) {
+  for (int64_t i = GridStart(); i < numel; i += GridStep()) {
+    out[i] = Store<T>(arange.At<Compute<T>>(i));
   }
 }
 
@@ -67,10 +54,9 @@ template <typename T>
 __global__ void RandomKernel(FillParams p, T* out, int64_t numel) {
   constexpr int kPer = std::is_same_v<T, double> ? 2 : 4;
   const int64_t groups = (numel + kPer - 1) / kPer;
-  const T high = Convert<T, double>(p.high);
+  const T high = FromDouble<T>(p.high);
   const bool clamp = p.high > p.low;
-  for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-       g < groups; g += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+  for (int64_t g = GridStart(); g < groups; g += GridStep()) {
     curandStatePhilox4_32_10_t state;
     curand_init(p.seed, static_cast<unsigned long long>(g), 0, &state);
     double v[4];
@@ -94,11 +80,11 @@ __global__ void RandomKernel(FillParams p, T* out, int64_t numel) {
       if (p.kind == FillKind::kRand) {
         // curand_uniform is in (0, 1]; 1 - u is in [0, 1) like the CPU's.
         const double u = 1.0 - v[j];
-        T x = Convert<T, double>(p.low + (p.high - p.low) * u);
+        T x = FromDouble<T>(p.low + (p.high - p.low) * u);
         if (clamp && Load<T>(x) >= Load<T>(high)) x = Below<T>(high);
         out[i] = x;
       } else {
-        out[i] = Convert<T, double>(p.mean + p.stddev * v[j]);
+        out[i] = FromDouble<T>(p.mean + p.stddev * v[j]);
       }
     }
   }
@@ -118,9 +104,8 @@ cudaError_t LaunchFill(const FillParams& params, ElemType type, void* out,
     if (random) {
       if constexpr (kIsFloatType<T>) {
         constexpr int kPer = std::is_same_v<T, double> ? 2 : 4;
-        RandomKernel<T>
-            <<<GridFor((numel + kPer - 1) / kPer), kThreads, 0, stream>>>(
-                params, dst, numel);
+        RandomKernel<T><<<GridBlocks((numel + kPer - 1) / kPer), kBlockThreads,
+                          0, stream>>>(params, dst, numel);
       } else {
         ok = false;
       }
@@ -134,27 +119,13 @@ cudaError_t LaunchFill(const FillParams& params, ElemType type, void* out,
                          : params.kind == FillKind::kOnes ? 1.0
                                                           : params.value;
         ConstantKernel<T>
-            <<<GridFor(numel), kThreads, 0, stream>>>(v, dst, numel);
+            <<<GridBlocks(numel), kBlockThreads, 0, stream>>>(v, dst, numel);
         break;
       }
-      case FillKind::kArange: {
-        // Integral start and step are exact in wrapping int64 (PyTorch's
-        // integer arange); double would lose precision above 2^53.
-        const double lim = 0x1.0p62;
-        const bool exact = params.start == std::trunc(params.start) &&
-                           params.step == std::trunc(params.step) &&
-                           std::fabs(params.start) < lim &&
-                           std::fabs(params.step) < lim;
-        const uint64_t istart =
-            exact ? static_cast<uint64_t>(static_cast<int64_t>(params.start))
-                  : 0;
-        const uint64_t istep =
-            exact ? static_cast<uint64_t>(static_cast<int64_t>(params.step))
-                  : 0;
-        ArangeKernel<T><<<GridFor(numel), kThreads, 0, stream>>>(
-            params.start, params.step, exact, istart, istep, dst, numel);
+      case FillKind::kArange:
+        ArangeKernel<T><<<GridBlocks(numel), kBlockThreads, 0, stream>>>(
+            scalar::Arange::Make(params.start, params.step), dst, numel);
         break;
-      }
       default:
         ok = false;
         break;

@@ -1,12 +1,14 @@
-// Internal to the .cu files: element types, conversions and the dtype
-// dispatch shared by the kernel families. Included only by nvcc-compiled
-// translation units (it names __half and __device__ functions).
+// Internal to the .cu files: element types, their loads and stores, and the
+// dtype dispatch shared by the kernel families. Included only by
+// nvcc-compiled translation units (it names __half and __device__
+// functions).
 //
-// The arithmetic mirrors core/cpu/cpu_kernels.cc exactly: float16 and
-// bfloat16 compute in float32 and round back; integers wrap (computed in
-// the unsigned type of the same width); bool is one byte, any nonzero byte
-// is true, kernels write 0 or 1; floating -> integer conversion saturates
-// and maps NaN to 0.
+// The arithmetic is not here: every kernel applies core/scalar_ops.h's
+// functors, the very code the CPU device runs (and CPU CI tests). What is
+// here is storage: float16 and bfloat16 load to float32 and store back
+// rounding to nearest even (CUDA's intrinsics, which round as core/half.h
+// does on the host); bool is one byte, any nonzero byte loads as 1,
+// kernels write 0 or 1.
 // Thread-safety: stateless.
 #ifndef TENSORD_CORE_CUDA_KERNEL_COMMON_CUH_
 #define TENSORD_CORE_CUDA_KERNEL_COMMON_CUH_
@@ -19,21 +21,19 @@
 #include <type_traits>
 
 #include "core/cuda/kernel_types.h"
+#include "core/cuda/launch_geometry.h"
+#include "core/scalar_ops.h"
 
 namespace tensord::core::cuda {
 
-using Bool8 = uint8_t;
+using scalar::Bool8;
 
 template <typename T>
 inline constexpr bool kIsHalfType =
     std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
 template <typename T>
-inline constexpr bool kIsBoolType = std::is_same_v<T, Bool8>;
-template <typename T>
 inline constexpr bool kIsFloatType =
     std::is_floating_point_v<T> || kIsHalfType<T>;
-template <typename T>
-inline constexpr bool kIsIntType = std::is_integral_v<T> && !kIsBoolType<T>;
 
 // The type arithmetic happens in: float for the half types, T otherwise.
 template <typename T>
@@ -41,7 +41,9 @@ using Compute = std::conditional_t<kIsHalfType<T>, float, T>;
 
 template <typename T>
 __device__ __forceinline__ Compute<T> Load(T v) {
-  if constexpr (std::is_same_v<T, __half>) {
+  if constexpr (scalar::kIsBool<T>) {
+    return v != 0 ? 1 : 0;
+  } else if constexpr (std::is_same_v<T, __half>) {
     return __half2float(v);
   } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     return __bfloat162float(v);
@@ -61,56 +63,25 @@ __device__ __forceinline__ T Store(Compute<T> v) {
   }
 }
 
-template <typename T>
-struct IntRange;
-template <>
-struct IntRange<int32_t> {
-  static constexpr int32_t kMin = INT32_MIN, kMax = INT32_MAX;
-};
-template <>
-struct IntRange<int64_t> {
-  static constexpr int64_t kMin = INT64_MIN, kMax = INT64_MAX;
-};
-
-// ConvertValue of cpu_kernels.cc: anything -> bool is != 0, bool ->
-// anything is 0/1, floating -> integer saturates with NaN -> 0, integer
-// narrowing wraps. A conversion to a half type goes through float32 (the
-// CPU fills round double -> float -> half the same way).
+// One element from storage type From to storage type To, through their
+// compute types (scalar::Convert), as the CPU's cast does.
 template <typename To, typename From>
-__device__ __forceinline__ To Convert(From v) {
-  if constexpr (kIsBoolType<To>) {
-    if constexpr (kIsBoolType<From>) {
-      return v != 0 ? 1 : 0;
-    } else {
-      return Load<From>(v) != Compute<From>(0) ? 1 : 0;
-    }
-  } else if constexpr (kIsBoolType<From>) {
-    return Store<To>(v != 0 ? Compute<To>(1) : Compute<To>(0));
-  } else if constexpr (kIsIntType<To> && kIsFloatType<From>) {
-    const auto x = Load<From>(v);
-    using X = decltype(x);
-    if (x != x) return 0;  // NaN
-    if (x <= static_cast<X>(IntRange<To>::kMin)) return IntRange<To>::kMin;
-    if (x >= static_cast<X>(IntRange<To>::kMax)) return IntRange<To>::kMax;
-    return static_cast<To>(x);
-  } else if constexpr (kIsHalfType<To>) {
-    return Store<To>(static_cast<float>(Load<From>(v)));
-  } else {
-    return static_cast<To>(Load<From>(v));
-  }
+__device__ __forceinline__ To CastElement(From v) {
+  return Store<To>(scalar::Convert<Compute<To>, Compute<From>>(Load<From>(v)));
 }
 
-// Wrapping integer arithmetic.
+// A double (a fill value) as storage type T.
 template <typename T>
-using Unsigned = std::make_unsigned_t<T>;
+__device__ __forceinline__ T FromDouble(double v) {
+  return Store<T>(scalar::Convert<Compute<T>, double>(v));
+}
 
-inline constexpr int kThreads = 256;
-
-// Blocks for a grid-stride loop over `n` elements.
-inline unsigned int GridFor(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned int>(
-      blocks < 1 ? 1 : (blocks > (1 << 20) ? (1 << 20) : blocks));
+// The first index of a grid-stride loop and its step.
+__device__ __forceinline__ int64_t GridStart() {
+  return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+}
+__device__ __forceinline__ int64_t GridStep() {
+  return static_cast<int64_t>(blockDim.x) * gridDim.x;
 }
 
 template <typename T>

@@ -2,37 +2,20 @@
 //
 // Launchers are compiled by nvcc, which never sees Abseil or gRPC, so the
 // device code gets its own small vocabulary here; cuda_device.cc maps the
-// core enums onto it. The enumerators mirror core/device.h one to one.
+// core types onto it. The op families are core/op_kinds.h's own enums
+// (Abseil-free, so nvcc sees the very enums the planner uses).
 // Thread-safety: plain data.
 #ifndef TENSORD_CORE_CUDA_KERNEL_TYPES_H_
 #define TENSORD_CORE_CUDA_KERNEL_TYPES_H_
 
 #include <cstdint>
 
+#include "core/op_kinds.h"
+
 namespace tensord::core::cuda {
 
 // Element types; bool is one byte (0 or 1 written, any nonzero read true).
 enum class ElemType : int { kF32, kF64, kI32, kI64, kBool, kF16, kBF16 };
-
-enum class BinOp : int {
-  kAdd,
-  kSub,
-  kMul,
-  kDiv,
-  kMaximum,
-  kMinimum,
-  kPow,
-  kEq,
-  kNe,
-  kLt,
-  kLe,
-  kGt,
-  kGe,
-};
-
-enum class UnOp : int { kNeg, kAbs, kExp, kLog, kSqrt, kRelu, kSigmoid, kTanh };
-
-enum class RedOp : int { kSum, kMean, kMax, kMin, kArgmax, kNorm };
 
 enum class FillKind : int { kZeros, kOnes, kFull, kArange, kRand, kRandn };
 

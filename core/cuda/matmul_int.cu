@@ -12,7 +12,7 @@ template <typename T>
 __global__ void IntMatMulKernel(int64_t batch, int64_t m, int64_t n, int64_t k,
                                 const T* a, int64_t a_stride, const T* b,
                                 int64_t b_stride, T* out, int64_t out_stride) {
-  using U = Unsigned<T>;
+  using U = scalar::Unsigned<T>;  // wrapping, as scalar::Add and Mul
   __shared__ U as[kTile][kTile];
   __shared__ U bs[kTile][kTile];
   const int64_t row = static_cast<int64_t>(blockIdx.y) * kTile + threadIdx.y;

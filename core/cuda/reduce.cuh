@@ -11,13 +11,14 @@
 
 namespace tensord::core::cuda {
 
-// out[o, i] = op over j of in[o, j, i]. Semantics of cpu_kernels'
-// ReduceKernel: floating sums accumulate in double, integer sums wrap in
-// int64; ties in max/min/argmax take the first index and NaN counts as the
-// largest value; argmax writes int64. The caller rejects mean/norm of
-// non-floating types and max/min/argmax over n == 0 (cudaErrorInvalidValue
-// here). Returns the launch status.
-cudaError_t LaunchReduce(RedOp op, ElemType type, int64_t outer, int64_t n,
+// out[o, i] = op over j of in[o, j, i], with core/scalar_ops.h's reduction
+// semantics (the CPU's): floating sums accumulate in double, integer sums
+// wrap in int64; ties in max/min/argmax take the first index and NaN counts
+// as the largest value; argmax writes int64; the half types compute in
+// float32. mean/norm of non-floating types and max/min/argmax over n == 0
+// (which the planner never plans) are cudaErrorInvalidValue. Returns the
+// launch status.
+cudaError_t LaunchReduce(ReduceOp op, ElemType type, int64_t outer, int64_t n,
                          int64_t inner, const void* in, void* out,
                          cudaStream_t stream);
 

@@ -11,11 +11,12 @@
 
 namespace tensord::core::cuda {
 
-// out[i] = op(in[i]) for i < numel; `out` may be `in`. The floating ops
-// (exp, log, sqrt, sigmoid, tanh) need a floating type and bool takes none
-// of the ops: cudaErrorInvalidValue otherwise (the caller reports the
-// dtype rule first). Returns the launch status.
-cudaError_t LaunchUnary(UnOp op, ElemType type, const void* in, void* out,
+// out[i] = op(in[i]) for i < numel with core/scalar_ops.h's functor for
+// `op` (the half types compute in float32); `out` may be `in`. An op the
+// functor does not define for `type` (bool, or a floating function of an
+// integer type; the planner never plans either) is cudaErrorInvalidValue.
+// Returns the launch status.
+cudaError_t LaunchUnary(UnaryOp op, ElemType type, const void* in, void* out,
                         int64_t numel, cudaStream_t stream);
 
 }  // namespace tensord::core::cuda

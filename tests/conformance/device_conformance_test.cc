@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "core/cpu/cpu_device.h"
-#include "core/cpu/half.h"
 #include "core/device.h"
 #include "core/device_registry.h"
+#include "core/half.h"
 #include "core/status.h"
 
 namespace tensord::core {
@@ -94,40 +94,6 @@ Device* FindDeviceUnderTest(const std::string& name) {
 
 // --- Host values -------------------------------------------------------------
 
-float HalfBitsToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      int e = -1;
-      do {
-        ++e;
-        mant <<= 1;
-      } while ((mant & 0x400u) == 0);
-      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 |
-             (mant & 0x3ffu) << 13;
-    }
-  } else {
-    bits = sign | (exp + 127 - 15) << 23 | mant << 13;
-  }
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-float BFloat16BitsToFloat(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
 // Element i of raw bytes of `dtype`, as double (bool: the raw byte).
 double ValueAt(DType dtype, const std::vector<uint8_t>& bytes, size_t i) {
   auto load = [&]<typename T>() {
@@ -161,8 +127,8 @@ std::vector<uint8_t> RoundToHalf(DType half, const std::vector<uint8_t>& f32) {
   for (size_t i = 0; i < n; ++i) {
     float f;
     std::memcpy(&f, f32.data() + 4 * i, 4);
-    const uint16_t h = half == DType::kFloat16 ? cpu::FloatToHalfBits(f)
-                                               : cpu::FloatToBFloat16Bits(f);
+    const uint16_t h =
+        half == DType::kFloat16 ? FloatToHalfBits(f) : FloatToBFloat16Bits(f);
     std::memcpy(out.data() + 2 * i, &h, 2);
   }
   return out;
@@ -213,10 +179,10 @@ std::vector<uint8_t> RandomValues(DType dtype, int64_t n, uint32_t seed,
         put(i, static_cast<uint8_t>(rng() & 1u));
         break;
       case DType::kFloat16:
-        put(i, cpu::FloatToHalfBits(static_cast<float>(real(rng))));
+        put(i, FloatToHalfBits(static_cast<float>(real(rng))));
         break;
       case DType::kBFloat16:
-        put(i, cpu::FloatToBFloat16Bits(static_cast<float>(real(rng))));
+        put(i, FloatToBFloat16Bits(static_cast<float>(real(rng))));
         break;
     }
   }
@@ -651,9 +617,8 @@ TEST_P(ConformanceTest, CastEveryPair) {
           if (from == DType::kFloat32) std::memcpy(&in[i * 4], &f, 4);
           if (from == DType::kFloat64) std::memcpy(&in[i * 8], &specials[i], 8);
           if (IsHalf(from)) {
-            const uint16_t h = from == DType::kFloat16
-                                   ? cpu::FloatToHalfBits(f)
-                                   : cpu::FloatToBFloat16Bits(f);
+            const uint16_t h = from == DType::kFloat16 ? FloatToHalfBits(f)
+                                                       : FloatToBFloat16Bits(f);
             std::memcpy(&in[i * 2], &h, 2);
           }
         }
@@ -679,8 +644,8 @@ TEST_P(ConformanceTest, CastEveryPair) {
           const float f =
               static_cast<float>(from == DType::kBool ? (v != 0) : v);
           want = to == DType::kFloat16
-                     ? HalfBitsToFloat(cpu::FloatToHalfBits(f))
-                     : BFloat16BitsToFloat(cpu::FloatToBFloat16Bits(f));
+                     ? HalfBitsToFloat(FloatToHalfBits(f))
+                     : BFloat16BitsToFloat(FloatToBFloat16Bits(f));
         } else if (to == DType::kBool) {
           want = v != 0 ? 1 : 0;
         } else if (to == DType::kInt32 || to == DType::kInt64) {

@@ -207,6 +207,9 @@ TEST(PlannerTest, BinaryErrors) {
   auto sub =
       PlanBinary(BinaryOp::kSub, {DType::kBool, a}, &bools, nullptr, nullptr);
   EXPECT_EQ(sub.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(sub.status().message(),
+            "Subtraction, the `-` operator, with two bool tensors is not "
+            "supported. Use the `^` or `logical_xor()` operator instead.");
   // In place: the broadcast shape must be the target's, and the result
   // castable to its dtype.
   const Shape row = S({3});

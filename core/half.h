@@ -1,13 +1,24 @@
-// Internal: float -> float16 / bfloat16 bit patterns (round to nearest
-// even), for filling the storage-only half-precision dtypes.
+// float16 and bfloat16 on the host: storage types and their exact
+// conversions to and from float (rounding to nearest even), the CPU
+// device's Load/Store for half precision (CUDA uses its own intrinsics,
+// which round the same way). Abseil-free.
 // Thread-safety: stateless.
-#ifndef TENSORD_CORE_CPU_HALF_H_
-#define TENSORD_CORE_CPU_HALF_H_
+#ifndef TENSORD_CORE_HALF_H_
+#define TENSORD_CORE_HALF_H_
 
 #include <cstdint>
 #include <cstring>
 
-namespace tensord::core::cpu {
+namespace tensord::core {
+
+// One element of a float16 / bfloat16 tensor: its bit pattern.
+struct Float16 {
+  uint16_t bits;
+};
+struct BFloat16 {
+  uint16_t bits;
+};
+static_assert(sizeof(Float16) == 2 && sizeof(BFloat16) == 2);
 
 inline uint16_t FloatToHalfBits(float f) {
   uint32_t x;
@@ -36,6 +47,31 @@ inline uint16_t FloatToHalfBits(float f) {
   return static_cast<uint16_t>(half);
 }
 
+inline float HalfBitsToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1f) {  // infinity or NaN
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    int e = -1;
+    do {
+      ++e;
+      mant <<= 1;
+    } while ((mant & 0x400u) == 0);
+    bits = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) |
+           ((mant & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
 inline uint16_t FloatToBFloat16Bits(float f) {
   uint32_t x;
   std::memcpy(&x, &f, sizeof(x));
@@ -46,6 +82,13 @@ inline uint16_t FloatToBFloat16Bits(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
-}  // namespace tensord::core::cpu
+inline float BFloat16BitsToFloat(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
 
-#endif  // TENSORD_CORE_CPU_HALF_H_
+}  // namespace tensord::core
+
+#endif  // TENSORD_CORE_HALF_H_
