@@ -44,7 +44,10 @@ static_assert(Same(UnaryOp::kNeg, v1::NEG) && Same(UnaryOp::kAbs, v1::ABS) &&
               Same(UnaryOp::kRelu, v1::RELU) &&
               Same(UnaryOp::kSigmoid, v1::SIGMOID) &&
               Same(UnaryOp::kTanh, v1::TANH) &&
-              Same(UnaryOp::kTanh, v1::UnaryOp_MAX));
+              Same(UnaryOp::kSilu, v1::SILU) &&
+              Same(UnaryOp::kGelu, v1::GELU) &&
+              Same(UnaryOp::kGeluTanh, v1::GELU_TANH) &&
+              Same(UnaryOp::kGeluTanh, v1::UnaryOp_MAX));
 
 static_assert(Same(ReduceOp::kSum, v1::SUM) &&
               Same(ReduceOp::kMean, v1::MEAN) &&

@@ -5,6 +5,7 @@
 #define TENSORD_CLIENT_GRPC_OPS_H_
 
 #include <memory>
+#include <string_view>
 #include <utility>
 
 #include "client/grpc_session.h"
@@ -28,6 +29,9 @@ v1::Scalar ToProto(const Scalar& s);
 v1::Op BinaryOpMsg(BinaryOp op, v1::Operand a, v1::Operand b);
 v1::Op BinaryOpMsg(BinaryOp op, v1::Operand a, const Scalar& b,
                    bool scalar_first = false);
+// F.gelu's `approximate` ("none" or "tanh") as the op; INVALID_ARGUMENT
+// (thrown) otherwise.
+UnaryOp GeluOp(std::string_view approximate);
 v1::Op UnaryOpMsg(UnaryOp op, v1::Operand x);
 v1::Op ReduceOpMsg(ReduceOp op, v1::Operand x, std::optional<int64_t> dim,
                    bool keepdim);

@@ -48,6 +48,14 @@ v1::Op BinaryOpMsg(BinaryOp op, v1::Operand a, const Scalar& b,
   return m;
 }
 
+UnaryOp GeluOp(std::string_view approximate) {
+  if (approximate == "none") return UnaryOp::kGelu;
+  if (approximate == "tanh") return UnaryOp::kGeluTanh;
+  // PyTorch's message (F.gelu).
+  throw Error(StatusCode::INVALID_ARGUMENT,
+              "approximate argument must be either none or tanh.");
+}
+
 v1::Op UnaryOpMsg(UnaryOp op, v1::Operand x) {
   v1::Op m;
   m.mutable_unary()->set_op(ToProto(op));
@@ -210,6 +218,10 @@ Tensor Tensor::unary(UnaryOp op) const {
   return RunOp(*this, internal::UnaryOpMsg(op, HandleOperand(*this)));
 }
 
+Tensor Tensor::gelu(std::string_view approximate) const {
+  return unary(internal::GeluOp(approximate));
+}
+
 Tensor Tensor::reduce(ReduceOp op, std::optional<int64_t> dim,
                       bool keepdim) const {
   return RunOp(*this,
@@ -346,6 +358,10 @@ Batch::Value Batch::binary(BinaryOp op, Input a, Scalar b) {
 Batch::Value Batch::unary(UnaryOp op, Input x) {
   const v1::Op m = internal::UnaryOpMsg(op, TENSORD_OPERAND(x));
   return Record(&m);
+}
+
+Batch::Value Batch::gelu(Input x, std::string_view approximate) {
+  return unary(internal::GeluOp(approximate), x);
 }
 
 Batch::Value Batch::reduce(ReduceOp op, Input x, std::optional<int64_t> dim,

@@ -55,13 +55,15 @@ std::string_view UnaryOpName(UnaryOp op) {
     case UnaryOp::kRelu: return "relu";
     case UnaryOp::kSigmoid: return "sigmoid";
     case UnaryOp::kTanh: return "tanh";
+    case UnaryOp::kSilu: return "silu";
+    case UnaryOp::kGelu: return "gelu";
+    case UnaryOp::kGeluTanh: return "gelu";
   }
   return "unknown";
 }
 
 bool IsFloatingUnary(UnaryOp op) {
-  return op == UnaryOp::kExp || op == UnaryOp::kLog || op == UnaryOp::kSqrt ||
-         op == UnaryOp::kSigmoid || op == UnaryOp::kTanh;
+  return op != UnaryOp::kNeg && op != UnaryOp::kAbs && op != UnaryOp::kRelu;
 }
 
 std::string_view ReduceOpName(ReduceOp op) {

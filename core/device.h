@@ -66,7 +66,7 @@ struct TensorRef {
 std::string_view BinaryOpName(BinaryOp op);
 bool IsComparison(BinaryOp op);            // kEq .. kGe
 std::string_view UnaryOpName(UnaryOp op);  // "neg", "abs", "exp", ...
-// True for the ops whose result is floating (exp, log, sqrt, sigmoid, tanh).
+// True for the ops whose result is floating: all but neg, abs and relu.
 bool IsFloatingUnary(UnaryOp op);
 std::string_view ReduceOpName(ReduceOp op);  // "sum", "mean", ..., "norm"
 

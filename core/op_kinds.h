@@ -37,6 +37,9 @@ enum class UnaryOp : int {
   kRelu,
   kSigmoid,
   kTanh,
+  kSilu,      // x * sigmoid(x)
+  kGelu,      // x * Phi(x), exact (erf)
+  kGeluTanh,  // gelu's tanh approximation (approximate='tanh')
 };
 
 // Reductions over one axis (or all elements). kArgmax produces int64; the

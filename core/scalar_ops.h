@@ -5,9 +5,10 @@
 //
 // Everything here works on *compute* values: float, double, int32_t,
 // int64_t and Bool8 (0 or 1: a device's Load reads any nonzero bool byte as
-// 1, and kernels write 0 or 1). float16 and bfloat16 are storage only: a device
-// loads them to float, applies the functor and rounds the result back to
-// nearest even (its own Load/Store), as PyTorch computes half precision.
+// 1, and kernels write 0 or 1). float16 and bfloat16 are not compute types
+// here: a device loads them to float, applies the functor and rounds the
+// result back to nearest even (its own Load/Store), as PyTorch computes half
+// precision.
 //
 // PyTorch's semantics: integers wrap around (computed in the unsigned type
 // of the same width); bool add/mul/maximum/minimum are or/and/or/and;
@@ -67,6 +68,8 @@ TENSORD_HOST_DEVICE float Sqrt(float x) { return sqrtf(x); }
 TENSORD_HOST_DEVICE double Sqrt(double x) { return sqrt(x); }
 TENSORD_HOST_DEVICE float Tanh(float x) { return tanhf(x); }
 TENSORD_HOST_DEVICE double Tanh(double x) { return tanh(x); }
+TENSORD_HOST_DEVICE float Erf(float x) { return erff(x); }
+TENSORD_HOST_DEVICE double Erf(double x) { return erf(x); }
 TENSORD_HOST_DEVICE float Pow(float x, float y) { return powf(x, y); }
 TENSORD_HOST_DEVICE double Pow(double x, double y) { return pow(x, y); }
 
@@ -354,6 +357,16 @@ TENSORD_FLOATING_UNARY(LogOp, Log(x))
 TENSORD_FLOATING_UNARY(SqrtOp, Sqrt(x))
 TENSORD_FLOATING_UNARY(Sigmoid, T(1) / (T(1) + Exp(-x)))
 TENSORD_FLOATING_UNARY(TanhOp, Tanh(x))
+// PyTorch's silu: x / (1 + exp(-x)).
+TENSORD_FLOATING_UNARY(Silu, x / (T(1) + Exp(-x)))
+// gelu(x) = x/2 (1 + erf(x / sqrt 2)); approximate='tanh':
+// x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), PyTorch's constants.
+TENSORD_FLOATING_UNARY(Gelu,
+                       T(0.5) * x * (T(1) + Erf(x * T(0.70710678118654752440))))
+TENSORD_FLOATING_UNARY(GeluTanh,
+                       T(0.5) * x *
+                           (T(1) + Tanh(T(0.79788456080286535588) *
+                                        (x + T(0.044715) * x * x * x))))
 #undef TENSORD_FLOATING_UNARY
 
 template <typename F>
@@ -382,6 +395,15 @@ inline bool VisitUnaryOp(UnaryOp op, F&& f) {
       return true;
     case UnaryOp::kTanh:
       f(TanhOp{});
+      return true;
+    case UnaryOp::kSilu:
+      f(Silu{});
+      return true;
+    case UnaryOp::kGelu:
+      f(Gelu{});
+      return true;
+    case UnaryOp::kGeluTanh:
+      f(GeluTanh{});
       return true;
   }
   return false;

@@ -82,6 +82,9 @@ absl::StatusOr<core::UnaryOp> FromProto(v1::UnaryOp op) {
     case v1::RELU: return core::UnaryOp::kRelu;
     case v1::SIGMOID: return core::UnaryOp::kSigmoid;
     case v1::TANH: return core::UnaryOp::kTanh;
+    case v1::SILU: return core::UnaryOp::kSilu;
+    case v1::GELU: return core::UnaryOp::kGelu;
+    case v1::GELU_TANH: return core::UnaryOp::kGeluTanh;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown unary op ", static_cast<int>(op)));

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "tensord/tensor.h"
@@ -74,6 +75,8 @@ class Batch {
   Value unary(UnaryOp op, Input x);
   Value relu(Input x) { return unary(UnaryOp::kRelu, x); }
   Value sigmoid(Input x) { return unary(UnaryOp::kSigmoid, x); }
+  Value silu(Input x) { return unary(UnaryOp::kSilu, x); }
+  Value gelu(Input x, std::string_view approximate = "none");
   Value reduce(ReduceOp op, Input x, std::optional<int64_t> dim = std::nullopt,
                bool keepdim = false);
   Value sum(Input x, std::optional<int64_t> dim = std::nullopt,

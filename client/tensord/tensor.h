@@ -130,6 +130,9 @@ class Tensor {
   Tensor relu() const { return unary(UnaryOp::kRelu); }
   Tensor sigmoid() const { return unary(UnaryOp::kSigmoid); }
   Tensor tanh() const { return unary(UnaryOp::kTanh); }
+  Tensor silu() const { return unary(UnaryOp::kSilu); }
+  // F.gelu(x, approximate): "none" (exact, erf) or "tanh".
+  Tensor gelu(std::string_view approximate = "none") const;
 
   // Reductions over all elements (no dim) or one dim (negative counts from
   // the end). sum of integers is int64; mean/norm need a floating dtype;

@@ -109,6 +109,7 @@ enum class BinaryOp : int {
 };
 enum class UnaryOp : int {
   kNeg = 1, kAbs, kExp, kLog, kSqrt, kRelu, kSigmoid, kTanh,
+  kSilu, kGelu, kGeluTanh,
 };
 enum class ReduceOp : int { kSum = 1, kMean, kMax, kMin, kArgmax, kNorm };
 

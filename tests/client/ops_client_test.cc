@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -20,7 +21,9 @@ namespace tensord {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::FloatNear;
 using ::testing::HasSubstr;
+using ::testing::Pointwise;
 
 class OpsClientTest : public ::testing::Test {
  protected:
@@ -93,6 +96,71 @@ TEST_F(OpsClientTest, TensorMethodsAndScalars) {
   }();
   EXPECT_EQ(e.code(), StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(e.message(), HasSubstr("can't be cast"));
+}
+
+// silu and gelu (exact and tanh) against their definitions computed here in
+// double; integer inputs compute in float32, as PyTorch's.
+TEST_F(OpsClientTest, ActivationsMatchTheirDefinitions) {
+  Client& c = *client_;
+  const std::vector<float> v = {-3, -1, -0.25f, 0, 0.5f, 1, 2.5f};
+  auto x = c.tensor<float>(v);
+  std::vector<float> silu, gelu, gelu_tanh;
+  for (float f : v) {
+    const double d = f;
+    silu.push_back(static_cast<float>(d / (1 + std::exp(-d))));
+    gelu.push_back(
+        static_cast<float>(0.5 * d * (1 + std::erf(d / std::sqrt(2.0)))));
+    const double inner = std::sqrt(2 / M_PI) * (d + 0.044715 * d * d * d);
+    gelu_tanh.push_back(static_cast<float>(0.5 * d * (1 + std::tanh(inner))));
+  }
+  EXPECT_THAT(x.silu().fetch<float>(), Pointwise(FloatNear(1e-6f), silu));
+  EXPECT_THAT(x.gelu().fetch<float>(), Pointwise(FloatNear(1e-6f), gelu));
+  EXPECT_THAT(x.gelu("tanh").fetch<float>(),
+              Pointwise(FloatNear(1e-6f), gelu_tanh));
+  // gelu's two forms differ (by ~1e-4 here): the tanh one is not the exact.
+  EXPECT_GT(std::abs(x.gelu("tanh").fetch<float>()[5] - gelu[5]), 1e-5f);
+  auto i = c.tensor<int64_t>({-1, 0, 1});
+  EXPECT_EQ(i.silu().dtype(), DType::kFloat32);
+  EXPECT_THAT(i.gelu().fetch<float>(),
+              Pointwise(FloatNear(1e-6f), {gelu[1], 0.0f, gelu[5]}));
+  try {
+    x.gelu("exact");
+    ADD_FAILURE() << "gelu(\"exact\") did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(e.message(), "approximate argument must be either none or tanh.");
+  }
+  Batch b = c.batch();
+  auto s = b.silu(x);
+  auto g = b.gelu(x, "tanh");
+  b.keep(s);
+  b.keep(g);
+  BatchResults r = b.run();
+  EXPECT_THAT(r[s].fetch<float>(), Pointwise(FloatNear(1e-6f), silu));
+  EXPECT_THAT(r[g].fetch<float>(), Pointwise(FloatNear(1e-6f), gelu_tanh));
+}
+
+// float16 and bfloat16 compute on the cpu device (in float32, rounded back
+// to the half type after each op, as PyTorch's CPU does).
+TEST_F(OpsClientTest, HalfPrecisionComputesOnTheCpu) {
+  Client& c = *client_;
+  for (DType half : {DType::kFloat16, DType::kBFloat16}) {
+    auto x = c.tensor<float>({{1, 2}, {3, 4}}).to(half);
+    auto y = (x * 2 + 1).relu();
+    EXPECT_EQ(y.dtype(), half);
+    EXPECT_THAT(y.to(DType::kFloat32).fetch<float>(), ElementsAre(3, 5, 7, 9));
+    EXPECT_EQ(x.matmul(x).dtype(), half);
+    EXPECT_THAT(x.matmul(x).to(DType::kFloat32).fetch<float>(),
+                ElementsAre(7, 10, 15, 22));
+    EXPECT_EQ(x.sum().to(DType::kFloat32).item<float>(), 10);
+    EXPECT_EQ(x.mean(0).to(DType::kFloat32).fetch<float>()[1], 3);
+    EXPECT_EQ(x.argmax().item<int64_t>(), 3);
+  }
+  // 1 + 2^-11 is not a float16: the sum rounds to nearest even (1).
+  auto one = c.tensor<float>({1.0f}).to(DType::kFloat16);
+  EXPECT_EQ((one + 0x1.0p-11).to(DType::kFloat32).fetch<float>()[0], 1.0f);
+  EXPECT_EQ((one + 0x1.8p-11).to(DType::kFloat32).fetch<float>()[0],
+            1.0f + 0x1.0p-10f);
 }
 
 TEST_F(OpsClientTest, BatchRunsInOneRoundTripAndFreesTheRest) {

@@ -42,7 +42,8 @@ constexpr BinaryOp kBinaryOps[] = {
     BinaryOp::kGe};
 constexpr UnaryOp kUnaryOps[] = {
     UnaryOp::kNeg,  UnaryOp::kAbs,  UnaryOp::kExp,     UnaryOp::kLog,
-    UnaryOp::kSqrt, UnaryOp::kRelu, UnaryOp::kSigmoid, UnaryOp::kTanh};
+    UnaryOp::kSqrt, UnaryOp::kRelu, UnaryOp::kSigmoid, UnaryOp::kTanh,
+    UnaryOp::kSilu, UnaryOp::kGelu, UnaryOp::kGeluTanh};
 constexpr ReduceOp kReduceOps[] = {ReduceOp::kSum,    ReduceOp::kMean,
                                    ReduceOp::kMax,    ReduceOp::kMin,
                                    ReduceOp::kArgmax, ReduceOp::kNorm};

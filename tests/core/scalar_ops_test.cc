@@ -38,6 +38,22 @@ TEST(ScalarOpsTest, IntegerArithmeticWraps) {
   EXPECT_EQ(Relu{}(int64_t{7}), 7);
 }
 
+TEST(ScalarOpsTest, SiluAndGeluAgainstKnownValues) {
+  // Values from the definitions, computed independently in double.
+  EXPECT_DOUBLE_EQ(Silu{}(1.0), 0.7310585786300049);
+  EXPECT_DOUBLE_EQ(Silu{}(-2.0), -0.2384058440442351);
+  EXPECT_DOUBLE_EQ(Gelu{}(1.0), 0.8413447460685429);
+  EXPECT_DOUBLE_EQ(Gelu{}(-0.5), -0.15426876936299344);
+  EXPECT_NEAR(GeluTanh{}(1.0), 0.8411919906082768, 1e-15);
+  EXPECT_NEAR(GeluTanh{}(-0.5), -0.15428599017485606, 1e-15);
+  EXPECT_FLOAT_EQ(Gelu{}(1.0f), 0.84134475f);
+  EXPECT_EQ(Silu{}(0.0), 0.0);
+  EXPECT_EQ(Gelu{}(0.0f), 0.0f);
+  EXPECT_TRUE(std::isnan(Gelu{}(kNan)));
+  EXPECT_FALSE(Silu::kDefined<int32_t>);
+  EXPECT_FALSE(GeluTanh::kDefined<Bool8>);
+}
+
 TEST(ScalarOpsTest, ReluKeepsNan) {
   EXPECT_TRUE(std::isnan(Relu{}(kNan)));
   EXPECT_TRUE(std::isnan(Relu{}(kNanF)));
