@@ -5,6 +5,7 @@
 #define TENSORD_CLIENT_GRPC_OPS_H_
 
 #include <memory>
+#include <span>
 #include <string_view>
 #include <utility>
 
@@ -35,6 +36,13 @@ UnaryOp GeluOp(std::string_view approximate);
 v1::Op UnaryOpMsg(UnaryOp op, v1::Operand x);
 v1::Op ReduceOpMsg(ReduceOp op, v1::Operand x, std::optional<int64_t> dim,
                    bool keepdim);
+v1::Op ReduceOpMsg(ReduceOp op, v1::Operand x, std::span<const int64_t> dims,
+                   bool keepdim);
+v1::Op SoftmaxOpMsg(v1::Operand x, int64_t dim, bool log);
+v1::Op ClampOpMsg(v1::Operand x, const std::optional<Scalar>& min,
+                  const std::optional<Scalar>& max);
+v1::Op ClampOpMsg(v1::Operand x, std::optional<v1::Operand> min,
+                  std::optional<v1::Operand> max);
 v1::Op MatMulOpMsg(v1::Operand a, v1::Operand b);
 v1::Op LinearOpMsg(v1::Operand x, v1::Operand w,
                    std::optional<v1::Operand> bias);

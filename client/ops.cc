@@ -74,6 +74,42 @@ v1::Op ReduceOpMsg(ReduceOp op, v1::Operand x, std::optional<int64_t> dim,
   return m;
 }
 
+v1::Op ReduceOpMsg(ReduceOp op, v1::Operand x, std::span<const int64_t> dims,
+                   bool keepdim) {
+  v1::Op m = ReduceOpMsg(op, std::move(x), std::nullopt, keepdim);
+  m.mutable_reduce()->mutable_dims()->Add(dims.begin(), dims.end());
+  return m;
+}
+
+v1::Op SoftmaxOpMsg(v1::Operand x, int64_t dim, bool log) {
+  v1::Op m;
+  v1::SoftmaxArgs* args = m.mutable_softmax();
+  *args->mutable_x() = std::move(x);
+  args->set_dim(dim);
+  args->set_log(log);
+  return m;
+}
+
+v1::Op ClampOpMsg(v1::Operand x, const std::optional<Scalar>& min,
+                  const std::optional<Scalar>& max) {
+  v1::Op m;
+  v1::ClampArgs* args = m.mutable_clamp();
+  *args->mutable_x() = std::move(x);
+  if (min.has_value()) *args->mutable_min_scalar() = ToProto(*min);
+  if (max.has_value()) *args->mutable_max_scalar() = ToProto(*max);
+  return m;
+}
+
+v1::Op ClampOpMsg(v1::Operand x, std::optional<v1::Operand> min,
+                  std::optional<v1::Operand> max) {
+  v1::Op m;
+  v1::ClampArgs* args = m.mutable_clamp();
+  *args->mutable_x() = std::move(x);
+  if (min.has_value()) *args->mutable_min() = std::move(*min);
+  if (max.has_value()) *args->mutable_max() = std::move(*max);
+  return m;
+}
+
 v1::Op MatMulOpMsg(v1::Operand a, v1::Operand b) {
   v1::Op m;
   *m.mutable_matmul()->mutable_lhs() = std::move(a);
@@ -228,6 +264,34 @@ Tensor Tensor::reduce(ReduceOp op, std::optional<int64_t> dim,
                internal::ReduceOpMsg(op, HandleOperand(*this), dim, keepdim));
 }
 
+Tensor Tensor::reduce(ReduceOp op, std::span<const int64_t> dims,
+                      bool keepdim) const {
+  return RunOp(*this,
+               internal::ReduceOpMsg(op, HandleOperand(*this), dims, keepdim));
+}
+
+Tensor Tensor::softmax(int64_t dim) const {
+  return RunOp(*this, internal::SoftmaxOpMsg(HandleOperand(*this), dim, false));
+}
+
+Tensor Tensor::log_softmax(int64_t dim) const {
+  return RunOp(*this, internal::SoftmaxOpMsg(HandleOperand(*this), dim, true));
+}
+
+Tensor Tensor::clamp(std::optional<Scalar> min,
+                     std::optional<Scalar> max) const {
+  return RunOp(*this, internal::ClampOpMsg(HandleOperand(*this), min, max));
+}
+
+Tensor Tensor::clamp(const std::optional<Tensor>& min,
+                     const std::optional<Tensor>& max) const {
+  std::optional<v1::Operand> lo, hi;
+  if (min.has_value()) lo = HandleOperand(*min);
+  if (max.has_value()) hi = HandleOperand(*max);
+  return RunOp(*this, internal::ClampOpMsg(HandleOperand(*this), std::move(lo),
+                                           std::move(hi)));
+}
+
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   return RunOp(*this,
                internal::TransposeOpMsg(HandleOperand(*this), dim0, dim1));
@@ -373,6 +437,38 @@ Batch::Value Batch::reduce(ReduceOp op, Input x, std::optional<int64_t> dim,
 Batch::Value Batch::matmul(Input a, Input b) {
   const v1::Op m =
       internal::MatMulOpMsg(TENSORD_OPERAND(a), TENSORD_OPERAND(b));
+  return Record(&m);
+}
+
+Batch::Value Batch::reduce(ReduceOp op, Input x, std::span<const int64_t> dims,
+                           bool keepdim) {
+  const v1::Op m = internal::ReduceOpMsg(op, TENSORD_OPERAND(x), dims, keepdim);
+  return Record(&m);
+}
+
+Batch::Value Batch::softmax(Input x, int64_t dim) {
+  const v1::Op m = internal::SoftmaxOpMsg(TENSORD_OPERAND(x), dim, false);
+  return Record(&m);
+}
+
+Batch::Value Batch::log_softmax(Input x, int64_t dim) {
+  const v1::Op m = internal::SoftmaxOpMsg(TENSORD_OPERAND(x), dim, true);
+  return Record(&m);
+}
+
+Batch::Value Batch::clamp(Input x, std::optional<Scalar> min,
+                          std::optional<Scalar> max) {
+  const v1::Op m = internal::ClampOpMsg(TENSORD_OPERAND(x), min, max);
+  return Record(&m);
+}
+
+Batch::Value Batch::clamp(Input x, std::optional<Input> min,
+                          std::optional<Input> max) {
+  std::optional<v1::Operand> lo, hi;
+  if (min.has_value()) lo = TENSORD_OPERAND((*min));
+  if (max.has_value()) hi = TENSORD_OPERAND((*max));
+  const v1::Op m =
+      internal::ClampOpMsg(TENSORD_OPERAND(x), std::move(lo), std::move(hi));
   return Record(&m);
 }
 

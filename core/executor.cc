@@ -196,22 +196,97 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::LinearOut(
 }
 
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ReduceOut(
-    ReduceOp op, const StoredTensor& x, std::optional<int64_t> dim,
+    ReduceOp op, const StoredTensor& x, std::span<const int64_t> dims,
     bool keepdim) {
   DeviceSlot& slot = SlotOf(x.device);
   Device& device = *x.device;
   ASSIGN_OR_RETURN(ReducePlan plan,
-                   PlanReduce(op, x.dtype, x.shape, dim, keepdim));
+                   PlanReduce(op, x.dtype, x.shape, dims, keepdim));
   RETURN_IF_ERROR(device.Supports(OpKind::kReduce, plan.compute));
   if (plan.compute != x.dtype) {
     RETURN_IF_ERROR(device.Supports(OpKind::kCast, x.dtype));
   }
+  const StoredTensor* src = &x;
+  TensorPtr permuted;  // reduced dims moved to the end, freed on return
+  if (!plan.perm.empty()) {
+    ASSIGN_OR_RETURN(Output p, PermuteOut(x, plan.perm));
+    permuted = Stored(slot, std::move(p));
+    src = permuted.get();
+  }
   Output temp;
-  ASSIGN_OR_RETURN(TensorRef in, AsDType(slot, x, plan.compute, temp));
+  ASSIGN_OR_RETURN(TensorRef in, AsDType(slot, *src, plan.compute, temp));
   ASSIGN_OR_RETURN(Output out,
                    AllocateOutput(slot, plan.out_dtype, std::move(plan.out)));
   RETURN_IF_ERROR(device.Reduce(op, plan.dims, in, out.ref()));
   return out;
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::SoftmaxOut(
+    const StoredTensor& x, int64_t dim, bool log) {
+  ASSIGN_OR_RETURN(const SoftmaxPlan plan,
+                   PlanSoftmax(x.dtype, x.shape, dim, log));
+  DeviceSlot& slot = SlotOf(x.device);
+  if (x.shape.NumElements() == 0) return AllocateOutput(slot, x.dtype, x.shape);
+  // Each step's result is kept only as long as a later step reads it.
+  auto stored = [&](absl::StatusOr<Output> out) -> absl::StatusOr<TensorPtr> {
+    if (!out.ok()) return out.status();
+    return Stored(slot, std::move(*out));
+  };
+  TensorPtr xc;  // x in the compute dtype
+  if (plan.compute != x.dtype) {
+    ASSIGN_OR_RETURN(xc, stored(CastOut(x, plan.compute)));
+  }
+  const StoredTensor& in = xc != nullptr ? *xc : x;
+  const int64_t axis[] = {plan.axis};
+  // Numerically stable: exp(x - max) never overflows.
+  ASSIGN_OR_RETURN(TensorPtr max,
+                   stored(ReduceOut(ReduceOp::kMax, in, axis, true)));
+  ASSIGN_OR_RETURN(TensorPtr shifted,
+                   stored(BinaryOut(BinaryOp::kSub, in, max.get(), nullptr,
+                                    false, nullptr)));
+  max.reset();
+  ASSIGN_OR_RETURN(TensorPtr exp, stored(UnaryOut(UnaryOp::kExp, *shifted)));
+  ASSIGN_OR_RETURN(TensorPtr sum,
+                   stored(ReduceOut(ReduceOp::kSum, *exp, axis, true)));
+  absl::StatusOr<Output> result;
+  if (log) {  // (x - max) - log(sum)
+    exp.reset();
+    ASSIGN_OR_RETURN(TensorPtr log_sum, stored(UnaryOut(UnaryOp::kLog, *sum)));
+    result = BinaryOut(BinaryOp::kSub, *shifted, log_sum.get(), nullptr, false,
+                       nullptr);
+  } else {
+    shifted.reset();
+    result =
+        BinaryOut(BinaryOp::kDiv, *exp, sum.get(), nullptr, false, nullptr);
+  }
+  if (!result.ok() || plan.compute == x.dtype) return result;
+  ASSIGN_OR_RETURN(TensorPtr wide, stored(std::move(result)));
+  return CastOut(*wide, x.dtype);
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ClampOut(
+    const StoredTensor& x, const OpSpec::Bound& min,
+    const StoredTensor* min_tensor, const OpSpec::Bound& max,
+    const StoredTensor* max_tensor) {
+  using Kind = OpSpec::Bound::Kind;
+  if (min.kind == Kind::kNone && max.kind == Kind::kNone) {
+    return absl::InvalidArgumentError(
+        "torch.clamp: At least one of 'min' or 'max' must not be None");
+  }
+  // PyTorch's result dtype is that of x with both bounds; applying them one
+  // after the other promotes the same way.
+  TensorPtr lower;  // maximum(x, min)
+  if (min.kind != Kind::kNone) {
+    ASSIGN_OR_RETURN(
+        Output out, BinaryOut(BinaryOp::kMaximum, x, min_tensor,
+                              min.kind == Kind::kScalar ? &min.scalar : nullptr,
+                              false, nullptr));
+    if (max.kind == Kind::kNone) return out;
+    lower = Stored(SlotOf(x.device), std::move(out));
+  }
+  return BinaryOut(
+      BinaryOp::kMinimum, lower != nullptr ? *lower : x, max_tensor,
+      max.kind == Kind::kScalar ? &max.scalar : nullptr, false, nullptr);
 }
 
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::PermuteOut(
@@ -378,6 +453,13 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
     case OpSpec::Kind::kCat:
       RETURN_IF_ERROR(arity(1, 1024));
       break;
+    case OpSpec::Kind::kClamp: {
+      using Kind = OpSpec::Bound::Kind;
+      const size_t n = 1 + (op.clamp_min.kind == Kind::kTensor ? 1 : 0) +
+                       (op.clamp_max.kind == Kind::kTensor ? 1 : 0);
+      RETURN_IF_ERROR(arity(n, n));
+      break;
+    }
     default:
       RETURN_IF_ERROR(arity(1, 1));
       break;
@@ -403,8 +485,28 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
       out = LinearOut(x, *second, in.size() > 2 ? in[2].tensor.get() : nullptr);
       break;
     case OpSpec::Kind::kReduce:
-      out = ReduceOut(op.reduce, x, op.dim, op.keepdim);
+      if (!op.reduce_dims.empty()) {
+        out = ReduceOut(op.reduce, x, op.reduce_dims, op.keepdim);
+      } else if (op.dim.has_value()) {
+        out = ReduceOut(op.reduce, x, std::span<const int64_t>(&*op.dim, 1),
+                        op.keepdim);
+      } else {
+        out = ReduceOut(op.reduce, x, std::span<const int64_t>(), op.keepdim);
+      }
       break;
+    case OpSpec::Kind::kSoftmax:
+      out = SoftmaxOut(x, op.dim.value_or(-1), op.log);
+      break;
+    case OpSpec::Kind::kClamp: {
+      using Kind = OpSpec::Bound::Kind;
+      const bool min_tensor = op.clamp_min.kind == Kind::kTensor;
+      const bool max_tensor = op.clamp_max.kind == Kind::kTensor;
+      const StoredTensor* lo = min_tensor ? second : nullptr;
+      const StoredTensor* hi =
+          max_tensor ? in[min_tensor ? 2 : 1].tensor.get() : nullptr;
+      out = ClampOut(x, op.clamp_min, lo, op.clamp_max, hi);
+      break;
+    }
     case OpSpec::Kind::kPermute:
       out = PermuteOut(x, op.dims);
       break;

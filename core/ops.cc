@@ -52,6 +52,10 @@ std::string OpName(const OpSpec& op) {
       return "to";
     case OpSpec::Kind::kInPlace:
       return std::string(InPlaceOpName(op.in_place));
+    case OpSpec::Kind::kSoftmax:
+      return op.log ? "log_softmax" : "softmax";
+    case OpSpec::Kind::kClamp:
+      return "clamp";
   }
   return "unknown";
 }

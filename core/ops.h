@@ -66,6 +66,8 @@ struct OpSpec {
     kCat,        // torch.cat(inputs, dim)
     kCast,       // inputs[0].to(dtype) (always a new tensor)
     kInPlace,    // in_place(inputs[0], inputs[1] or scalar)
+    kSoftmax,    // softmax (log_softmax when `log`) of inputs[0] over `dim`
+    kClamp,      // clamp(inputs[0], min, max): see `clamp`
   };
   Kind kind = Kind::kBinary;
   BinaryOp binary = BinaryOp::kAdd;
@@ -77,6 +79,9 @@ struct OpSpec {
   std::optional<Scalar> scalar;
   bool scalar_first = false;      // kBinary: scalar (op) tensor, e.g. 2 - x
   std::optional<int64_t> dim;     // negative counts from the end
+  // kReduce: several dims at once when not empty (`dim` then unset).
+  std::vector<int64_t> reduce_dims;
+  bool log = false;               // kSoftmax: log_softmax
   int64_t dim1 = 0;               // kTranspose
   bool keepdim = false;           // kReduce
   std::vector<int64_t> dims;      // kPermute order, kReshape shape
@@ -84,6 +89,14 @@ struct OpSpec {
   int64_t length = 0;             // kNarrow
   DType dtype = DType::kFloat32;  // kCast
   Scalar alpha = Scalar::Int(1);  // kAxpy
+  // kClamp: each bound absent, a number, or a tensor (the next of `inputs`
+  // after x, min before max).
+  struct Bound {
+    enum class Kind { kNone, kScalar, kTensor };
+    Kind kind = Kind::kNone;
+    Scalar scalar;  // kScalar
+  };
+  Bound clamp_min, clamp_max;
 };
 
 // A short name for messages: "add", "matmul", "sum", "sub_", "cat", ...

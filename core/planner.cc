@@ -193,6 +193,15 @@ absl::StatusOr<MatMulPlan> PlanMatMul(DType a_dtype, const Shape& a,
 absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
                                       std::optional<int64_t> dim,
                                       bool keepdim) {
+  if (!dim.has_value()) {
+    return PlanReduce(op, dtype, x, std::span<const int64_t>(), keepdim);
+  }
+  return PlanReduce(op, dtype, x, std::span<const int64_t>(&*dim, 1), keepdim);
+}
+
+absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
+                                      std::span<const int64_t> dims,
+                                      bool keepdim) {
   ReducePlan plan;
   plan.compute = dtype;
   if (op == ReduceOp::kSum && !IsFloating(dtype)) plan.compute = DType::kInt64;
@@ -207,28 +216,51 @@ absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
         absl::StrCat("norm(): expected a floating point tensor as input. Got: ",
                      ToAbsl(DTypeName(dtype))));
   }
-  plan.out_dtype = op == ReduceOp::kArgmax ? DType::kInt64 : plan.compute;
-  const int rank = x.rank();
-  std::vector<int64_t> out_dims;
-  if (!dim.has_value()) {
-    plan.dims.n = x.NumElements();
-    if (keepdim) out_dims.assign(rank, 1);
-  } else {
-    ASSIGN_OR_RETURN(int axis, WrapDim(*dim, rank));
-    if (rank > 0) {
-      plan.dims.outer = x.NumElements(0, axis);
-      plan.dims.n = x.dim(axis);
-      plan.dims.inner = x.NumElements(axis + 1, rank);
-      out_dims = x.dims();
-      if (keepdim) {
-        out_dims[axis] = 1;
-      } else {
-        out_dims.erase(out_dims.begin() + axis);
-      }
-    }
-  }
   const bool needs_element =
       op == ReduceOp::kMax || op == ReduceOp::kMin || op == ReduceOp::kArgmax;
+  if (needs_element && dims.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ToAbsl(ReduceOpName(op)), "() reduces over one dim, got ",
+                     dims.size(), " dims"));
+  }
+  plan.out_dtype = op == ReduceOp::kArgmax ? DType::kInt64 : plan.compute;
+  const int rank = x.rank();
+  // Which dims are reduced: all when none are named.
+  std::vector<bool> reduced(rank, dims.empty());
+  for (int64_t d : dims) {
+    ASSIGN_OR_RETURN(int axis, WrapDim(d, rank));
+    if (rank == 0) continue;  // a 0-d tensor's dim 0 is the tensor itself
+    if (reduced[axis]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dim ", axis, " appears multiple times in the list of dims"));
+    }
+    reduced[axis] = true;
+  }
+  std::vector<int64_t> kept, gone, out_dims;
+  for (int i = 0; i < rank; ++i) {
+    (reduced[i] ? gone : kept).push_back(i);
+    if (!reduced[i]) {
+      out_dims.push_back(x.dim(i));
+    } else if (keepdim) {
+      out_dims.push_back(1);
+    }
+  }
+  if (gone.empty()) {
+    plan.dims.n = x.NumElements();  // a 0-d tensor: its one element
+  } else if (gone.back() - gone.front() + 1 ==
+             static_cast<int64_t>(gone.size())) {
+    // One run of adjacent dims: [outer, n, inner] as the tensor lies.
+    plan.dims.outer = x.NumElements(0, gone.front());
+    plan.dims.n = x.NumElements(gone.front(), gone.back() + 1);
+    plan.dims.inner = x.NumElements(gone.back() + 1, rank);
+  } else {
+    // Kept dims first, reduced dims last: [outer, n, 1] after a permute.
+    plan.perm = kept;
+    plan.perm.insert(plan.perm.end(), gone.begin(), gone.end());
+    plan.dims.outer = plan.dims.n = 1;
+    for (int64_t i : kept) plan.dims.outer *= x.dim(static_cast<int>(i));
+    for (int64_t i : gone) plan.dims.n *= x.dim(static_cast<int>(i));
+  }
   if (needs_element && plan.dims.n == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(ToAbsl(ReduceOpName(op)),
@@ -236,6 +268,20 @@ absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
                      x.ToString(), ")"));
   }
   ASSIGN_OR_RETURN(plan.out, Shape::Make(out_dims));
+  return plan;
+}
+
+absl::StatusOr<SoftmaxPlan> PlanSoftmax(DType dtype, const Shape& x,
+                                        int64_t dim, bool log) {
+  if (!IsFloating(dtype)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "\"", log ? "log_softmax" : "softmax", "\" not implemented for '",
+        ToAbsl(DTypeName(dtype)), "'"));
+  }
+  SoftmaxPlan plan;
+  plan.compute = dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+  ASSIGN_OR_RETURN(const int axis, WrapDim(dim, x.rank()));
+  plan.axis = axis;
   return plan;
 }
 

@@ -96,11 +96,15 @@ struct CatPlan {
 // (naming the two shapes and the tensor's position) or a bad dim.
 absl::StatusOr<CatPlan> PlanCat(std::span<const OperandDesc> xs, int64_t dim);
 
-// sum/mean/max/min/argmax/norm over all elements (`dim` unset) or one dim.
+// sum/mean/max/min/argmax/norm over all elements (`dim` unset) or one dim;
+// sum/mean/norm also over several dims at once.
 struct ReducePlan {
   DType compute = DType::kFloat32;  // the input is cast to this first
   DType out_dtype = DType::kFloat32;
   Shape out;
+  // Reduced dims that are not one run of adjacent dims are first moved to
+  // the end: the input is permuted by `perm` (empty: no permute).
+  std::vector<int64_t> perm;
   Device::ReduceDims dims;  // outer x n x inner, reduced over n
 };
 // FAILED_PRECONDITION for mean or norm of a non-floating tensor (PyTorch's
@@ -108,6 +112,26 @@ struct ReducePlan {
 // empty dimension. Sum of an integer or bool tensor computes in int64.
 absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
                                       std::optional<int64_t> dim, bool keepdim);
+// Over every dim in `dims` (empty: all elements), as torch.sum(x, dims).
+// Besides PlanReduce's errors: INVALID_ARGUMENT "dim 1 appears multiple
+// times in the list of dims" (PyTorch's), and for more than one dim of
+// max/min/argmax, which reduce over one dim only.
+absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
+                                      std::span<const int64_t> dims,
+                                      bool keepdim);
+
+// softmax / log_softmax of x over `dim`: computed in `compute` (float32 for
+// the half types, the dtype itself for float32/float64) as
+// exp(x - max) / sum(exp(x - max)), the result in x's dtype and shape.
+struct SoftmaxPlan {
+  DType compute = DType::kFloat32;
+  int64_t axis = 0;  // the wrapped dim
+};
+// FAILED_PRECONDITION "\"softmax\" not implemented for 'int64'" for a
+// non-floating x (PyTorch has no integer softmax); INVALID_ARGUMENT for a
+// bad dim.
+absl::StatusOr<SoftmaxPlan> PlanSoftmax(DType dtype, const Shape& x,
+                                        int64_t dim, bool log);
 
 // x.permute(dims): `perm` holds the wrapped dims.
 struct PermutePlan {

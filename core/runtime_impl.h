@@ -174,8 +174,20 @@ class Runtime::Impl {
                                    const StoredTensor& b);
   absl::StatusOr<Output> LinearOut(const StoredTensor& x, const StoredTensor& w,
                                    const StoredTensor* bias);
+  // Over every dim of `dims` (all elements when empty).
   absl::StatusOr<Output> ReduceOut(ReduceOp op, const StoredTensor& x,
-                                   std::optional<int64_t> dim, bool keepdim);
+                                   std::span<const int64_t> dims, bool keepdim);
+  // Composite ops: planned once, run as device kernels of the families
+  // above (no kernel of their own).
+  absl::StatusOr<Output> SoftmaxOut(const StoredTensor& x, int64_t dim,
+                                    bool log);
+  // minimum(maximum(x, min), max), each bound optional (not both): a number
+  // or a tensor.
+  absl::StatusOr<Output> ClampOut(const StoredTensor& x,
+                                  const OpSpec::Bound& min,
+                                  const StoredTensor* min_tensor,
+                                  const OpSpec::Bound& max,
+                                  const StoredTensor* max_tensor);
   absl::StatusOr<Output> PermuteOut(const StoredTensor& x,
                                     std::span<const int64_t> dims);
   absl::StatusOr<Output> ReshapeOut(const StoredTensor& x,

@@ -177,7 +177,40 @@ absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
       ASSIGN_OR_RETURN(spec.reduce, FromProto(op.reduce().op()));
       RETURN_IF_ERROR(AddOperand(op.reduce().x(), "x", spec));
       if (op.reduce().has_dim()) spec.dim = op.reduce().dim();
+      if (!op.reduce().dims().empty()) {
+        if (spec.dim.has_value()) {
+          return absl::InvalidArgumentError(
+              "reduce: give either `dim` or `dims`, not both");
+        }
+        spec.reduce_dims.assign(op.reduce().dims().begin(),
+                                op.reduce().dims().end());
+      }
       spec.keepdim = op.reduce().keepdim();
+      break;
+    }
+    case v1::Op::kSoftmax:
+      spec.kind = Kind::kSoftmax;
+      RETURN_IF_ERROR(AddOperand(op.softmax().x(), "x", spec));
+      spec.dim = op.softmax().dim();
+      spec.log = op.softmax().log();
+      break;
+    case v1::Op::kClamp: {
+      const v1::ClampArgs& a = op.clamp();
+      spec.kind = Kind::kClamp;
+      RETURN_IF_ERROR(AddOperand(a.x(), "x", spec));
+      using Bound = core::OpSpec::Bound;
+      if (a.has_min()) {
+        spec.clamp_min.kind = Bound::Kind::kTensor;
+        RETURN_IF_ERROR(AddOperand(a.min(), "min", spec));
+      } else if (a.has_min_scalar()) {
+        spec.clamp_min = {Bound::Kind::kScalar, FromProto(a.min_scalar())};
+      }
+      if (a.has_max()) {
+        spec.clamp_max.kind = Bound::Kind::kTensor;
+        RETURN_IF_ERROR(AddOperand(a.max(), "max", spec));
+      } else if (a.has_max_scalar()) {
+        spec.clamp_max = {Bound::Kind::kScalar, FromProto(a.max_scalar())};
+      }
       break;
     }
     case v1::Op::kPermute:

@@ -6,9 +6,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -88,6 +90,23 @@ class Batch {
     return reduce(ReduceOp::kMean, x, dim, keepdim);
   }
   Value norm(Input x) { return reduce(ReduceOp::kNorm, x); }
+  Value reduce(ReduceOp op, Input x, std::span<const int64_t> dims,
+               bool keepdim = false);
+  Value sum(Input x, std::initializer_list<int64_t> dims,
+            bool keepdim = false) {
+    return reduce(ReduceOp::kSum, x, std::span(dims.begin(), dims.size()),
+                  keepdim);
+  }
+  Value mean(Input x, std::initializer_list<int64_t> dims,
+             bool keepdim = false) {
+    return reduce(ReduceOp::kMean, x, std::span(dims.begin(), dims.size()),
+                  keepdim);
+  }
+  Value softmax(Input x, int64_t dim);
+  Value log_softmax(Input x, int64_t dim);
+  Value clamp(Input x, std::optional<Scalar> min,
+              std::optional<Scalar> max = std::nullopt);
+  Value clamp(Input x, std::optional<Input> min, std::optional<Input> max);
   Value matmul(Input a, Input b);
   Value linear(Input x, Input weight, std::optional<Input> bias = std::nullopt);
   Value transpose(Input x, int64_t dim0, int64_t dim1);

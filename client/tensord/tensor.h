@@ -160,6 +160,28 @@ class Tensor {
     return reduce(ReduceOp::kArgmax, dim, keepdim);
   }
   Tensor norm() const { return reduce(ReduceOp::kNorm); }
+  // Over several dims at once: x.sum({0, 2}) (sum, mean and norm).
+  Tensor reduce(ReduceOp op, std::span<const int64_t> dims,
+                bool keepdim = false) const;
+  Tensor sum(std::initializer_list<int64_t> dims, bool keepdim = false) const {
+    return reduce(ReduceOp::kSum, std::span(dims.begin(), dims.size()),
+                  keepdim);
+  }
+  Tensor mean(std::initializer_list<int64_t> dims, bool keepdim = false) const {
+    return reduce(ReduceOp::kMean, std::span(dims.begin(), dims.size()),
+                  keepdim);
+  }
+
+  // torch.softmax / torch.log_softmax over `dim` (numerically stable);
+  // floating tensors only.
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  // torch.clamp: bounds both numbers or both tensors (broadcast), either
+  // one std::nullopt (not both): x.clamp(0, 1), x.clamp(std::nullopt, hi).
+  Tensor clamp(std::optional<Scalar> min,
+               std::optional<Scalar> max = std::nullopt) const;
+  Tensor clamp(const std::optional<Tensor>& min,
+               const std::optional<Tensor>& max) const;
 
   // torch.matmul shape rules; both operands of one dtype.
   Tensor matmul(const Tensor& other) const;

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -161,6 +162,139 @@ TEST_F(OpsClientTest, HalfPrecisionComputesOnTheCpu) {
   EXPECT_EQ((one + 0x1.0p-11).to(DType::kFloat32).fetch<float>()[0], 1.0f);
   EXPECT_EQ((one + 0x1.8p-11).to(DType::kFloat32).fetch<float>()[0],
             1.0f + 0x1.0p-10f);
+}
+
+// The code and message of the Error `f` throws (OK when it throws none).
+template <typename F>
+Error ErrorOf(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  return Error(StatusCode::OK, "");
+}
+
+// softmax/log_softmax against the definition in double, on rows whose
+// exponentials overflow float (the max is subtracted first).
+TEST_F(OpsClientTest, SoftmaxIsStableAndMatchesItsDefinition) {
+  Client& c = *client_;
+  const std::vector<std::vector<float>> rows = {
+      {1000, 1001, 999}, {-3, 0.5f, 2}, {0, 0, 0}};
+  auto x = c.tensor<float>({{1000, 1001, 999}, {-3, 0.5f, 2}, {0, 0, 0}});
+  std::vector<float> soft, log_soft;
+  for (const auto& row : rows) {
+    double max = row[0], sum = 0;
+    for (float v : row) max = std::max<double>(max, v);
+    for (float v : row) sum += std::exp(v - max);
+    for (float v : row) {
+      soft.push_back(static_cast<float>(std::exp(v - max) / sum));
+      log_soft.push_back(static_cast<float>(v - max - std::log(sum)));
+    }
+  }
+  EXPECT_THAT(x.softmax(-1).fetch<float>(), Pointwise(FloatNear(1e-6f), soft));
+  EXPECT_THAT(x.softmax(1).fetch<float>(), Pointwise(FloatNear(1e-6f), soft));
+  EXPECT_THAT(x.log_softmax(1).fetch<float>(),
+              Pointwise(FloatNear(2e-5f), log_soft));
+  // Over dim 0: the columns of the transpose.
+  EXPECT_THAT(x.t().softmax(0).t().fetch<float>(),
+              Pointwise(FloatNear(1e-6f), soft));
+  // Each row sums to one; the dtype and shape stay.
+  auto s = x.softmax(1);
+  EXPECT_EQ(s.dtype(), DType::kFloat32);
+  EXPECT_THAT(s.shape(), ElementsAre(3, 3));
+  EXPECT_THAT(s.sum(1).fetch<float>(), Pointwise(FloatNear(1e-6f), {1, 1, 1}));
+  // Half precision computes in float32 and rounds once (these inputs are
+  // float16 values; float16 has 11 significant bits).
+  auto h = x.to(DType::kFloat16).softmax(1);
+  EXPECT_EQ(h.dtype(), DType::kFloat16);
+  EXPECT_THAT(h.to(DType::kFloat32).fetch<float>(),
+              Pointwise(FloatNear(5e-4f), soft));
+  // No temporaries are left behind.
+  const uint64_t held = Held();
+  { auto tmp = x.log_softmax(0); }
+  EXPECT_EQ(Held(), held);
+  Error ints = ErrorOf([&] { c.tensor<int64_t>({1, 2}).softmax(0); });
+  EXPECT_EQ(ints.code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(ints.message(), "\"softmax\" not implemented for 'int64'");
+  EXPECT_EQ(ErrorOf([&] { x.softmax(2); }).code(),
+            StatusCode::INVALID_ARGUMENT);
+  // An empty tensor's softmax is empty.
+  EXPECT_THAT(c.zeros({0, 3}).softmax(1).shape(), ElementsAre(0, 3));
+  Batch b = c.batch();
+  auto bs = b.log_softmax(b.mul(x, 1.0), 1);
+  b.keep(bs);
+  EXPECT_THAT(b.run()[bs].fetch<float>(),
+              Pointwise(FloatNear(2e-5f), log_soft));
+}
+
+TEST_F(OpsClientTest, SumAndMeanOverSeveralDims) {
+  Client& c = *client_;
+  auto x = c.arange(0, 24, 1, DType::kFloat32).reshape({2, 3, 4});
+  // Over dims 0 and 2 (apart): sum over i, k of 12 i + 4 j + k.
+  EXPECT_THAT(x.sum({0, 2}).fetch<float>(), ElementsAre(60, 92, 124));
+  EXPECT_THAT(x.sum({2, 0}, true).shape(), ElementsAre(1, 3, 1));
+  // Over dims 1 and 2 (adjacent).
+  EXPECT_THAT(x.mean({-1, 1}).fetch<float>(), ElementsAre(5.5, 17.5));
+  EXPECT_THAT(x.sum({0, 1, 2}).fetch<float>(), ElementsAre(276));
+  auto i = c.tensor<int32_t>({{1, 2}, {3, 4}});
+  EXPECT_EQ(i.sum({0, 1}).dtype(), DType::kInt64);
+  Error dup = ErrorOf([&] { x.sum({1, -2}); });
+  EXPECT_EQ(dup.code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(dup.message(), "dim 1 appears multiple times in the list of dims");
+  EXPECT_EQ(ErrorOf([&] {
+              i.mean({0, 1});
+            }).code(),
+            StatusCode::FAILED_PRECONDITION);
+  Batch b = c.batch();
+  auto m = b.mean(x, {0, 2}, true);
+  b.keep(m);
+  BatchResults r = b.run();
+  EXPECT_THAT(r[m].shape(), ElementsAre(1, 3, 1));
+  EXPECT_THAT(r[m].fetch<float>(), ElementsAre(7.5, 11.5, 15.5));
+}
+
+TEST_F(OpsClientTest, ClampTakesNumbersOrTensorsAndPropagatesNan) {
+  Client& c = *client_;
+  auto x = c.tensor<float>({-2, -0.5f, 0.5f, 2, NAN});
+  auto lo_hi = x.clamp(-1, 1).fetch<float>();
+  EXPECT_THAT(std::vector<float>(lo_hi.begin(), lo_hi.end() - 1),
+              ElementsAre(-1, -0.5, 0.5, 1));
+  EXPECT_TRUE(std::isnan(lo_hi.back()));
+  EXPECT_THAT(x.clamp(0).fetch<float>()[0], 0);              // min only
+  EXPECT_EQ(x.clamp(std::nullopt, 0).fetch<float>()[3], 0);  // max only
+  // min > max gives max everywhere (PyTorch).
+  EXPECT_THAT(c.tensor<float>({-5, 0, 5}).clamp(2, 1).fetch<float>(),
+              ElementsAre(1, 1, 1));
+  // Tensor bounds broadcast: per-column limits.
+  auto m = c.tensor<float>({{-3, 0, 3}, {3, 0, -3}});
+  auto lo = c.tensor<float>({-1, 1, -2});
+  auto hi = c.tensor<float>({1, 2, 2});
+  EXPECT_THAT(m.clamp(lo, hi).fetch<float>(), ElementsAre(-1, 1, 2, 1, 1, -2));
+  EXPECT_THAT(m.clamp(std::nullopt, hi).fetch<float>(),
+              ElementsAre(-3, 0, 2, 1, 0, -3));
+  // Promotion: an integer tensor with a float bound gives float32.
+  auto i = c.tensor<int32_t>({-3, 0, 3});
+  EXPECT_EQ(i.clamp(0, 2).dtype(), DType::kInt32);
+  EXPECT_THAT(i.clamp(0, 2).fetch<int32_t>(), ElementsAre(0, 0, 2));
+  EXPECT_EQ(i.clamp(0.5).dtype(), DType::kFloat32);
+  EXPECT_THAT(i.clamp(0.5).fetch<float>(), ElementsAre(0.5, 0.5, 3));
+  Error none = ErrorOf([&] { x.clamp(std::optional<Scalar>()); });
+  EXPECT_EQ(none.code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(none.message(),
+            "torch.clamp: At least one of 'min' or 'max' must not be None");
+  EXPECT_EQ(ErrorOf([&] {
+              m.clamp(c.tensor<float>({1, 2}), hi);
+            }).code(),
+            StatusCode::INVALID_ARGUMENT);  // shapes do not broadcast
+  Batch b = c.batch();
+  auto v1 = b.clamp(m, -1.0, 1.0);
+  auto v2 = b.clamp(m, lo, std::nullopt);
+  b.keep(v1);
+  b.keep(v2);
+  BatchResults r = b.run();
+  EXPECT_THAT(r[v1].fetch<float>(), ElementsAre(-1, 0, 1, 1, 0, -1));
+  EXPECT_THAT(r[v2].fetch<float>(), ElementsAre(-1, 1, 3, 3, 1, -2));
 }
 
 TEST_F(OpsClientTest, BatchRunsInOneRoundTripAndFreesTheRest) {

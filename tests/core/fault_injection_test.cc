@@ -31,6 +31,7 @@
 #include "absl/strings/str_join.h"
 #include "core/absl_compat.h"
 #include "core/cpu/cpu_device.h"
+#include "core/half.h"
 #include "core/runtime.h"
 #include "core/shared_memory.h"
 #include "core/status.h"
@@ -88,6 +89,19 @@ Input F64(std::vector<int64_t> dims, double start = 0.25, double step = 1.5) {
 }
 Input I32(std::vector<int64_t> dims, double start = -3, double step = 1) {
   return Sequence<int32_t>(DType::kInt32, std::move(dims), start, step);
+}
+// F32's values rounded to bfloat16.
+Input BF16(std::vector<int64_t> dims, double start = -2.5, double step = 0.75) {
+  const Input f = F32(std::move(dims), start, step);
+  Input h{DType::kBFloat16, f.dims, {}};
+  for (size_t i = 0; i < f.bytes.size(); i += 4) {
+    float v;
+    std::memcpy(&v, &f.bytes[i], 4);
+    const uint16_t bits = FloatToBFloat16Bits(v);
+    h.bytes.push_back(static_cast<uint8_t>(bits & 0xff));
+    h.bytes.push_back(static_cast<uint8_t>(bits >> 8));
+  }
+  return h;
 }
 
 // A float32 tensor of `bytes` bytes whose bytes all differ from their
@@ -620,6 +634,51 @@ std::vector<OpCase> OpCases() {
              op(K::kCat, {x, y}),
              {S::kCast, S::kCopyBlocks}};
     c.op.dim = 0;
+    cases.push_back(c);
+  }
+  {
+    OpCase c{"silu", {F32({2, 3})}, op(K::kUnary, {x}), {S::kUnary}};
+    c.op.unary = UnaryOp::kSilu;
+    cases.push_back(c);
+  }
+  {
+    // Dims 0 and 2 are apart: a permute, then one reduce.
+    OpCase c{"sum_two_dims",
+             {F32({2, 3, 4})},
+             op(K::kReduce, {x}),
+             {S::kPermute, S::kReduce}};
+    c.op.reduce = ReduceOp::kSum;
+    c.op.reduce_dims = {0, 2};
+    cases.push_back(c);
+  }
+  {
+    // A composite: max, sub, exp, sum, log, sub, each a kernel that may
+    // fail, each temporary freed.
+    OpCase c{"log_softmax",
+             {F32({3, 4}, 1.0, -0.3)},
+             op(K::kSoftmax, {x}),
+             {S::kReduce, S::kBinary, S::kUnary}};
+    c.op.dim = 1;
+    c.op.log = true;
+    cases.push_back(c);
+  }
+  {
+    // bfloat16: cast to float32 and back around the composite.
+    OpCase c{"softmax_half",
+             {BF16({2, 3}, 1.0, 0.5)},
+             op(K::kSoftmax, {x}),
+             {S::kCast, S::kReduce, S::kBinary, S::kUnary}};
+    c.op.dim = 0;
+    cases.push_back(c);
+  }
+  {
+    // A tensor min (broadcast) and a number max: two binary kernels.
+    OpCase c{"clamp",
+             {F32({2, 3}, 1.0, -0.4), F32({3})},
+             op(K::kClamp, {x, y}),
+             {S::kBinary}};
+    c.op.clamp_min.kind = OpSpec::Bound::Kind::kTensor;
+    c.op.clamp_max = {OpSpec::Bound::Kind::kScalar, Scalar::Float(0.5)};
     cases.push_back(c);
   }
   return cases;

@@ -126,6 +126,81 @@ TEST(PlannerTest, ReduceErrors) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(PlannerTest, ReduceOverSeveralDims) {
+  const Shape x = S({2, 3, 4, 5});
+  // Adjacent dims: one [outer, n, inner] view, no permute.
+  const int64_t mid[] = {2, 1};
+  auto adjacent = PlanReduce(ReduceOp::kSum, DType::kFloat32, x, mid, false);
+  ASSERT_TRUE(adjacent.ok()) << adjacent.status();
+  EXPECT_TRUE(adjacent->perm.empty());
+  EXPECT_EQ(adjacent->dims.outer, 2);
+  EXPECT_EQ(adjacent->dims.n, 12);
+  EXPECT_EQ(adjacent->dims.inner, 5);
+  EXPECT_EQ(adjacent->out, S({2, 5}));
+  // Apart: the kept dims first, the reduced ones last, after a permute.
+  const int64_t apart[] = {0, -2};
+  auto mean = PlanReduce(ReduceOp::kMean, DType::kFloat64, x, apart, true);
+  ASSERT_TRUE(mean.ok()) << mean.status();
+  EXPECT_EQ(mean->perm, (std::vector<int64_t>{1, 3, 0, 2}));
+  EXPECT_EQ(mean->dims.outer, 15);
+  EXPECT_EQ(mean->dims.n, 8);
+  EXPECT_EQ(mean->dims.inner, 1);
+  EXPECT_EQ(mean->out, S({1, 3, 1, 5}));
+  // Every dim named is all of them; none named is all too.
+  const int64_t every[] = {3, 0, 1, 2};
+  auto all = PlanReduce(ReduceOp::kNorm, DType::kFloat32, x, every, false);
+  EXPECT_TRUE(all->perm.empty());
+  EXPECT_EQ(all->dims.n, 120);
+  EXPECT_EQ(all->out, S({}));
+  // A 0-d tensor reduces over its one element, for dim 0 or -1.
+  const int64_t zero[] = {0, -1};
+  auto scalar =
+      PlanReduce(ReduceOp::kSum, DType::kInt32, S({}), {zero, 1}, true);
+  EXPECT_EQ(scalar->dims.n, 1);
+  EXPECT_EQ(scalar->out, S({}));
+}
+
+TEST(PlannerTest, ReduceOverSeveralDimsErrors) {
+  const Shape x = S({2, 3, 4});
+  const int64_t twice[] = {1, -2};
+  auto dup = PlanReduce(ReduceOp::kSum, DType::kFloat32, x, twice, false);
+  EXPECT_EQ(dup.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(dup.status()),
+            "dim 1 appears multiple times in the list of dims");
+  const int64_t two[] = {0, 1};
+  auto max = PlanReduce(ReduceOp::kMax, DType::kFloat32, x, two, false);
+  EXPECT_EQ(max.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(max.status()), "max() reduces over one dim, got 2 dims");
+  const int64_t bad[] = {0, 3};
+  EXPECT_THAT(
+      Message(
+          PlanReduce(ReduceOp::kSum, DType::kFloat32, x, bad, false).status()),
+      HasSubstr("Dimension out of range (expected to be in range of [-3, 2], "
+                "but got 3)"));
+  auto mean = PlanReduce(ReduceOp::kMean, DType::kInt32, x, two, false);
+  EXPECT_EQ(mean.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(PlannerTest, Softmax) {
+  auto f = PlanSoftmax(DType::kFloat32, S({2, 3}), -1, false);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->compute, DType::kFloat32);
+  EXPECT_EQ(f->axis, 1);
+  EXPECT_EQ(PlanSoftmax(DType::kFloat64, S({2}), 0, true)->compute,
+            DType::kFloat64);
+  // Half precision computes in float32.
+  EXPECT_EQ(PlanSoftmax(DType::kBFloat16, S({2}), 0, false)->compute,
+            DType::kFloat32);
+  EXPECT_EQ(PlanSoftmax(DType::kFloat32, S({}), -1, false)->axis, 0);
+  auto ints = PlanSoftmax(DType::kInt64, S({3}), 0, false);
+  EXPECT_EQ(ints.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Message(ints.status()), "\"softmax\" not implemented for 'int64'");
+  EXPECT_EQ(Message(PlanSoftmax(DType::kBool, S({3}), 0, true).status()),
+            "\"log_softmax\" not implemented for 'bool'");
+  EXPECT_EQ(PlanSoftmax(DType::kFloat32, S({3}), 1, false).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(PlannerTest, Permute) {
   const int64_t order[] = {2, 0, -2};
   auto p = PlanPermute(S({2, 3, 4}), order);
