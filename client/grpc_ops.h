@@ -8,6 +8,7 @@
 #include <span>
 #include <string_view>
 #include <utility>
+#include <variant>
 
 #include "client/grpc_session.h"
 #include "tensord/client.h"
@@ -38,6 +39,10 @@ v1::Op ReduceOpMsg(ReduceOp op, v1::Operand x, std::optional<int64_t> dim,
                    bool keepdim);
 v1::Op ReduceOpMsg(ReduceOp op, v1::Operand x, std::span<const int64_t> dims,
                    bool keepdim);
+// torch.where: input and other each a tensor operand or a number.
+using OperandOrNumber = std::variant<v1::Operand, Scalar>;
+v1::Op WhereOpMsg(v1::Operand cond, OperandOrNumber input,
+                  OperandOrNumber other);
 v1::Op SoftmaxOpMsg(v1::Operand x, int64_t dim, bool log);
 v1::Op ClampOpMsg(v1::Operand x, const std::optional<Scalar>& min,
                   const std::optional<Scalar>& max);

@@ -81,6 +81,24 @@ v1::Op ReduceOpMsg(ReduceOp op, v1::Operand x, std::span<const int64_t> dims,
   return m;
 }
 
+v1::Op WhereOpMsg(v1::Operand cond, OperandOrNumber input,
+                  OperandOrNumber other) {
+  v1::Op m;
+  v1::WhereArgs* args = m.mutable_where();
+  *args->mutable_condition() = std::move(cond);
+  if (auto* t = std::get_if<v1::Operand>(&input)) {
+    *args->mutable_input() = std::move(*t);
+  } else {
+    *args->mutable_input_scalar() = ToProto(std::get<Scalar>(input));
+  }
+  if (auto* t = std::get_if<v1::Operand>(&other)) {
+    *args->mutable_other() = std::move(*t);
+  } else {
+    *args->mutable_other_scalar() = ToProto(std::get<Scalar>(other));
+  }
+  return m;
+}
+
 v1::Op SoftmaxOpMsg(v1::Operand x, int64_t dim, bool log) {
   v1::Op m;
   v1::SoftmaxArgs* args = m.mutable_softmax();
@@ -366,6 +384,25 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   return RunOp(tensors[0], internal::CatOpMsg(std::move(xs), dim));
 }
 
+Tensor where(const Tensor& condition, const Tensor& input,
+             const Tensor& other) {
+  return RunOp(condition, internal::WhereOpMsg(HandleOperand(condition),
+                                               HandleOperand(input),
+                                               HandleOperand(other)));
+}
+Tensor where(const Tensor& condition, const Tensor& input, Scalar other) {
+  return RunOp(condition, internal::WhereOpMsg(HandleOperand(condition),
+                                               HandleOperand(input), other));
+}
+Tensor where(const Tensor& condition, Scalar input, const Tensor& other) {
+  return RunOp(condition, internal::WhereOpMsg(HandleOperand(condition), input,
+                                               HandleOperand(other)));
+}
+Tensor where(const Tensor& condition, Scalar input, Scalar other) {
+  return RunOp(condition,
+               internal::WhereOpMsg(HandleOperand(condition), input, other));
+}
+
 // --- Batch ------------------------------------------------------------------
 
 namespace {
@@ -443,6 +480,28 @@ Batch::Value Batch::matmul(Input a, Input b) {
 Batch::Value Batch::reduce(ReduceOp op, Input x, std::span<const int64_t> dims,
                            bool keepdim) {
   const v1::Op m = internal::ReduceOpMsg(op, TENSORD_OPERAND(x), dims, keepdim);
+  return Record(&m);
+}
+
+Batch::Value Batch::where(Input condition, Input input, Input other) {
+  const v1::Op m =
+      internal::WhereOpMsg(TENSORD_OPERAND(condition), TENSORD_OPERAND(input),
+                           TENSORD_OPERAND(other));
+  return Record(&m);
+}
+Batch::Value Batch::where(Input condition, Input input, Scalar other) {
+  const v1::Op m = internal::WhereOpMsg(TENSORD_OPERAND(condition),
+                                        TENSORD_OPERAND(input), other);
+  return Record(&m);
+}
+Batch::Value Batch::where(Input condition, Scalar input, Input other) {
+  const v1::Op m = internal::WhereOpMsg(TENSORD_OPERAND(condition), input,
+                                        TENSORD_OPERAND(other));
+  return Record(&m);
+}
+Batch::Value Batch::where(Input condition, Scalar input, Scalar other) {
+  const v1::Op m =
+      internal::WhereOpMsg(TENSORD_OPERAND(condition), input, other);
   return Record(&m);
 }
 

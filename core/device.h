@@ -89,6 +89,22 @@ enum class OpKind {
   kMatMul,
   kUnary,
   kReduce,
+  kWhere,
+};
+
+// A kernel that arrives through Device::Launch, named by its kind: the one
+// entry point new kernels take, so that adding one adds an enumerator and a
+// kernel, never a method (ggml's backend interface). The kernel families
+// with a method of their own below are to move here in turn.
+enum class KernelKind {
+  // inputs = {cond (bool), x, y}: out = cond ? x : y elementwise, all three
+  // broadcast to out.shape; x, y and out share one dtype (any).
+  kWhere,
+};
+struct KernelCall {
+  KernelKind kind = KernelKind::kWhere;
+  std::vector<TensorRef> inputs;  // borrowed for the call
+  TensorRef out;
 };
 
 class Device {
@@ -173,6 +189,11 @@ class Device {
   };
   virtual absl::Status CopyBlocks(const BlockCopy& copy, const Buffer& src,
                                   Buffer& dst) = 0;
+
+  // Runs `call` (a planned call: shapes and dtypes as its kind documents).
+  // FAILED_PRECONDITION for a kind or dtype this device does not implement
+  // (Supports says which); the error of the kernel otherwise.
+  virtual absl::Status Launch(const KernelCall& call) = 0;
 
   // Waits until every queued kernel and copy on this device has finished.
   virtual absl::Status Synchronize() = 0;

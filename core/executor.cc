@@ -264,6 +264,48 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::SoftmaxOut(
   return CastOut(*wide, x.dtype);
 }
 
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::WhereOut(
+    const StoredTensor& cond, const OpSpec::Bound& x_arg, const StoredTensor* x,
+    const OpSpec::Bound& y_arg, const StoredTensor* y) {
+  DeviceSlot& slot = SlotOf(cond.device);
+  Device& device = *cond.device;
+  const OperandDesc cond_desc{cond.dtype, cond.shape};
+  std::optional<OperandDesc> x_desc, y_desc;
+  if (x != nullptr) x_desc.emplace(OperandDesc{x->dtype, x->shape});
+  if (y != nullptr) y_desc.emplace(OperandDesc{y->dtype, y->shape});
+  ASSIGN_OR_RETURN(WherePlan plan,
+                   PlanWhere(cond_desc, x_desc ? &*x_desc : nullptr,
+                             x == nullptr ? &x_arg.scalar : nullptr,
+                             y_desc ? &*y_desc : nullptr,
+                             y == nullptr ? &y_arg.scalar : nullptr));
+  RETURN_IF_ERROR(device.Supports(OpKind::kWhere, plan.dtype));
+  // Each branch in the result dtype: a tensor (cast when it differs) or the
+  // number as a 0-d tensor, broadcast by the kernel.
+  Output x_temp, y_temp;
+  auto branch = [&](const StoredTensor* t, const OpSpec::Bound& arg,
+                    Output& temp) -> absl::StatusOr<TensorRef> {
+    if (t == nullptr) {
+      ASSIGN_OR_RETURN(temp, ScalarTensor(slot, arg.scalar, plan.dtype));
+      return temp.ref();
+    }
+    if (t->dtype != plan.dtype) {
+      RETURN_IF_ERROR(device.Supports(OpKind::kCast, t->dtype));
+      RETURN_IF_ERROR(device.Supports(OpKind::kCast, plan.dtype));
+    }
+    return AsDType(slot, *t, plan.dtype, temp);
+  };
+  ASSIGN_OR_RETURN(const TensorRef x_ref, branch(x, x_arg, x_temp));
+  ASSIGN_OR_RETURN(const TensorRef y_ref, branch(y, y_arg, y_temp));
+  ASSIGN_OR_RETURN(Output out,
+                   AllocateOutput(slot, plan.dtype, std::move(plan.out)));
+  KernelCall call;
+  call.kind = KernelKind::kWhere;
+  call.inputs = {RefOf(cond), x_ref, y_ref};
+  call.out = out.ref();
+  RETURN_IF_ERROR(device.Launch(call));
+  return out;
+}
+
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ClampOut(
     const StoredTensor& x, const OpSpec::Bound& min,
     const StoredTensor* min_tensor, const OpSpec::Bound& max,
@@ -453,11 +495,21 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
     case OpSpec::Kind::kCat:
       RETURN_IF_ERROR(arity(1, 1024));
       break;
-    case OpSpec::Kind::kClamp: {
+    case OpSpec::Kind::kClamp:
+    case OpSpec::Kind::kWhere: {
       using Kind = OpSpec::Bound::Kind;
-      const size_t n = 1 + (op.clamp_min.kind == Kind::kTensor ? 1 : 0) +
-                       (op.clamp_max.kind == Kind::kTensor ? 1 : 0);
+      const bool clamp = op.kind == OpSpec::Kind::kClamp;
+      size_t n = 1;
+      for (const OpSpec::Bound* b : {clamp ? &op.clamp_min : &op.where_input,
+                                     clamp ? &op.clamp_max : &op.where_other}) {
+        if (b->kind == Kind::kTensor) ++n;
+      }
       RETURN_IF_ERROR(arity(n, n));
+      if (!clamp && (op.where_input.kind == Kind::kNone ||
+                     op.where_other.kind == Kind::kNone)) {
+        return absl::InvalidArgumentError(
+            "where takes an input and an other (each a tensor or a number)");
+      }
       break;
     }
     default:
@@ -505,6 +557,18 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
       const StoredTensor* hi =
           max_tensor ? in[min_tensor ? 2 : 1].tensor.get() : nullptr;
       out = ClampOut(x, op.clamp_min, lo, op.clamp_max, hi);
+      break;
+    }
+    case OpSpec::Kind::kWhere: {
+      using Kind = OpSpec::Bound::Kind;
+      size_t next = 1;
+      const StoredTensor* input = op.where_input.kind == Kind::kTensor
+                                      ? in[next++].tensor.get()
+                                      : nullptr;
+      const StoredTensor* other = op.where_other.kind == Kind::kTensor
+                                      ? in[next++].tensor.get()
+                                      : nullptr;
+      out = WhereOut(x, op.where_input, input, op.where_other, other);
       break;
     }
     case OpSpec::Kind::kPermute:

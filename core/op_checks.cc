@@ -72,6 +72,8 @@ std::string_view OpKindName(OpKind op) {
       return "unary";
     case OpKind::kReduce:
       return "reduce";
+    case OpKind::kWhere:
+      return "where";
   }
   return "unknown";
 }

@@ -56,6 +56,8 @@ std::string OpName(const OpSpec& op) {
       return op.log ? "log_softmax" : "softmax";
     case OpSpec::Kind::kClamp:
       return "clamp";
+    case OpSpec::Kind::kWhere:
+      return "where";
   }
   return "unknown";
 }

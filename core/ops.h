@@ -67,7 +67,8 @@ struct OpSpec {
     kCast,       // inputs[0].to(dtype) (always a new tensor)
     kInPlace,    // in_place(inputs[0], inputs[1] or scalar)
     kSoftmax,    // softmax (log_softmax when `log`) of inputs[0] over `dim`
-    kClamp,      // clamp(inputs[0], min, max): see `clamp`
+    kClamp,      // clamp(inputs[0], min, max): see `clamp_min`
+    kWhere,      // where(inputs[0], input, other): see `where_input`
   };
   Kind kind = Kind::kBinary;
   BinaryOp binary = BinaryOp::kAdd;
@@ -89,14 +90,16 @@ struct OpSpec {
   int64_t length = 0;             // kNarrow
   DType dtype = DType::kFloat32;  // kCast
   Scalar alpha = Scalar::Int(1);  // kAxpy
-  // kClamp: each bound absent, a number, or a tensor (the next of `inputs`
-  // after x, min before max).
+  // An operand that may be absent, a number, or a tensor (then the next of
+  // `inputs`, in the order of the fields below).
   struct Bound {
     enum class Kind { kNone, kScalar, kTensor };
     Kind kind = Kind::kNone;
     Scalar scalar;  // kScalar
   };
-  Bound clamp_min, clamp_max;
+  Bound clamp_min, clamp_max;  // kClamp: either may be absent, not both
+  // kWhere: inputs[0] is the condition; both are required.
+  Bound where_input, where_other;
 };
 
 // A short name for messages: "add", "matmul", "sum", "sub_", "cat", ...

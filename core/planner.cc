@@ -271,6 +271,37 @@ absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
   return plan;
 }
 
+absl::StatusOr<WherePlan> PlanWhere(const OperandDesc& cond,
+                                    const OperandDesc* x,
+                                    const Scalar* x_scalar,
+                                    const OperandDesc* y,
+                                    const Scalar* y_scalar) {
+  if (cond.dtype != DType::kBool) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "where expected condition to be a boolean tensor, but got a tensor "
+        "with dtype ",
+        ToAbsl(DTypeName(cond.dtype))));
+  }
+  WherePlan plan;
+  plan.out = cond.shape;
+  for (const OperandDesc* t : {x, y}) {
+    if (t == nullptr) continue;
+    ASSIGN_OR_RETURN(plan.out, BroadcastShapes(plan.out, t->shape));
+  }
+  if (x != nullptr && y != nullptr) {
+    plan.dtype = ResultType(x->dtype, x->shape.rank() == 0, y->dtype,
+                            y->shape.rank() == 0);
+  } else if (x != nullptr || y != nullptr) {
+    plan.dtype = ScalarResultType(x != nullptr ? x->dtype : y->dtype,
+                                  x != nullptr ? *y_scalar : *x_scalar);
+  } else {
+    plan.dtype = x_scalar->is_integral && y_scalar->is_integral
+                     ? DType::kInt64
+                     : DType::kFloat32;
+  }
+  return plan;
+}
+
 absl::StatusOr<SoftmaxPlan> PlanSoftmax(DType dtype, const Shape& x,
                                         int64_t dim, bool log) {
   if (!IsFloating(dtype)) {

@@ -120,6 +120,23 @@ absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
                                       std::span<const int64_t> dims,
                                       bool keepdim);
 
+// torch.where(cond, x, y): x and y each a tensor or a number (`*_scalar`
+// set, the desc then null); the result dtype is theirs promoted (two
+// numbers: int64 if both are integers, float32 otherwise), the shape the
+// broadcast of all three.
+struct WherePlan {
+  DType dtype = DType::kFloat32;
+  Shape out;
+};
+// INVALID_ARGUMENT "where expected condition to be a boolean tensor, but got
+// a tensor with dtype float32" (PyTorch's) for a non-bool condition, and for
+// shapes that do not broadcast.
+absl::StatusOr<WherePlan> PlanWhere(const OperandDesc& cond,
+                                    const OperandDesc* x,
+                                    const Scalar* x_scalar,
+                                    const OperandDesc* y,
+                                    const Scalar* y_scalar);
+
 // softmax / log_softmax of x over `dim`: computed in `compute` (float32 for
 // the half types, the dtype itself for float32/float64) as
 // exp(x - max) / sum(exp(x - max)), the result in x's dtype and shape.

@@ -183,6 +183,13 @@ class Runtime::Impl {
                                     bool log);
   // minimum(maximum(x, min), max), each bound optional (not both): a number
   // or a tensor.
+  // where(cond, x, y): x and y each a number or a tensor (as in `x_arg`,
+  // `y_arg`); one kernel through Device::Launch.
+  absl::StatusOr<Output> WhereOut(const StoredTensor& cond,
+                                  const OpSpec::Bound& x_arg,
+                                  const StoredTensor* x,
+                                  const OpSpec::Bound& y_arg,
+                                  const StoredTensor* y);
   absl::StatusOr<Output> ClampOut(const StoredTensor& x,
                                   const OpSpec::Bound& min,
                                   const StoredTensor* min_tensor,

@@ -409,6 +409,15 @@ inline bool VisitUnaryOp(UnaryOp op, F&& f) {
   return false;
 }
 
+// torch.where's element: x where the condition holds, y elsewhere (any
+// type; a pure selection, no arithmetic).
+struct Select {
+  template <typename T>
+  TENSORD_HOST_DEVICE T operator()(Bool8 cond, T x, T y) const {
+    return cond != 0 ? x : y;
+  }
+};
+
 // ---- Reductions -----------------------------------------------------------
 // Sum-like (sum, mean, norm): acc = sum of ReduceTerm over the elements,
 // then ReduceFinish. Max-like (max, min, argmax): the element that Wins.

@@ -194,6 +194,31 @@ absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
       spec.dim = op.softmax().dim();
       spec.log = op.softmax().log();
       break;
+    case v1::Op::kWhere: {
+      const v1::WhereArgs& a = op.where();
+      spec.kind = Kind::kWhere;
+      RETURN_IF_ERROR(AddOperand(a.condition(), "condition", spec));
+      using Bound = core::OpSpec::Bound;
+      if (a.has_input()) {
+        spec.where_input.kind = Bound::Kind::kTensor;
+        RETURN_IF_ERROR(AddOperand(a.input(), "input", spec));
+      } else if (a.has_input_scalar()) {
+        spec.where_input = {Bound::Kind::kScalar, FromProto(a.input_scalar())};
+      } else {
+        return absl::InvalidArgumentError(
+            "where: `input` is not set: give a tensor or a number");
+      }
+      if (a.has_other()) {
+        spec.where_other.kind = Bound::Kind::kTensor;
+        RETURN_IF_ERROR(AddOperand(a.other(), "other", spec));
+      } else if (a.has_other_scalar()) {
+        spec.where_other = {Bound::Kind::kScalar, FromProto(a.other_scalar())};
+      } else {
+        return absl::InvalidArgumentError(
+            "where: `other` is not set: give a tensor or a number");
+      }
+      break;
+    }
     case v1::Op::kClamp: {
       const v1::ClampArgs& a = op.clamp();
       spec.kind = Kind::kClamp;

@@ -102,6 +102,11 @@ class Batch {
     return reduce(ReduceOp::kMean, x, std::span(dims.begin(), dims.size()),
                   keepdim);
   }
+  // torch.where; input and other each an Input or a number.
+  Value where(Input condition, Input input, Input other);
+  Value where(Input condition, Input input, Scalar other);
+  Value where(Input condition, Scalar input, Input other);
+  Value where(Input condition, Scalar input, Scalar other);
   Value softmax(Input x, int64_t dim);
   Value log_softmax(Input x, int64_t dim);
   Value clamp(Input x, std::optional<Scalar> min,

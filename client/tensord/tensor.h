@@ -285,6 +285,13 @@ Tensor linear(const Tensor& x, const Tensor& weight,
               const std::optional<Tensor>& bias = std::nullopt);
 // torch.cat along `dim`; all tensors on one device.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// torch.where(condition, input, other): input where the bool condition
+// holds, other elsewhere, all broadcast; input and other each a tensor or a
+// number, their dtypes promoted.
+Tensor where(const Tensor& condition, const Tensor& input, const Tensor& other);
+Tensor where(const Tensor& condition, const Tensor& input, Scalar other);
+Tensor where(const Tensor& condition, Scalar input, const Tensor& other);
+Tensor where(const Tensor& condition, Scalar input, Scalar other);
 
 }  // namespace tensord::client
 

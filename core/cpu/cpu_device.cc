@@ -140,6 +140,7 @@ class CpuDevice final : public Device {
         ok = dtype != DType::kBool;
         break;
       case OpKind::kFill:
+      case OpKind::kWhere:
       case OpKind::kCast:
       case OpKind::kBinary:
       case OpKind::kUnary:
@@ -249,6 +250,23 @@ class CpuDevice final : public Device {
       std::memcpy(d + r * c.dst_stride, s + r * c.src_stride, c.row_bytes);
     }
     return absl::OkStatus();
+  }
+
+  absl::Status Launch(const KernelCall& call) override {
+    switch (call.kind) {
+      case KernelKind::kWhere: {
+        if (call.inputs.size() != 3) break;
+        const TensorRef& c = call.inputs[0];
+        const TensorRef& x = call.inputs[1];
+        const TensorRef& y = call.inputs[2];
+        return cpu::WhereKernel(
+            x.dtype, c.buffer->data(), c.shape, x.buffer->data(), x.shape,
+            y.buffer->data(), y.shape, call.out.buffer->data(), call.out.shape);
+      }
+    }
+    return absl::InternalError(absl::StrCat(
+        name_, ": malformed kernel call (kind ", static_cast<int>(call.kind),
+        ", ", call.inputs.size(), " inputs)"));
   }
 
   absl::Status Synchronize() override { return absl::OkStatus(); }

@@ -298,6 +298,42 @@ absl::Status BinaryKernel(BinaryOp op, DType dtype, const void* a,
   });
 }
 
+absl::Status WhereKernel(DType dtype, const void* cond, const Shape& cond_shape,
+                         const void* x, const Shape& x_shape, const void* y,
+                         const Shape& y_shape, void* out,
+                         const Shape& out_shape) {
+  const int64_t numel = out_shape.NumElements();
+  if (numel == 0) return absl::OkStatus();
+  const int rank = out_shape.rank();
+  const std::vector<int64_t> sc = BroadcastStrides(cond_shape, out_shape);
+  const std::vector<int64_t> sx = BroadcastStrides(x_shape, out_shape);
+  const std::vector<int64_t> sy = BroadcastStrides(y_shape, out_shape);
+  return DispatchDType(dtype, [&]<typename T>() -> absl::Status {
+    const auto* pc = static_cast<const BoolStorage*>(cond);
+    const T* px = static_cast<const T*>(x);
+    const T* py = static_cast<const T*>(y);
+    T* po = static_cast<T*>(out);
+    const scalar::Select select;
+    // Odometer over out's index, each operand's offset carried along.
+    std::vector<int64_t> index(rank, 0);
+    int64_t oc = 0, ox = 0, oy = 0;
+    for (int64_t i = 0; i < numel; ++i) {
+      po[i] = select(pc[oc], px[ox], py[oy]);
+      for (int d = rank - 1; d >= 0; --d) {
+        oc += sc[d];
+        ox += sx[d];
+        oy += sy[d];
+        if (++index[d] < out_shape.dim(d)) break;
+        oc -= sc[d] * out_shape.dim(d);
+        ox -= sx[d] * out_shape.dim(d);
+        oy -= sy[d] * out_shape.dim(d);
+        index[d] = 0;
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
 absl::Status UnaryKernel(UnaryOp op, DType dtype, const void* in, void* out,
                          int64_t numel) {
   return DispatchDType(dtype, [&]<typename T>() -> absl::Status {

@@ -54,6 +54,13 @@ absl::Status ReduceKernel(ReduceOp op, DType dtype,
 void PermuteKernel(size_t elem_size, const void* in, const Shape& in_shape,
                    const std::vector<int>& perm, void* out);
 
+// out = where(cond, x, y) over out_shape (KernelKind::kWhere): cond is
+// bool bytes, x and y of `dtype`, each read through broadcast strides.
+absl::Status WhereKernel(DType dtype, const void* cond, const Shape& cond_shape,
+                         const void* x, const Shape& x_shape, const void* y,
+                         const Shape& y_shape, void* out,
+                         const Shape& out_shape);
+
 // Batched row-major matmul per Device::MatMulDims. float32/float64 through
 // OpenBLAS, the half types widened to float32 for it; int32/int64 with
 // wrapping arithmetic.

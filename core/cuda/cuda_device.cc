@@ -32,6 +32,7 @@
 #include "core/cuda/permute.cuh"
 #include "core/cuda/reduce.cuh"
 #include "core/cuda/unary.cuh"
+#include "core/cuda/where.cuh"
 #include "core/op_checks.h"
 #include "core/status.h"
 
@@ -478,6 +479,30 @@ class CudaDevice final : public Device {
                      "block copy kernel");
     }
     return absl::InternalError("unknown block copy method");  // unreachable
+  }
+
+  absl::Status Launch(const KernelCall& call) override {
+    switch (call.kind) {
+      case KernelKind::kWhere: {
+        if (call.inputs.size() != 3) break;
+        const TensorRef& c = call.inputs[0];
+        const TensorRef& x = call.inputs[1];
+        const TensorRef& y = call.inputs[2];
+        RETURN_IF_ERROR(SupportsOp(OpKind::kWhere, x.dtype, name_));
+        ASSIGN_OR_RETURN(
+            const WhereIndex index,
+            MakeWhereIndex(c.shape, x.shape, y.shape, call.out.shape));
+        RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+        return Check(
+            LaunchWhere(ToElem(x.dtype), c.buffer->data(), x.buffer->data(),
+                        y.buffer->data(), call.out.buffer->data(),
+                        call.out.shape.NumElements(), index, ctx_->stream),
+            "where kernel");
+      }
+    }
+    return absl::InternalError(absl::StrCat(
+        name_, ": malformed kernel call (kind ", static_cast<int>(call.kind),
+        ", ", call.inputs.size(), " inputs)"));
   }
 
   absl::Status Synchronize() override {

@@ -15,6 +15,7 @@ absl::Status SupportsOp(OpKind op, DType dtype, std::string_view device) {
     case OpKind::kBinary:
     case OpKind::kUnary:
     case OpKind::kReduce:
+    case OpKind::kWhere:
       ok = true;
       break;
     case OpKind::kRandomFill:

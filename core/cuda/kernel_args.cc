@@ -48,6 +48,23 @@ absl::StatusOr<BinaryIndex> MakeBinaryIndex(const Shape& a, const Shape& b,
   return result;
 }
 
+absl::StatusOr<WhereIndex> MakeWhereIndex(const Shape& cond, const Shape& x,
+                                          const Shape& y, const Shape& out) {
+  if (out.rank() > kMaxKernelRank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", out.rank(), " exceeds ", kMaxKernelRank));
+  }
+  WhereIndex index;
+  index.rank = out.rank();
+  const Shape* operands[] = {&cond, &x, &y};
+  for (int k = 0; k < 3; ++k) {
+    const std::vector<int64_t> s = BroadcastStrides(*operands[k], out);
+    for (int d = 0; d < index.rank; ++d) index.strides[k][d] = s[d];
+  }
+  for (int d = 0; d < index.rank; ++d) index.dims[d] = out.dim(d);
+  return index;
+}
+
 absl::StatusOr<BroadcastIndex> MakePermuteIndex(const Shape& in,
                                                 const std::vector<int>& perm) {
   const int rank = in.rank();

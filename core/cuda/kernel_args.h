@@ -40,6 +40,12 @@ struct BinaryIndex {
 absl::StatusOr<BinaryIndex> MakeBinaryIndex(const Shape& a, const Shape& b,
                                             const Shape& out);
 
+// The index of out = where(cond, x, y) (KernelKind::kWhere), where out is
+// the broadcast of the three shapes (the planner's guarantee).
+// INVALID_ARGUMENT "rank R exceeds 8" for an out rank above kMaxKernelRank.
+absl::StatusOr<WhereIndex> MakeWhereIndex(const Shape& cond, const Shape& x,
+                                          const Shape& y, const Shape& out);
+
 // The index of out = in.permute(perm): out's dims (in's dims in perm's
 // order) and, as a_strides, the contiguous strides of in's dims in that
 // order; b_strides unused. INVALID_ARGUMENT "permute of rank R with N dims"

@@ -30,6 +30,17 @@ struct BroadcastIndex {
   int64_t b_strides[kMaxKernelRank] = {};
 };
 
+// An output shape and the element strides of each of a kernel's `n`
+// operands under broadcasting (operand k's stride along dim d is
+// strides[k][d]; 0 for a broadcast dim). Passed to kernels by value.
+template <int n>
+struct NaryIndex {
+  int rank = 0;
+  int64_t dims[kMaxKernelRank] = {};
+  int64_t strides[n][kMaxKernelRank] = {};
+};
+using WhereIndex = NaryIndex<3>;  // cond, x, y
+
 struct FillParams {
   FillKind kind = FillKind::kZeros;
   double value = 0;

@@ -297,6 +297,43 @@ TEST_F(OpsClientTest, ClampTakesNumbersOrTensorsAndPropagatesNan) {
   EXPECT_THAT(r[v2].fetch<float>(), ElementsAre(-1, 1, 3, 3, 1, -2));
 }
 
+TEST_F(OpsClientTest, WhereSelectsWithBroadcastAndPromotion) {
+  Client& c = *client_;
+  auto x = c.tensor<float>({{-1, 2, -3}, {4, -5, 6}});
+  auto pos = x.gt(0);
+  EXPECT_THAT(where(pos, x, 0.0).fetch<float>(), ElementsAre(0, 2, 0, 4, 0, 6));
+  EXPECT_THAT(where(pos, 1, -1).fetch<int64_t>(),
+              ElementsAre(-1, 1, -1, 1, -1, 1));
+  // The condition broadcasts over rows, the branches over columns.
+  auto row = c.tensor<bool>({{true}, {false}});
+  auto a = c.tensor<int32_t>({1, 2, 3});
+  auto b = c.tensor<double>({10, 20, 30});
+  auto mixed = where(row, a, b);
+  EXPECT_EQ(mixed.dtype(), DType::kFloat64);
+  EXPECT_THAT(mixed.shape(), ElementsAre(2, 3));
+  EXPECT_THAT(mixed.fetch<double>(), ElementsAre(1, 2, 3, 10, 20, 30));
+  EXPECT_EQ(where(row, a, 0).dtype(), DType::kInt32);
+  EXPECT_EQ(where(row, 0.5, a).dtype(), DType::kFloat32);
+  // NaN is selected like any value.
+  auto n = where(c.tensor<bool>({true, false}), NAN, 1.0).fetch<float>();
+  EXPECT_TRUE(std::isnan(n[0]));
+  EXPECT_EQ(n[1], 1);
+  Error e = ErrorOf([&] { where(x, x, x); });
+  EXPECT_EQ(e.code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(e.message(),
+            "where expected condition to be a boolean tensor, but got a "
+            "tensor with dtype float32");
+  // Operands on two devices: the same-device rule, never a silent move.
+  Error devices = ErrorOf([&] { where(pos, x.to("cpu:1"), 0.0); });
+  EXPECT_EQ(devices.code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(devices.message(), HasSubstr("Expected all tensors to be on the "
+                                           "same device"));
+  Batch bt = c.batch();
+  auto relu = bt.where(bt.binary(BinaryOp::kGt, x, 0), x, 0.0);
+  bt.keep(relu);
+  EXPECT_THAT(bt.run()[relu].fetch<float>(), ElementsAre(0, 2, 0, 4, 0, 6));
+}
+
 TEST_F(OpsClientTest, BatchRunsInOneRoundTripAndFreesTheRest) {
   Client& c = *client_;
   auto x = c.randn({8, 8}, "cpu", 1);

@@ -842,6 +842,59 @@ TEST_P(ConformanceTest, ReduceTiesAndNaN) {
 // --- Permute and block copies
 // -------------------------------------------------------
 
+// where through Device::Launch, against a host-side selection of the
+// branches' bytes (exact for every dtype: a selection computes nothing).
+TEST_P(ConformanceTest, WhereEveryDTypeAndBroadcast) {
+  struct Case {
+    std::vector<int64_t> cond, x, y;
+  };
+  const std::vector<Case> cases = {{{5}, {5}, {5}},
+                                   {{4, 1, 5}, {1, 3, 5}, {5}},
+                                   {{}, {2, 3}, {}},
+                                   {{2, 1}, {0}, {1}},
+                                   {{1000}, {1}, {1000}}};
+  for (DType dtype : kAllDTypes) {
+    if (!device_->Supports(OpKind::kWhere, dtype).ok()) continue;
+    const size_t elem = DTypeSize(dtype);
+    for (const Case& c : cases) {
+      const Shape cs = S(c.cond), xs = S(c.x), ys = S(c.y);
+      const Shape out_shape = *BroadcastShapes(*BroadcastShapes(cs, xs), ys);
+      SCOPED_TRACE(std::string(DTypeName(dtype)) + " " + out_shape.ToString());
+      const std::vector<uint8_t> cond =
+          RandomValues(DType::kBool, cs.NumElements(), 5);
+      const std::vector<uint8_t> x = RandomValues(dtype, xs.NumElements(), 6);
+      const std::vector<uint8_t> y = RandomValues(dtype, ys.NumElements(), 7);
+      DevTensor dc = Upload(*device_, DType::kBool, cs, cond);
+      DevTensor dx = Upload(*device_, dtype, xs, x);
+      DevTensor dy = Upload(*device_, dtype, ys, y);
+      DevTensor out = Empty(*device_, dtype, out_shape);
+      KernelCall call;
+      call.kind = KernelKind::kWhere;
+      call.inputs = {dc.ref(), dx.ref(), dy.ref()};
+      call.out = out.ref();
+      ASSERT_TRUE(device_->Launch(call).ok());
+      // The expected bytes: each output element's source, by broadcasting.
+      const std::vector<int64_t> stc = BroadcastStrides(cs, out_shape);
+      const std::vector<int64_t> stx = BroadcastStrides(xs, out_shape);
+      const std::vector<int64_t> sty = BroadcastStrides(ys, out_shape);
+      std::vector<uint8_t> want;
+      for (int64_t i = 0; i < out_shape.NumElements(); ++i) {
+        int64_t rest = i, oc = 0, ox = 0, oy = 0;
+        for (int d = out_shape.rank() - 1; d >= 0; --d) {
+          const int64_t k = rest % out_shape.dim(d);
+          rest /= out_shape.dim(d);
+          oc += k * stc[d];
+          ox += k * stx[d];
+          oy += k * sty[d];
+        }
+        const uint8_t* src = cond[oc] != 0 ? &x[ox * elem] : &y[oy * elem];
+        want.insert(want.end(), src, src + elem);
+      }
+      EXPECT_TRUE(Download(out) == want);
+    }
+  }
+}
+
 TEST_P(ConformanceTest, PermuteEveryDType) {
   const std::vector<std::pair<std::vector<int64_t>, std::vector<int>>> cases = {
       {{}, {}},

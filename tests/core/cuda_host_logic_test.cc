@@ -239,6 +239,40 @@ TEST(KernelArgsTest, BinaryIndexOfSameShapesIsContiguous) {
   EXPECT_TRUE(MakeBinaryIndex(S({2, 1}), S({2, 1}), S({2, 1}))->contiguous);
 }
 
+// where's index, walked as where.cu walks it, reads each operand's
+// broadcast source element.
+TEST(KernelArgsTest, WhereIndexReadsEachOperandsBroadcastElement) {
+  struct Case {
+    Shape cond, x, y;
+  };
+  const std::vector<Case> cases = {
+      {S({2, 3}), S({3}), S({})},
+      {S({4, 1, 2}), S({3, 1}), S({1, 3, 2})},
+      {S({}), S({}), S({})},
+      {S({1}), S({5}), S({5})},
+  };
+  for (const Case& c : cases) {
+    const Shape out = *BroadcastShapes(*BroadcastShapes(c.cond, c.x), c.y);
+    SCOPED_TRACE(c.cond.ToString() + " " + c.x.ToString() + " " +
+                 c.y.ToString());
+    absl::StatusOr<WhereIndex> index = MakeWhereIndex(c.cond, c.x, c.y, out);
+    ASSERT_TRUE(index.ok()) << index.status();
+    ASSERT_EQ(index->rank, out.rank());
+    const Shape* operands[] = {&c.cond, &c.x, &c.y};
+    for (int64_t i = 0; i < out.NumElements(); ++i) {
+      const std::vector<int64_t> oc = Coords(out, i);
+      for (int k = 0; k < 3; ++k) {
+        int64_t rest = i, offset = 0;
+        for (int d = index->rank - 1; d >= 0; --d) {
+          offset += (rest % index->dims[d]) * index->strides[k][d];
+          rest /= index->dims[d];
+        }
+        ASSERT_EQ(offset, BroadcastSource(*operands[k], oc)) << i << " " << k;
+      }
+    }
+  }
+}
+
 // Naive permute: out's element at coords o is in's at c, c[perm[i]] = o[i].
 int64_t PermuteSource(const Shape& in, const std::vector<int>& perm,
                       const std::vector<int64_t>& out_c) {

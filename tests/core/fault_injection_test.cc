@@ -681,6 +681,21 @@ std::vector<OpCase> OpCases() {
     c.op.clamp_max = {OpSpec::Bound::Kind::kScalar, Scalar::Float(0.5)};
     cases.push_back(c);
   }
+  {
+    // A bool condition, a float32 input and an int32 other (cast first):
+    // one kernel through Device::Launch.
+    Input cond = I32({2, 3}, 0, 1);
+    cond.dtype = DType::kBool;
+    cond.bytes.clear();
+    for (int k = 0; k < 6; ++k) cond.bytes.push_back(k % 2);
+    OpCase c{"where",
+             {cond, F32({2, 3}), I32({3})},
+             op(K::kWhere, {x, y, z}),
+             {S::kCast, S::kLaunch}};
+    c.op.where_input.kind = OpSpec::Bound::Kind::kTensor;
+    c.op.where_other.kind = OpSpec::Bound::Kind::kTensor;
+    cases.push_back(c);
+  }
   return cases;
 }
 

@@ -14,7 +14,7 @@ namespace {
 size_t Index(FaultSite site) { return static_cast<size_t>(site); }
 
 bool IsKernel(FaultSite site) {
-  return site >= FaultSite::kFill && site <= FaultSite::kCopyBlocks;
+  return site >= FaultSite::kFill && site <= FaultSite::kLaunch;
 }
 
 absl::StatusCode DefaultCode(FaultSite site) {
@@ -50,6 +50,8 @@ std::string_view FaultSiteName(FaultSite site) {
       return "Permute";
     case FaultSite::kCopyBlocks:
       return "CopyBlocks";
+    case FaultSite::kLaunch:
+      return "Launch";
     case FaultSite::kAnyKernel:
       return "kernel";
     case FaultSite::kSynchronize:
@@ -326,6 +328,15 @@ absl::Status FaultyDevice::CopyBlocks(const BlockCopy& copy, const Buffer& src,
                                       Buffer& dst) {
   return Guard(FaultSite::kCopyBlocks, "", [&] {
     return inner_->CopyBlocks(copy, Unwrap(src), Unwrap(dst));
+  });
+}
+
+absl::Status FaultyDevice::Launch(const KernelCall& call) {
+  return Guard(FaultSite::kLaunch, "", [&] {
+    KernelCall inner = call;
+    for (TensorRef& in : inner.inputs) in = Unwrap(in);
+    inner.out = Unwrap(call.out);
+    return inner_->Launch(inner);
   });
 }
 

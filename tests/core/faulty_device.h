@@ -84,6 +84,7 @@ enum class FaultSite {
   kReduce,
   kPermute,
   kCopyBlocks,
+  kLaunch,     // Device::Launch (where, ...)
   kAnyKernel,  // every kernel above, counted together
   kSynchronize,
 };
@@ -181,6 +182,7 @@ class FaultyDevice final : public Device {
                        const TensorRef& out) override;
   absl::Status CopyBlocks(const BlockCopy& copy, const Buffer& src,
                           Buffer& dst) override;
+  absl::Status Launch(const KernelCall& call) override;
   absl::Status Synchronize() override;
 
  private:

@@ -181,6 +181,36 @@ TEST(PlannerTest, ReduceOverSeveralDimsErrors) {
   EXPECT_EQ(mean.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(PlannerTest, Where) {
+  const OperandDesc cond{DType::kBool, S({2, 1})};
+  const OperandDesc f{DType::kFloat32, S({3})};
+  const OperandDesc i{DType::kInt64, S({})};
+  auto both = PlanWhere(cond, &f, nullptr, &i, nullptr);
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->dtype, DType::kFloat32);
+  EXPECT_EQ(both->out, S({2, 3}));
+  const Scalar zero = Scalar::Int(0), half = Scalar::Float(0.5);
+  const OperandDesc i32{DType::kInt32, S({2, 1})};
+  EXPECT_EQ(PlanWhere(cond, &i32, nullptr, nullptr, &zero)->dtype,
+            DType::kInt32);  // an integer number keeps int32
+  EXPECT_EQ(PlanWhere(cond, nullptr, &half, &i32, nullptr)->dtype,
+            DType::kFloat32);
+  EXPECT_EQ(PlanWhere(cond, nullptr, &zero, nullptr, &zero)->dtype,
+            DType::kInt64);
+  EXPECT_EQ(PlanWhere(cond, nullptr, &zero, nullptr, &half)->dtype,
+            DType::kFloat32);
+  EXPECT_EQ(PlanWhere(cond, nullptr, &zero, nullptr, &half)->out, S({2, 1}));
+  const OperandDesc not_bool{DType::kFloat32, S({3})};
+  auto bad = PlanWhere(not_bool, &f, nullptr, &f, nullptr);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(bad.status()),
+            "where expected condition to be a boolean tensor, but got a "
+            "tensor with dtype float32");
+  const OperandDesc four{DType::kFloat32, S({4})};
+  EXPECT_EQ(PlanWhere(cond, &f, nullptr, &four, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(PlannerTest, Softmax) {
   auto f = PlanSoftmax(DType::kFloat32, S({2, 3}), -1, false);
   ASSERT_TRUE(f.ok());
