@@ -5,7 +5,8 @@
 //   runtime.cc    devices, budgets, sessions and leases, handles
 //   transfers.cc  tensors in and out: creates, uploads, moves, readers,
 //                 shared memory, and the session holds of open streams
-//   executor.cc   ops: each op's checks and kernels (Apply), Run, Execute
+//   op_outputs.cc each op's output: planned, then computed by kernels
+//   executor.cc   ops: Apply (arity, same device, dispatch), Run, Execute
 // Included only by those files.
 // Thread-safety: as Runtime.
 #ifndef TENSORD_CORE_RUNTIME_IMPL_H_

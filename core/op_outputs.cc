@@ -1,0 +1,420 @@
+// Each op's output, planned by core/planner and computed by device kernels:
+// the Runtime::Impl methods that turn one op on stored tensors into its
+// result (Apply in executor.cc calls them). Composite ops (softmax, clamp)
+// are sequences of these; temporaries are freed as soon as no later step
+// reads them.
+#include "core/planner.h"
+#include "core/runtime_impl.h"
+
+namespace tensord::core {
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::MatMulOut(
+    const StoredTensor& a, const StoredTensor& b) {
+  DeviceSlot& slot = SlotOf(a.device);
+  Device& device = *a.device;
+  ASSIGN_OR_RETURN(MatMulPlan plan,
+                   PlanMatMul(a.dtype, a.shape, b.dtype, b.shape));
+  const DType dtype = plan.dtype;
+  const int64_t m = plan.m, n = plan.n, k = plan.k;
+  const Shape& a_batch = plan.a_batch;
+  const Shape& b_batch = plan.b_batch;
+  const Shape* batch = &plan.batch;
+  RETURN_IF_ERROR(device.Supports(OpKind::kMatMul, dtype));
+
+  ASSIGN_OR_RETURN(Impl::Output out,
+                   AllocateOutput(slot, dtype, std::move(plan.out)));
+  const int64_t batch_count = batch->NumElements();
+  if (out.shape.NumElements() == 0) {
+    // Nothing to compute.
+  } else if (k == 0) {
+    // Empty sums: zeros, without asking BLAS about 0-sized leading dims.
+    RETURN_IF_ERROR(device.Fill(FillSpec{}, out.ref()));
+  } else {
+    // An operand whose batch part is neither the full batch nor a single
+    // matrix cannot be read with one batch stride: expand it into a
+    // temporary by multiplying with ones of shape batch + [1, 1] (exact).
+    Impl::Output ones, a_expanded, b_expanded;
+    auto operand = [&](const StoredTensor& t, const Shape& t_batch,
+                       int64_t rows, int64_t cols, Impl::Output& expanded,
+                       int64_t* stride) -> absl::StatusOr<TensorRef> {
+      if (t_batch.NumElements() == batch_count) {
+        *stride = rows * cols;
+        return RefOf(t);
+      }
+      if (t_batch.NumElements() == 1) {
+        *stride = 0;
+        return RefOf(t);
+      }
+      std::vector<int64_t> dims = batch->dims();
+      if (ones.buffer == nullptr) {
+        dims.insert(dims.end(), {1, 1});
+        ASSIGN_OR_RETURN(Shape ones_shape, Shape::Make(dims));
+        ASSIGN_OR_RETURN(ones, AllocateOutput(slot, dtype, ones_shape));
+        FillSpec fill;
+        fill.kind = FillSpec::Kind::kOnes;
+        RETURN_IF_ERROR(device.Fill(fill, ones.ref()));
+        dims = batch->dims();
+      }
+      dims.insert(dims.end(), {rows, cols});
+      ASSIGN_OR_RETURN(Shape shape, Shape::Make(dims));
+      ASSIGN_OR_RETURN(expanded, AllocateOutput(slot, dtype, shape));
+      RETURN_IF_ERROR(
+          device.Binary(BinaryOp::kMul, RefOf(t), ones.ref(), expanded.ref()));
+      *stride = rows * cols;
+      return expanded.ref();
+    };
+    Device::MatMulDims dims;
+    dims.batch = batch_count;
+    dims.m = m;
+    dims.n = n;
+    dims.k = k;
+    dims.out_batch_stride = m * n;
+    ASSIGN_OR_RETURN(TensorRef a_ref, operand(a, a_batch, m, k, a_expanded,
+                                              &dims.a_batch_stride));
+    ASSIGN_OR_RETURN(TensorRef b_ref, operand(b, b_batch, k, n, b_expanded,
+                                              &dims.b_batch_stride));
+    RETURN_IF_ERROR(device.MatMul(dims, a_ref, b_ref, out.ref()));
+  }
+  return out;
+}
+
+// --- Ops ---------------------------------------------------------------------
+
+Runtime::Impl::TensorPtr Runtime::Impl::Stored(DeviceSlot& slot,
+                                               Output out) const {
+  auto t = std::make_shared<StoredTensor>();
+  t->device = slot.device.get();
+  t->dtype = out.dtype;
+  t->shape = std::move(out.shape);
+  t->nbytes = out.nbytes;
+  t->buffer = std::move(out.buffer);
+  return t;
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ScalarTensor(
+    DeviceSlot& slot, const Scalar& s, DType dtype) {
+  // The number goes to the device in its own type (int64 or float64) and
+  // is converted there by Cast, whose conversions are defined for every
+  // value (saturating, NaN -> 0).
+  const DType natural = s.is_integral ? DType::kInt64 : DType::kFloat64;
+  ASSIGN_OR_RETURN(Output value, AllocateOutput(slot, natural, Shape()));
+  if (s.is_integral) {
+    RETURN_IF_ERROR(slot.device->CopyFromHost(&s.i, *value.buffer, 0, 8));
+  } else {
+    RETURN_IF_ERROR(slot.device->CopyFromHost(&s.f, *value.buffer, 0, 8));
+  }
+  if (natural == dtype) return value;
+  RETURN_IF_ERROR(slot.device->Supports(OpKind::kCast, dtype));
+  ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, dtype, Shape()));
+  RETURN_IF_ERROR(slot.device->Cast(value.ref(), out.ref()));
+  return out;
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::BinaryOut(
+    BinaryOp op, const StoredTensor& a, const StoredTensor* b,
+    const Scalar* scalar, bool scalar_first, const StoredTensor* into) {
+  DeviceSlot& slot = SlotOf(a.device);
+  Device& device = *a.device;
+  const OperandDesc a_desc{a.dtype, a.shape};
+  std::optional<OperandDesc> b_desc, into_desc;
+  if (b != nullptr) b_desc.emplace(OperandDesc{b->dtype, b->shape});
+  if (into != nullptr) into_desc.emplace(OperandDesc{into->dtype, into->shape});
+  ASSIGN_OR_RETURN(BinaryPlan plan,
+                   PlanBinary(op, a_desc, b_desc ? &*b_desc : nullptr, scalar,
+                              into_desc ? &*into_desc : nullptr));
+  const DType dtype = plan.compute;
+  const DType out_dtype = plan.out_dtype;
+  RETURN_IF_ERROR(device.Supports(OpKind::kBinary, dtype));
+  for (DType operand : {a.dtype, b != nullptr ? b->dtype : dtype}) {
+    if (operand != dtype) {
+      RETURN_IF_ERROR(device.Supports(OpKind::kCast, operand));
+      RETURN_IF_ERROR(device.Supports(OpKind::kCast, dtype));
+    }
+  }
+
+  Output a_temp, b_temp;  // promotion casts, freed on return
+  ASSIGN_OR_RETURN(TensorRef a_ref, AsDType(slot, a, dtype, a_temp));
+  TensorRef b_ref;
+  if (b != nullptr) {
+    ASSIGN_OR_RETURN(b_ref, AsDType(slot, *b, dtype, b_temp));
+  } else {
+    ASSIGN_OR_RETURN(b_temp, ScalarTensor(slot, *scalar, dtype));
+    b_ref = b_temp.ref();
+  }
+  if (scalar_first) std::swap(a_ref, b_ref);
+  if (into != nullptr && out_dtype == into->dtype) {
+    RETURN_IF_ERROR(device.Binary(op, a_ref, b_ref, RefOf(*into)));
+    return Output{};
+  }
+  ASSIGN_OR_RETURN(Output out,
+                   AllocateOutput(slot, out_dtype, std::move(plan.out)));
+  RETURN_IF_ERROR(device.Binary(op, a_ref, b_ref, out.ref()));
+  if (into != nullptr) {
+    RETURN_IF_ERROR(device.Supports(OpKind::kCast, into->dtype));
+    RETURN_IF_ERROR(device.Cast(out.ref(), RefOf(*into)));
+    return Output{};
+  }
+  return out;
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::UnaryOut(
+    UnaryOp op, const StoredTensor& x) {
+  DeviceSlot& slot = SlotOf(x.device);
+  Device& device = *x.device;
+  ASSIGN_OR_RETURN(const DType dtype, PlanUnary(op, x.dtype));
+  RETURN_IF_ERROR(device.Supports(OpKind::kUnary, dtype));
+  if (dtype != x.dtype)
+    RETURN_IF_ERROR(device.Supports(OpKind::kCast, x.dtype));
+  Output temp;
+  ASSIGN_OR_RETURN(TensorRef in, AsDType(slot, x, dtype, temp));
+  ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, dtype, x.shape));
+  RETURN_IF_ERROR(device.Unary(op, in, out.ref()));
+  return out;
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::LinearOut(
+    const StoredTensor& x, const StoredTensor& w, const StoredTensor* bias) {
+  RETURN_IF_ERROR(CheckLinearShapes(x.shape, w.shape));
+  DeviceSlot& slot = SlotOf(x.device);
+  const int64_t perm[] = {1, 0};
+  ASSIGN_OR_RETURN(Output wt, PermuteOut(w, perm));
+  const TensorPtr wt_stored = Stored(slot, std::move(wt));
+  ASSIGN_OR_RETURN(Output y, MatMulOut(x, *wt_stored));
+  if (bias == nullptr) return y;
+  const TensorPtr y_stored = Stored(slot, std::move(y));
+  return BinaryOut(BinaryOp::kAdd, *y_stored, bias, nullptr, false, nullptr);
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ReduceOut(
+    ReduceOp op, const StoredTensor& x, std::span<const int64_t> dims,
+    bool keepdim) {
+  DeviceSlot& slot = SlotOf(x.device);
+  Device& device = *x.device;
+  ASSIGN_OR_RETURN(ReducePlan plan,
+                   PlanReduce(op, x.dtype, x.shape, dims, keepdim));
+  RETURN_IF_ERROR(device.Supports(OpKind::kReduce, plan.compute));
+  if (plan.compute != x.dtype) {
+    RETURN_IF_ERROR(device.Supports(OpKind::kCast, x.dtype));
+  }
+  const StoredTensor* src = &x;
+  TensorPtr permuted;  // reduced dims moved to the end, freed on return
+  if (!plan.perm.empty()) {
+    ASSIGN_OR_RETURN(Output p, PermuteOut(x, plan.perm));
+    permuted = Stored(slot, std::move(p));
+    src = permuted.get();
+  }
+  Output temp;
+  ASSIGN_OR_RETURN(TensorRef in, AsDType(slot, *src, plan.compute, temp));
+  ASSIGN_OR_RETURN(Output out,
+                   AllocateOutput(slot, plan.out_dtype, std::move(plan.out)));
+  RETURN_IF_ERROR(device.Reduce(op, plan.dims, in, out.ref()));
+  return out;
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::SoftmaxOut(
+    const StoredTensor& x, int64_t dim, bool log) {
+  ASSIGN_OR_RETURN(const SoftmaxPlan plan,
+                   PlanSoftmax(x.dtype, x.shape, dim, log));
+  DeviceSlot& slot = SlotOf(x.device);
+  if (x.shape.NumElements() == 0) return AllocateOutput(slot, x.dtype, x.shape);
+  // Each step's result is kept only as long as a later step reads it.
+  auto stored = [&](absl::StatusOr<Output> out) -> absl::StatusOr<TensorPtr> {
+    if (!out.ok()) return out.status();
+    return Stored(slot, std::move(*out));
+  };
+  TensorPtr xc;  // x in the compute dtype
+  if (plan.compute != x.dtype) {
+    ASSIGN_OR_RETURN(xc, stored(CastOut(x, plan.compute)));
+  }
+  const StoredTensor& in = xc != nullptr ? *xc : x;
+  const int64_t axis[] = {plan.axis};
+  // Numerically stable: exp(x - max) never overflows.
+  ASSIGN_OR_RETURN(TensorPtr max,
+                   stored(ReduceOut(ReduceOp::kMax, in, axis, true)));
+  ASSIGN_OR_RETURN(TensorPtr shifted,
+                   stored(BinaryOut(BinaryOp::kSub, in, max.get(), nullptr,
+                                    false, nullptr)));
+  max.reset();
+  ASSIGN_OR_RETURN(TensorPtr exp, stored(UnaryOut(UnaryOp::kExp, *shifted)));
+  ASSIGN_OR_RETURN(TensorPtr sum,
+                   stored(ReduceOut(ReduceOp::kSum, *exp, axis, true)));
+  absl::StatusOr<Output> result;
+  if (log) {  // (x - max) - log(sum)
+    exp.reset();
+    ASSIGN_OR_RETURN(TensorPtr log_sum, stored(UnaryOut(UnaryOp::kLog, *sum)));
+    result = BinaryOut(BinaryOp::kSub, *shifted, log_sum.get(), nullptr, false,
+                       nullptr);
+  } else {
+    shifted.reset();
+    result =
+        BinaryOut(BinaryOp::kDiv, *exp, sum.get(), nullptr, false, nullptr);
+  }
+  if (!result.ok() || plan.compute == x.dtype) return result;
+  ASSIGN_OR_RETURN(TensorPtr wide, stored(std::move(result)));
+  return CastOut(*wide, x.dtype);
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::WhereOut(
+    const StoredTensor& cond, const OpSpec::Bound& x_arg, const StoredTensor* x,
+    const OpSpec::Bound& y_arg, const StoredTensor* y) {
+  DeviceSlot& slot = SlotOf(cond.device);
+  Device& device = *cond.device;
+  const OperandDesc cond_desc{cond.dtype, cond.shape};
+  std::optional<OperandDesc> x_desc, y_desc;
+  if (x != nullptr) x_desc.emplace(OperandDesc{x->dtype, x->shape});
+  if (y != nullptr) y_desc.emplace(OperandDesc{y->dtype, y->shape});
+  ASSIGN_OR_RETURN(WherePlan plan,
+                   PlanWhere(cond_desc, x_desc ? &*x_desc : nullptr,
+                             x == nullptr ? &x_arg.scalar : nullptr,
+                             y_desc ? &*y_desc : nullptr,
+                             y == nullptr ? &y_arg.scalar : nullptr));
+  RETURN_IF_ERROR(device.Supports(OpKind::kWhere, plan.dtype));
+  // Each branch in the result dtype: a tensor (cast when it differs) or the
+  // number as a 0-d tensor, broadcast by the kernel.
+  Output x_temp, y_temp;
+  auto branch = [&](const StoredTensor* t, const OpSpec::Bound& arg,
+                    Output& temp) -> absl::StatusOr<TensorRef> {
+    if (t == nullptr) {
+      ASSIGN_OR_RETURN(temp, ScalarTensor(slot, arg.scalar, plan.dtype));
+      return temp.ref();
+    }
+    if (t->dtype != plan.dtype) {
+      RETURN_IF_ERROR(device.Supports(OpKind::kCast, t->dtype));
+      RETURN_IF_ERROR(device.Supports(OpKind::kCast, plan.dtype));
+    }
+    return AsDType(slot, *t, plan.dtype, temp);
+  };
+  ASSIGN_OR_RETURN(const TensorRef x_ref, branch(x, x_arg, x_temp));
+  ASSIGN_OR_RETURN(const TensorRef y_ref, branch(y, y_arg, y_temp));
+  ASSIGN_OR_RETURN(Output out,
+                   AllocateOutput(slot, plan.dtype, std::move(plan.out)));
+  KernelCall call;
+  call.kind = KernelKind::kWhere;
+  call.inputs = {RefOf(cond), x_ref, y_ref};
+  call.out = out.ref();
+  RETURN_IF_ERROR(device.Launch(call));
+  return out;
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ClampOut(
+    const StoredTensor& x, const OpSpec::Bound& min,
+    const StoredTensor* min_tensor, const OpSpec::Bound& max,
+    const StoredTensor* max_tensor) {
+  using Kind = OpSpec::Bound::Kind;
+  if (min.kind == Kind::kNone && max.kind == Kind::kNone) {
+    return absl::InvalidArgumentError(
+        "torch.clamp: At least one of 'min' or 'max' must not be None");
+  }
+  // PyTorch's result dtype is that of x with both bounds; applying them one
+  // after the other promotes the same way.
+  TensorPtr lower;  // maximum(x, min)
+  if (min.kind != Kind::kNone) {
+    ASSIGN_OR_RETURN(
+        Output out, BinaryOut(BinaryOp::kMaximum, x, min_tensor,
+                              min.kind == Kind::kScalar ? &min.scalar : nullptr,
+                              false, nullptr));
+    if (max.kind == Kind::kNone) return out;
+    lower = Stored(SlotOf(x.device), std::move(out));
+  }
+  return BinaryOut(
+      BinaryOp::kMinimum, lower != nullptr ? *lower : x, max_tensor,
+      max.kind == Kind::kScalar ? &max.scalar : nullptr, false, nullptr);
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::PermuteOut(
+    const StoredTensor& x, std::span<const int64_t> dims) {
+  ASSIGN_OR_RETURN(PermutePlan plan, PlanPermute(x.shape, dims));
+  DeviceSlot& slot = SlotOf(x.device);
+  ASSIGN_OR_RETURN(Output out,
+                   AllocateOutput(slot, x.dtype, std::move(plan.out)));
+  RETURN_IF_ERROR(x.device->Permute(RefOf(x), plan.perm, out.ref()));
+  return out;
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ReshapeOut(
+    const StoredTensor& x, std::span<const int64_t> dims) {
+  ASSIGN_OR_RETURN(Shape shape, PlanReshape(x.shape, dims));
+  DeviceSlot& slot = SlotOf(x.device);
+  ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, x.dtype, std::move(shape)));
+  Device::BlockCopy copy;
+  copy.row_bytes = static_cast<int64_t>(x.nbytes);
+  RETURN_IF_ERROR(x.device->CopyBlocks(copy, *x.buffer, *out.buffer));
+  return out;
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::SliceOut(
+    const StoredTensor& x, int axis, int64_t start, int64_t length,
+    std::vector<int64_t> out_dims) {
+  const int64_t es = static_cast<int64_t>(DTypeSize(x.dtype));
+  const int64_t inner = x.shape.NumElements(axis + 1, x.shape.rank()) * es;
+  ASSIGN_OR_RETURN(Shape shape, Shape::Make(out_dims));
+  DeviceSlot& slot = SlotOf(x.device);
+  ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, x.dtype, std::move(shape)));
+  Device::BlockCopy copy;
+  copy.rows = x.shape.NumElements(0, axis);
+  copy.row_bytes = length * inner;
+  copy.src_offset = start * inner;
+  copy.src_stride = x.shape.dim(axis) * inner;
+  copy.dst_stride = copy.row_bytes;
+  RETURN_IF_ERROR(x.device->CopyBlocks(copy, *x.buffer, *out.buffer));
+  return out;
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::CatOut(
+    std::span<const Value> xs, int64_t dim) {
+  std::vector<OperandDesc> descs;
+  descs.reserve(xs.size());
+  for (const Value& v : xs) {
+    descs.push_back(OperandDesc{v.tensor->dtype, v.tensor->shape});
+  }
+  ASSIGN_OR_RETURN(CatPlan plan, PlanCat(descs, dim));
+  const StoredTensor& first = *xs[0].tensor;
+  const int rank = first.shape.rank();
+  const int axis = plan.axis;
+  const DType dtype = plan.dtype;
+  const int64_t total = plan.out.dim(axis);
+  Device& device = *first.device;
+  for (const Value& v : xs) {
+    if (v.tensor->dtype != dtype) {
+      RETURN_IF_ERROR(device.Supports(OpKind::kCast, v.tensor->dtype));
+      RETURN_IF_ERROR(device.Supports(OpKind::kCast, dtype));
+    }
+  }
+  DeviceSlot& slot = SlotOf(first.device);
+  ASSIGN_OR_RETURN(Output out,
+                   AllocateOutput(slot, dtype, std::move(plan.out)));
+  const int64_t es = static_cast<int64_t>(DTypeSize(dtype));
+  const int64_t inner = first.shape.NumElements(axis + 1, rank) * es;
+  int64_t offset = 0;
+  for (const Value& v : xs) {
+    Output temp;
+    ASSIGN_OR_RETURN(TensorRef ref, AsDType(slot, *v.tensor, dtype, temp));
+    Device::BlockCopy copy;
+    copy.rows = first.shape.NumElements(0, axis);
+    copy.row_bytes = ref.shape.dim(axis) * inner;
+    copy.src_stride = copy.row_bytes;
+    copy.dst_offset = offset * inner;
+    copy.dst_stride = total * inner;
+    RETURN_IF_ERROR(device.CopyBlocks(copy, *ref.buffer, *out.buffer));
+    offset += ref.shape.dim(axis);
+  }
+  return out;
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::CastOut(
+    const StoredTensor& x, DType dtype) {
+  RETURN_IF_ERROR(ValidateDType(dtype));
+  DeviceSlot& slot = SlotOf(x.device);
+  ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, dtype, x.shape));
+  if (dtype == x.dtype) {
+    Device::BlockCopy copy;
+    copy.row_bytes = static_cast<int64_t>(x.nbytes);
+    RETURN_IF_ERROR(x.device->CopyBlocks(copy, *x.buffer, *out.buffer));
+    return out;
+  }
+  RETURN_IF_ERROR(x.device->Supports(OpKind::kCast, x.dtype));
+  RETURN_IF_ERROR(x.device->Supports(OpKind::kCast, dtype));
+  RETURN_IF_ERROR(x.device->Cast(RefOf(x), out.ref()));
+  return out;
+}
+
+}  // namespace tensord::core
