@@ -257,9 +257,13 @@ absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
     // Kept dims first, reduced dims last: [outer, n, 1] after a permute.
     plan.perm = kept;
     plan.perm.insert(plan.perm.end(), gone.begin(), gone.end());
-    plan.dims.outer = plan.dims.n = 1;
-    for (int64_t i : kept) plan.dims.outer *= x.dim(static_cast<int>(i));
-    for (int64_t i : gone) plan.dims.n *= x.dim(static_cast<int>(i));
+    std::vector<int64_t> moved_dims;
+    for (int64_t i : plan.perm)
+      moved_dims.push_back(x.dim(static_cast<int>(i)));
+    ASSIGN_OR_RETURN(const Shape moved, Shape::Make(moved_dims));
+    const int k = static_cast<int>(kept.size());
+    plan.dims.outer = moved.NumElements(0, k);
+    plan.dims.n = moved.NumElements(k, rank);
   }
   if (needs_element && plan.dims.n == 0) {
     return absl::InvalidArgumentError(

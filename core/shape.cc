@@ -89,13 +89,25 @@ absl::StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b) {
   return Shape::Make(dims);
 }
 
+int64_t Shape::NumElements(int begin, int end) const {
+  int64_t n = 1;
+  bool saturated = false;
+  for (int i = begin; i < end; ++i) {
+    if (dims_[i] == 0) return 0;
+    if (!saturated) saturated = __builtin_mul_overflow(n, dims_[i], &n);
+  }
+  return saturated ? INT64_MAX : n;
+}
+
 std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
   std::vector<int64_t> strides(out.rank(), 0);
   int64_t stride = 1;
   for (int i = in.rank() - 1; i >= 0; --i) {
     const int oi = i + (out.rank() - in.rank());
     strides[oi] = (in.dim(i) == 1 && out.dim(oi) != 1) ? 0 : stride;
-    stride *= in.dim(i);
+    // An empty tensor's strides are never followed; they must only not
+    // overflow ([0, 2^40, 2^40]).
+    if (__builtin_mul_overflow(stride, in.dim(i), &stride)) stride = INT64_MAX;
   }
   return strides;
 }

@@ -34,12 +34,11 @@ class Shape {
   const std::vector<int64_t>& dims() const { return dims_; }
   int64_t NumElements() const { return num_elements_; }
   // The product of dims [begin, end): the elements of a block of those dims
-  // (1 for an empty range). Precondition: 0 <= begin <= end <= rank().
-  int64_t NumElements(int begin, int end) const {
-    int64_t n = 1;
-    for (int i = begin; i < end; ++i) n *= dims_[i];
-    return n;
-  }
+  // (1 for an empty range; 0 when one of them is 0). A shape with a zero dim
+  // may have blocks whose product exceeds int64 ([0, 2^40, 2^40]): such a
+  // product saturates at INT64_MAX (any work over it is empty, since the
+  // tensor is). Precondition: 0 <= begin <= end <= rank().
+  int64_t NumElements(int begin, int end) const;
 
   // numel x DTypeSize(dtype), INVALID_ARGUMENT if over kMaxTensorBytes.
   absl::StatusOr<uint64_t> ByteSize(DType dtype) const;

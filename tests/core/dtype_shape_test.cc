@@ -180,6 +180,18 @@ TEST(ShapeTest, NumElementsOfADimRange) {
   EXPECT_EQ(s.NumElements(1, 3), 12);
   EXPECT_EQ(s.NumElements(2, 2), 1);  // empty range
   EXPECT_EQ(s.NumElements(0, 3), s.NumElements());
+  // A zero dim makes any range holding it 0; a range past int64 (possible
+  // only beside a zero dim) saturates instead of overflowing.
+  const int64_t big = int64_t{1} << 40;
+  const Shape empty = *Shape::Make(std::vector<int64_t>{0, big, big});
+  EXPECT_EQ(empty.NumElements(0, 3), 0);
+  EXPECT_EQ(empty.NumElements(1, 2), big);
+  EXPECT_EQ(empty.NumElements(1, 3), INT64_MAX);
+  const Shape late = *Shape::Make(std::vector<int64_t>{big, big, 0});
+  EXPECT_EQ(late.NumElements(0, 3), 0);  // the zero after the overflow
+  // Broadcast strides of such a shape saturate too (never followed).
+  EXPECT_EQ(BroadcastStrides(empty, empty),
+            (std::vector<int64_t>{INT64_MAX, big, 1}));
 }
 
 }  // namespace

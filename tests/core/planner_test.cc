@@ -160,6 +160,32 @@ TEST(PlannerTest, ReduceOverSeveralDims) {
   EXPECT_EQ(scalar->out, S({}));
 }
 
+// A tensor with a zero dim may have blocks of dims whose product exceeds
+// int64: the plan saturates them (no work reads them) instead of
+// overflowing (UBSan), and the results are the empty shapes PyTorch gives.
+TEST(PlannerTest, ReduceOfAnEmptyTensorWithHugeDims) {
+  const int64_t big = int64_t{1} << 40;
+  const Shape x = S({0, big, big});
+  const int64_t apart[] = {0, 2};
+  auto sum = PlanReduce(ReduceOp::kSum, DType::kFloat32, x, apart, false);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(sum->out, S({big}));
+  EXPECT_EQ(sum->dims.n, 0);
+  const int64_t tail[] = {1, 2};
+  auto mean = PlanReduce(ReduceOp::kMean, DType::kFloat32, x, tail, false);
+  ASSERT_TRUE(mean.ok()) << mean.status();
+  EXPECT_EQ(mean->out, S({0}));
+  EXPECT_EQ(mean->dims.outer, 0);
+  EXPECT_EQ(mean->dims.n, INT64_MAX);  // saturated: over an empty output
+  auto inner = PlanReduce(ReduceOp::kSum, DType::kFloat32, S({big, big, 0}),
+                          std::span<const int64_t>(), false);
+  EXPECT_EQ(inner->dims.n, 0);
+  // Over dim 0 the result would have 2^80 elements: refused, not wrapped.
+  EXPECT_EQ(
+      PlanReduce(ReduceOp::kSum, DType::kFloat32, x, 0, false).status().code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
 TEST(PlannerTest, ReduceOverSeveralDimsErrors) {
   const Shape x = S({2, 3, 4});
   const int64_t twice[] = {1, -2};
