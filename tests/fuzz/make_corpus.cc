@@ -145,7 +145,8 @@ void Build() {
     r.set_rhs(1);
     Add("MatMul", r);
   }
-  v1::Op add, matmul, sum, reshape, cat, inplace, unary, linear;
+  v1::Op add, matmul, sum, reshape, cat, inplace, unary, linear, softmax, clamp,
+      where, sum_dims;
   {
     *add.mutable_binary()->mutable_lhs() = H(0);
     *add.mutable_binary()->mutable_rhs() = H(0);
@@ -168,9 +169,22 @@ void Build() {
     *unary.mutable_unary()->mutable_x() = H(3);
     *linear.mutable_linear()->mutable_x() = H(0);
     *linear.mutable_linear()->mutable_weight() = H(0);
+    *softmax.mutable_softmax()->mutable_x() = H(0);
+    softmax.mutable_softmax()->set_dim(-1);
+    softmax.mutable_softmax()->set_log(true);
+    *clamp.mutable_clamp()->mutable_x() = H(0);
+    *clamp.mutable_clamp()->mutable_min() = H(1);
+    clamp.mutable_clamp()->mutable_max_scalar()->set_float_value(0.5);
+    *where.mutable_where()->mutable_condition() = H(0);
+    *where.mutable_where()->mutable_input() = H(1);
+    where.mutable_where()->mutable_other_scalar()->set_int_value(0);
+    *sum_dims.mutable_reduce()->mutable_x() = H(0);
+    sum_dims.mutable_reduce()->set_op(v1::MEAN);
+    sum_dims.mutable_reduce()->add_dims(0);
+    sum_dims.mutable_reduce()->add_dims(-1);
   }
-  for (const v1::Op& op :
-       {add, matmul, sum, reshape, cat, inplace, unary, linear}) {
+  for (const v1::Op& op : {add, matmul, sum, reshape, cat, inplace, unary,
+                           linear, softmax, clamp, where, sum_dims}) {
     v1::RunRequest r;
     *r.mutable_op() = op;
     Add("Run", r);
