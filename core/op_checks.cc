@@ -36,6 +36,13 @@ absl::Status CheckBinaryOpDType(BinaryOp op, DType dtype) {
 }
 
 absl::Status CheckUnaryOpDType(UnaryOp op, DType dtype) {
+  // PyTorch's activations take floating tensors only (no integer
+  // promotion, unlike exp or sigmoid).
+  const bool activation =
+      op == UnaryOp::kSilu || op == UnaryOp::kGelu || op == UnaryOp::kGeluTanh;
+  if (activation && !IsFloating(dtype)) {
+    return NotImplementedError(UnaryOpName(op), dtype, "any device");
+  }
   if (dtype != DType::kBool) return absl::OkStatus();
   if (op == UnaryOp::kNeg) {
     return absl::FailedPreconditionError(

@@ -300,24 +300,40 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ClampOut(
     const StoredTensor* min_tensor, const OpSpec::Bound& max,
     const StoredTensor* max_tensor) {
   using Kind = OpSpec::Bound::Kind;
-  if (min.kind == Kind::kNone && max.kind == Kind::kNone) {
-    return absl::InvalidArgumentError(
-        "torch.clamp: At least one of 'min' or 'max' must not be None");
-  }
-  // PyTorch's result dtype is that of x with both bounds; applying them one
-  // after the other promotes the same way.
+  auto desc = [](const StoredTensor* t) -> std::optional<OperandDesc> {
+    if (t == nullptr) return std::nullopt;
+    return OperandDesc{t->dtype, t->shape};
+  };
+  const std::optional<OperandDesc> lo = desc(min_tensor), hi = desc(max_tensor);
+  const Scalar* lo_number = min.kind == Kind::kScalar ? &min.scalar : nullptr;
+  const Scalar* hi_number = max.kind == Kind::kScalar ? &max.scalar : nullptr;
+  ASSIGN_OR_RETURN(const DType dtype,
+                   PlanClamp(OperandDesc{x.dtype, x.shape}, lo ? &*lo : nullptr,
+                             lo_number, hi ? &*hi : nullptr, hi_number));
+  // x and the tensor bounds in the one result dtype first, so that the two
+  // steps below promote nothing (a number never raises it: the result dtype
+  // counted it).
+  DeviceSlot& slot = SlotOf(x.device);
+  auto as_dtype = [&](const StoredTensor* t,
+                      TensorPtr& temp) -> absl::StatusOr<const StoredTensor*> {
+    if (t == nullptr || t->dtype == dtype) return t;
+    ASSIGN_OR_RETURN(Output cast, CastOut(*t, dtype));
+    temp = Stored(slot, std::move(cast));
+    return temp.get();
+  };
+  TensorPtr x_temp, lo_temp, hi_temp;
+  ASSIGN_OR_RETURN(const StoredTensor* xd, as_dtype(&x, x_temp));
+  ASSIGN_OR_RETURN(const StoredTensor* lod, as_dtype(min_tensor, lo_temp));
+  ASSIGN_OR_RETURN(const StoredTensor* hid, as_dtype(max_tensor, hi_temp));
   TensorPtr lower;  // maximum(x, min)
   if (min.kind != Kind::kNone) {
-    ASSIGN_OR_RETURN(
-        Output out, BinaryOut(BinaryOp::kMaximum, x, min_tensor,
-                              min.kind == Kind::kScalar ? &min.scalar : nullptr,
-                              false, nullptr));
+    ASSIGN_OR_RETURN(Output out, BinaryOut(BinaryOp::kMaximum, *xd, lod,
+                                           lo_number, false, nullptr));
     if (max.kind == Kind::kNone) return out;
-    lower = Stored(SlotOf(x.device), std::move(out));
+    lower = Stored(slot, std::move(out));
   }
-  return BinaryOut(
-      BinaryOp::kMinimum, lower != nullptr ? *lower : x, max_tensor,
-      max.kind == Kind::kScalar ? &max.scalar : nullptr, false, nullptr);
+  return BinaryOut(BinaryOp::kMinimum, lower != nullptr ? *lower : *xd, hid,
+                   hi_number, false, nullptr);
 }
 
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::PermuteOut(
@@ -344,11 +360,13 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ReshapeOut(
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::SliceOut(
     const StoredTensor& x, int axis, int64_t start, int64_t length,
     std::vector<int64_t> out_dims) {
-  const int64_t es = static_cast<int64_t>(DTypeSize(x.dtype));
-  const int64_t inner = x.shape.NumElements(axis + 1, x.shape.rank()) * es;
   ASSIGN_OR_RETURN(Shape shape, Shape::Make(out_dims));
   DeviceSlot& slot = SlotOf(x.device);
   ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, x.dtype, std::move(shape)));
+  // Nothing to copy; and an empty x's dim products may exceed int64.
+  if (out.shape.NumElements() == 0) return out;
+  const int64_t es = static_cast<int64_t>(DTypeSize(x.dtype));
+  const int64_t inner = x.shape.NumElements(axis + 1, x.shape.rank()) * es;
   Device::BlockCopy copy;
   copy.rows = x.shape.NumElements(0, axis);
   copy.row_bytes = length * inner;
@@ -382,6 +400,8 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::CatOut(
   DeviceSlot& slot = SlotOf(first.device);
   ASSIGN_OR_RETURN(Output out,
                    AllocateOutput(slot, dtype, std::move(plan.out)));
+  // Nothing to copy; and empty inputs' dim products may exceed int64.
+  if (out.shape.NumElements() == 0) return out;
   const int64_t es = static_cast<int64_t>(DTypeSize(dtype));
   const int64_t inner = first.shape.NumElements(axis + 1, rank) * es;
   int64_t offset = 0;

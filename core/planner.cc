@@ -24,6 +24,42 @@ DType ScalarResultType(DType t, const Scalar& s) {
   return t;
 }
 
+// c10's combine_categories: the lower class's dtype counts only when its
+// category (bool < integral < floating) is higher.
+std::optional<DType> CombineCategories(std::optional<DType> higher,
+                                       std::optional<DType> lower) {
+  if (!higher.has_value()) return lower;
+  if (!lower.has_value() || IsFloating(*higher)) return higher;
+  if (*higher == DType::kBool || IsFloating(*lower)) {
+    return PromoteTypes(*higher, *lower);
+  }
+  return higher;
+}
+
+// PyTorch's result_type over any number of tensors and numbers (c10's
+// ResultTypeState): dimensioned tensors, 0-d tensors and numbers promote
+// within their class (an integer number as int64, a float one as float32,
+// the default dtype), then the classes combine by category.
+class ResultTypeState {
+ public:
+  void Add(const OperandDesc& t) {
+    Fold(t.shape.rank() == 0 ? zero_dim_ : dim_, t.dtype);
+  }
+  void Add(const Scalar& s) {
+    Fold(number_, s.is_integral ? DType::kInt64 : DType::kFloat32);
+  }
+  DType Result() const {
+    return CombineCategories(dim_, CombineCategories(zero_dim_, number_))
+        .value_or(DType::kFloat32);
+  }
+
+ private:
+  static void Fold(std::optional<DType>& into, DType t) {
+    into = into.has_value() ? PromoteTypes(*into, t) : t;
+  }
+  std::optional<DType> dim_, zero_dim_, number_;
+};
+
 }  // namespace
 
 bool CanCast(DType from, DType to) {
@@ -226,10 +262,10 @@ absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
   plan.out_dtype = op == ReduceOp::kArgmax ? DType::kInt64 : plan.compute;
   const int rank = x.rank();
   // Which dims are reduced: all when none are named.
-  std::vector<bool> reduced(rank, dims.empty());
+  // (A 0-d tensor's dim 0, or -1, is the tensor itself: one slot.)
+  std::vector<bool> reduced(std::max(rank, 1), dims.empty());
   for (int64_t d : dims) {
     ASSIGN_OR_RETURN(int axis, WrapDim(d, rank));
-    if (rank == 0) continue;  // a 0-d tensor's dim 0 is the tensor itself
     if (reduced[axis]) {
       return absl::InvalidArgumentError(absl::StrCat(
           "dim ", axis, " appears multiple times in the list of dims"));
@@ -281,7 +317,7 @@ absl::StatusOr<WherePlan> PlanWhere(const OperandDesc& cond,
                                     const OperandDesc* y,
                                     const Scalar* y_scalar) {
   if (cond.dtype != DType::kBool) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return absl::FailedPreconditionError(absl::StrCat(
         "where expected condition to be a boolean tensor, but got a tensor "
         "with dtype ",
         ToAbsl(DTypeName(cond.dtype))));
@@ -304,6 +340,26 @@ absl::StatusOr<WherePlan> PlanWhere(const OperandDesc& cond,
                      : DType::kFloat32;
   }
   return plan;
+}
+
+absl::StatusOr<DType> PlanClamp(const OperandDesc& x, const OperandDesc* min,
+                                const Scalar* min_scalar,
+                                const OperandDesc* max,
+                                const Scalar* max_scalar) {
+  if (min == nullptr && min_scalar == nullptr && max == nullptr &&
+      max_scalar == nullptr) {
+    return absl::InvalidArgumentError(
+        "torch.clamp: At least one of 'min' or 'max' must not be None");
+  }
+  ResultTypeState state;
+  state.Add(x);
+  for (const OperandDesc* t : {min, max}) {
+    if (t != nullptr) state.Add(*t);
+  }
+  for (const Scalar* s : {min_scalar, max_scalar}) {
+    if (s != nullptr) state.Add(*s);
+  }
+  return state.Result();
 }
 
 absl::StatusOr<SoftmaxPlan> PlanSoftmax(DType dtype, const Shape& x,

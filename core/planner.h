@@ -128,14 +128,25 @@ struct WherePlan {
   DType dtype = DType::kFloat32;
   Shape out;
 };
-// INVALID_ARGUMENT "where expected condition to be a boolean tensor, but got
-// a tensor with dtype float32" (PyTorch's) for a non-bool condition, and for
-// shapes that do not broadcast.
+// FAILED_PRECONDITION "where expected condition to be a boolean tensor, but
+// got a tensor with dtype float32" (PyTorch's) for a non-bool condition (as
+// for any op not defined for a dtype); INVALID_ARGUMENT for shapes that do
+// not broadcast.
 absl::StatusOr<WherePlan> PlanWhere(const OperandDesc& cond,
                                     const OperandDesc* x,
                                     const Scalar* x_scalar,
                                     const OperandDesc* y,
                                     const Scalar* y_scalar);
+
+// torch.clamp(x, min, max)'s result dtype: PyTorch's result_type over x
+// and the bounds given (each a tensor, `*_scalar` a number, or neither), all
+// at once: dimensioned tensors first, then 0-d tensors, then numbers, a
+// later class counting only when its category is higher. INVALID_ARGUMENT
+// "torch.clamp: At least one of 'min' or 'max' must not be None".
+absl::StatusOr<DType> PlanClamp(const OperandDesc& x, const OperandDesc* min,
+                                const Scalar* min_scalar,
+                                const OperandDesc* max,
+                                const Scalar* max_scalar);
 
 // softmax / log_softmax of x over `dim`: computed in `compute` (float32 for
 // the half types, the dtype itself for float32/float64) as

@@ -445,6 +445,7 @@ class CudaDevice final : public Device {
 
   absl::Status Permute(const TensorRef& in, const std::vector<int>& perm,
                        const TensorRef& out) override {
+    if (in.shape.NumElements() == 0) return absl::OkStatus();
     ASSIGN_OR_RETURN(const BroadcastIndex index,
                      MakePermuteIndex(in.shape, perm));
     RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));

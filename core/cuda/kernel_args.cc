@@ -85,7 +85,8 @@ absl::StatusOr<BroadcastIndex> MakePermuteIndex(const Shape& in,
   int64_t stride = 1;
   for (int d = rank - 1; d >= 0; --d) {
     in_strides[d] = stride;
-    stride *= in.dim(d);
+    // Past int64 only beside a zero dim: never followed, must not overflow.
+    if (__builtin_mul_overflow(stride, in.dim(d), &stride)) stride = INT64_MAX;
   }
   BroadcastIndex index;
   index.rank = rank;

@@ -273,6 +273,20 @@ TEST(KernelArgsTest, WhereIndexReadsEachOperandsBroadcastElement) {
   }
 }
 
+// An empty tensor may have dims whose product exceeds int64: the permute
+// index saturates (the kernel never runs) rather than overflow.
+TEST(KernelArgsTest, PermuteIndexOfAnEmptyTensorWithHugeDims) {
+  const int64_t big = int64_t{1} << 40;
+  absl::StatusOr<BroadcastIndex> index =
+      MakePermuteIndex(S({0, 4, big, big}), {0, 2, 3, 1});
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->dims[3], 4);
+  EXPECT_EQ(index->a_strides[0], INT64_MAX);  // saturated, never followed
+  EXPECT_EQ(index->a_strides[1], big);
+  EXPECT_EQ(index->a_strides[2], 1);
+  EXPECT_EQ(index->a_strides[3], INT64_MAX);
+}
+
 // Naive permute: out's element at coords o is in's at c, c[perm[i]] = o[i].
 int64_t PermuteSource(const Shape& in, const std::vector<int>& perm,
                       const std::vector<int64_t>& out_c) {

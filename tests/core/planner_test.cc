@@ -152,12 +152,19 @@ TEST(PlannerTest, ReduceOverSeveralDims) {
   EXPECT_TRUE(all->perm.empty());
   EXPECT_EQ(all->dims.n, 120);
   EXPECT_EQ(all->out, S({}));
-  // A 0-d tensor reduces over its one element, for dim 0 or -1.
+  // A 0-d tensor reduces over its one element, for dim 0 or -1; both at
+  // once name one dim twice (PyTorch's error).
   const int64_t zero[] = {0, -1};
-  auto scalar =
-      PlanReduce(ReduceOp::kSum, DType::kInt32, S({}), {zero, 1}, true);
-  EXPECT_EQ(scalar->dims.n, 1);
-  EXPECT_EQ(scalar->out, S({}));
+  for (int i = 0; i < 2; ++i) {
+    auto scalar = PlanReduce(ReduceOp::kSum, DType::kInt32, S({}),
+                             std::span<const int64_t>(zero + i, 1), true);
+    EXPECT_EQ(scalar->dims.n, 1);
+    EXPECT_EQ(scalar->out, S({}));
+  }
+  EXPECT_EQ(
+      Message(PlanReduce(ReduceOp::kSum, DType::kInt32, S({}), zero, false)
+                  .status()),
+      "dim 0 appears multiple times in the list of dims");
 }
 
 // A tensor with a zero dim may have blocks of dims whose product exceeds
@@ -228,13 +235,38 @@ TEST(PlannerTest, Where) {
   EXPECT_EQ(PlanWhere(cond, nullptr, &zero, nullptr, &half)->out, S({2, 1}));
   const OperandDesc not_bool{DType::kFloat32, S({3})};
   auto bad = PlanWhere(not_bool, &f, nullptr, &f, nullptr);
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Message(bad.status()),
             "where expected condition to be a boolean tensor, but got a "
             "tensor with dtype float32");
   const OperandDesc four{DType::kFloat32, S({4})};
   EXPECT_EQ(PlanWhere(cond, &f, nullptr, &four, nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// torch.clamp's dtype is result_type over x and both bounds at once, not
+// two promotions one after the other.
+TEST(PlannerTest, ClampResultTypeOverAllOperands) {
+  const OperandDesc i32{DType::kInt32, S({3})};
+  const OperandDesc f64_0d{DType::kFloat64, S({})};
+  const OperandDesc f16{DType::kFloat16, S({3})};
+  // Dimensioned int32 and float16 give float16; the 0-d float64 is of no
+  // higher category. (Two pairwise steps gave float64.)
+  EXPECT_EQ(*PlanClamp(i32, &f64_0d, nullptr, &f16, nullptr), DType::kFloat16);
+  const OperandDesc f32_0d{DType::kFloat32, S({})};
+  const OperandDesc i64{DType::kInt64, S({3})};
+  EXPECT_EQ(*PlanClamp(f32_0d, &i64, nullptr, &f16, nullptr), DType::kFloat16);
+  const Scalar zero = Scalar::Int(0), half = Scalar::Float(0.5);
+  EXPECT_EQ(*PlanClamp(i32, nullptr, &zero, nullptr, &zero), DType::kInt32);
+  EXPECT_EQ(*PlanClamp(i32, nullptr, &zero, nullptr, &half), DType::kFloat32);
+  EXPECT_EQ(*PlanClamp(f16, nullptr, &half, nullptr, nullptr), DType::kFloat16);
+  EXPECT_EQ(*PlanClamp(i32, &i64, nullptr, nullptr, nullptr), DType::kInt64);
+  const OperandDesc b{DType::kBool, S({3})};
+  EXPECT_EQ(*PlanClamp(b, nullptr, nullptr, nullptr, &zero), DType::kInt64);
+  auto none = PlanClamp(i32, nullptr, nullptr, nullptr, nullptr);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(none.status()),
+            "torch.clamp: At least one of 'min' or 'max' must not be None");
 }
 
 TEST(PlannerTest, Softmax) {
