@@ -134,6 +134,27 @@ absl::Status AddOperand(const v1::Operand& operand, const char* name,
   }
 }
 
+// An operand given as a tensor or a number (one of two oneof fields):
+// `bound` says which, and a tensor is appended to spec.inputs. Neither is
+// INVALID_ARGUMENT "<op>: `<name>` is not set: ..." when `required`.
+absl::Status AddBound(bool has_tensor, const v1::Operand& tensor,
+                      bool has_number, const v1::Scalar& number, const char* op,
+                      const char* name, bool required,
+                      core::OpSpec::Bound& bound, core::OpSpec& spec) {
+  using Kind = core::OpSpec::Bound::Kind;
+  if (has_tensor) {
+    bound.kind = Kind::kTensor;
+    return AddOperand(tensor, name, spec);
+  }
+  if (has_number) {
+    bound = {Kind::kScalar, server::FromProto(number)};
+  } else if (required) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": `", name, "` is not set: give a tensor or a number"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
@@ -198,44 +219,24 @@ absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
       const v1::WhereArgs& a = op.where();
       spec.kind = Kind::kWhere;
       RETURN_IF_ERROR(AddOperand(a.condition(), "condition", spec));
-      using Bound = core::OpSpec::Bound;
-      if (a.has_input()) {
-        spec.where_input.kind = Bound::Kind::kTensor;
-        RETURN_IF_ERROR(AddOperand(a.input(), "input", spec));
-      } else if (a.has_input_scalar()) {
-        spec.where_input = {Bound::Kind::kScalar, FromProto(a.input_scalar())};
-      } else {
-        return absl::InvalidArgumentError(
-            "where: `input` is not set: give a tensor or a number");
-      }
-      if (a.has_other()) {
-        spec.where_other.kind = Bound::Kind::kTensor;
-        RETURN_IF_ERROR(AddOperand(a.other(), "other", spec));
-      } else if (a.has_other_scalar()) {
-        spec.where_other = {Bound::Kind::kScalar, FromProto(a.other_scalar())};
-      } else {
-        return absl::InvalidArgumentError(
-            "where: `other` is not set: give a tensor or a number");
-      }
+      RETURN_IF_ERROR(AddBound(a.has_input(), a.input(), a.has_input_scalar(),
+                               a.input_scalar(), "where", "input",
+                               /*required=*/true, spec.where_input, spec));
+      RETURN_IF_ERROR(AddBound(a.has_other(), a.other(), a.has_other_scalar(),
+                               a.other_scalar(), "where", "other",
+                               /*required=*/true, spec.where_other, spec));
       break;
     }
     case v1::Op::kClamp: {
       const v1::ClampArgs& a = op.clamp();
       spec.kind = Kind::kClamp;
       RETURN_IF_ERROR(AddOperand(a.x(), "x", spec));
-      using Bound = core::OpSpec::Bound;
-      if (a.has_min()) {
-        spec.clamp_min.kind = Bound::Kind::kTensor;
-        RETURN_IF_ERROR(AddOperand(a.min(), "min", spec));
-      } else if (a.has_min_scalar()) {
-        spec.clamp_min = {Bound::Kind::kScalar, FromProto(a.min_scalar())};
-      }
-      if (a.has_max()) {
-        spec.clamp_max.kind = Bound::Kind::kTensor;
-        RETURN_IF_ERROR(AddOperand(a.max(), "max", spec));
-      } else if (a.has_max_scalar()) {
-        spec.clamp_max = {Bound::Kind::kScalar, FromProto(a.max_scalar())};
-      }
+      RETURN_IF_ERROR(AddBound(a.has_min(), a.min(), a.has_min_scalar(),
+                               a.min_scalar(), "clamp", "min",
+                               /*required=*/false, spec.clamp_min, spec));
+      RETURN_IF_ERROR(AddBound(a.has_max(), a.max(), a.has_max_scalar(),
+                               a.max_scalar(), "clamp", "max",
+                               /*required=*/false, spec.clamp_max, spec));
       break;
     }
     case v1::Op::kPermute:

@@ -17,6 +17,7 @@
 namespace tensord::server {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 constexpr uint64_t kBudget = 8 << 20;  // per host device
@@ -646,6 +647,42 @@ TEST_F(ServiceTest, UnknownBinaryOpIsInvalid) {
   grpc::Status s = Binary(static_cast<v1::BinaryOp>(77), a.handle(), a.handle());
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("77"));
+}
+
+// where's input and other must each be a tensor or a number; clamp's
+// bounds may be omitted, not both. Over the wire, as a client written from
+// the proto sends them.
+TEST_F(ServiceTest, WhereAndClampOperandsAreChecked) {
+  v1::TensorInfo a = CreateInt64({1, -2, 3});
+  auto run = [&](const v1::Op& op, v1::TensorResponse* resp) {
+    grpc::ClientContext ctx;
+    v1::RunRequest req;
+    req.set_session(session_);
+    *req.mutable_op() = op;
+    return stub_->Run(&ctx, req, resp);
+  };
+  v1::TensorResponse resp;
+  v1::Op where;
+  where.mutable_where()->mutable_condition()->set_handle(a.handle());
+  where.mutable_where()->mutable_input()->set_handle(a.handle());
+  grpc::Status s = run(where, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "where: `other` is not set: give a tensor or a number");
+  where.mutable_where()->mutable_other_scalar()->set_int_value(0);
+  s = run(where, &resp);  // an int64 condition
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("boolean tensor"));
+  v1::Op clamp;
+  clamp.mutable_clamp()->mutable_x()->set_handle(a.handle());
+  s = run(clamp, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("At least one of 'min' or 'max'"));
+  clamp.mutable_clamp()->mutable_max_scalar()->set_int_value(0);
+  clamp.mutable_clamp()->mutable_min()->set_handle(a.handle());
+  s = run(clamp, &resp);  // min = x itself, max 0
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_THAT(FetchInt64(resp.tensor().handle()), ElementsAre(0, -2, 0));
 }
 
 TEST_F(ServiceTest, OperatorViewsCountEverySession) {
