@@ -1,5 +1,8 @@
 #include "core/device.h"
 
+#include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
+
 namespace tensord::core {
 
 std::string_view DeviceKindName(DeviceKind kind) {
@@ -76,6 +79,76 @@ std::string_view ReduceOpName(ReduceOp op) {
     case ReduceOp::kNorm: return "norm";
   }
   return "unknown";
+}
+
+std::string_view KernelKindName(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::kFill:
+      return "fill";
+    case KernelKind::kCast:
+      return "cast";
+    case KernelKind::kBinary:
+      return "binary";
+    case KernelKind::kUnary:
+      return "unary";
+    case KernelKind::kReduce:
+      return "reduce";
+    case KernelKind::kMatMul:
+      return "matmul";
+    case KernelKind::kPermute:
+      return "permute";
+    case KernelKind::kCopyBlocks:
+      return "copy_blocks";
+    case KernelKind::kWhere:
+      return "where";
+  }
+  return "unknown";
+}
+
+int KernelArity(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::kFill:
+      return 0;
+    case KernelKind::kCast:
+    case KernelKind::kUnary:
+    case KernelKind::kReduce:
+    case KernelKind::kPermute:
+    case KernelKind::kCopyBlocks:
+      return 1;
+    case KernelKind::kBinary:
+    case KernelKind::kMatMul:
+      return 2;
+    case KernelKind::kWhere:
+      return 3;
+  }
+  return -1;
+}
+
+// KernelKind names KernelArgs' alternatives in order.
+static_assert(
+    std::is_same_v<std::variant_alternative_t<
+                       static_cast<size_t>(KernelKind::kFill), KernelArgs>,
+                   FillSpec>);
+static_assert(
+    std::is_same_v<std::variant_alternative_t<
+                       static_cast<size_t>(KernelKind::kMatMul), KernelArgs>,
+                   MatMulDims>);
+static_assert(std::is_same_v<
+              std::variant_alternative_t<
+                  static_cast<size_t>(KernelKind::kCopyBlocks), KernelArgs>,
+              BlockCopy>);
+static_assert(static_cast<int>(KernelKind::kWhere) + 1 == kKernelKindCount);
+
+absl::Status CheckKernelCall(const KernelCall& call, std::string_view device) {
+  const int want = KernelArity(call.kind());
+  bool ok = static_cast<int>(call.inputs.size()) == want &&
+            call.out.buffer != nullptr;
+  for (const TensorRef& in : call.inputs) ok = ok && in.buffer != nullptr;
+  if (ok) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(
+      ToAbsl(device), ": malformed ", ToAbsl(KernelKindName(call.kind())),
+      " kernel call (", call.inputs.size(), " inputs of ", want,
+      ", or a tensor without a buffer)"));
 }
 
 }  // namespace tensord::core

@@ -20,6 +20,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -70,17 +72,8 @@ std::string_view UnaryOpName(UnaryOp op);  // "neg", "abs", "exp", ...
 bool IsFloatingUnary(UnaryOp op);
 std::string_view ReduceOpName(ReduceOp op);  // "sum", "mean", ..., "norm"
 
-struct FillSpec {
-  enum class Kind { kZeros, kOnes, kFull, kArange, kRand, kRandn };
-  Kind kind = Kind::kZeros;
-  double value = 0;              // kFull
-  double start = 0, step = 1;    // kArange: element i = start + i * step
-  double low = 0, high = 1;      // kRand
-  double mean = 0, stddev = 1;   // kRandn
-  std::optional<uint64_t> seed;  // kRand/kRandn; unset = nondeterministic
-};
-
-// The operations a device may or may not implement for a dtype.
+// The operations a device may or may not implement for a dtype (the rows
+// of Device::Supports' table).
 enum class OpKind {
   kFill,
   kRandomFill,
@@ -92,20 +85,126 @@ enum class OpKind {
   kWhere,
 };
 
-// A kernel that arrives through Device::Launch, named by its kind: the one
-// entry point new kernels take, so that adding one adds an enumerator and a
-// kernel, never a method (ggml's backend interface). The kernel families
-// with a method of their own below are to move here in turn.
+// --- Kernels -----------------------------------------------------------------
+//
+// Every kernel arrives through Device::Launch as a KernelCall: its kind's
+// arguments (one struct per kind, below), its input tensors and its output.
+// Adding a kernel adds an argument struct and an alternative of KernelArgs,
+// never a method (ggml's backend interface); each device's Launch then fails
+// to compile until it runs the new kind. The planner (core/planner.h) and
+// the executor have checked everything a call states: the inputs' count,
+// dtypes and shapes are as the kind documents, buffers are large enough and
+// were allocated by the device, and Supports() said yes. Devices trust that
+// and do not check it again.
+
+// Fill `out` (any dtype; kRand/kRandn where Supports(kRandomFill) says so).
+// No inputs.
+struct FillSpec {
+  enum class Kind { kZeros, kOnes, kFull, kArange, kRand, kRandn };
+  Kind kind = Kind::kZeros;
+  double value = 0;              // kFull
+  double start = 0, step = 1;    // kArange: element i = start + i * step
+  double low = 0, high = 1;      // kRand
+  double mean = 0, stddev = 1;   // kRandn
+  std::optional<uint64_t> seed;  // kRand/kRandn; unset = nondeterministic
+};
+
+// inputs = {in}: element-wise conversion to out.dtype; in.shape ==
+// out.shape.
+struct CastArgs {};
+
+// inputs = {a, b}: out = a (op) b with broadcasting; a and b share one dtype
+// (the executor casts operands to the computation dtype first), which out
+// shares too except for comparisons, whose out is bool; out.shape ==
+// BroadcastShapes(a.shape, b.shape). `out` may be the same buffer as `a`
+// when out.shape == a.shape (in-place ops).
+struct BinaryArgs {
+  BinaryOp op = BinaryOp::kAdd;
+};
+
+// inputs = {in}: out = op(in) elementwise; in and out share dtype and shape;
+// `out` may be `in` (in place).
+struct UnaryArgs {
+  UnaryOp op = UnaryOp::kNeg;
+};
+
+// inputs = {in}: reduces `in`, read as [outer, n, inner] (row-major), over
+// its middle axis into `out`, read as [outer, inner]. out.dtype is int64 for
+// kArgmax and in.dtype otherwise. n == 0 is allowed for kSum/kMean/kNorm
+// only.
+struct ReduceDims {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+struct ReduceArgs {
+  ReduceOp op = ReduceOp::kSum;
+  ReduceDims dims;
+};
+
+// inputs = {a, b}: batched row-major matrix product: for each of `batch`
+// problems, out[i] (m x n) = a[i] (m x k) * b[i] (k x n). Operand i of a
+// batch starts at element i * a_batch_stride (resp. b_, out_); a stride of 0
+// broadcasts one matrix over the batch. a, b, out share one dtype.
+struct MatMulDims {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  int64_t a_batch_stride = 0, b_batch_stride = 0, out_batch_stride = 0;
+};
+
+// inputs = {in}: out = in with its dims permuted: out.shape[i] ==
+// in.shape[perm[i]]. Any dtype (the copy moves bytes). perm.size() ==
+// in.shape.rank().
+struct PermuteArgs {
+  std::vector<int> perm;
+};
+
+// inputs = {src}: copies `rows` blocks of `row_bytes` bytes, block r from
+// byte src_offset + r * src_stride of src's buffer to dst_offset + r *
+// dst_stride of out's (dtypes and shapes are not read). The building block
+// of narrow, cat and reshape. OUT_OF_RANGE if a block lies outside either
+// buffer.
+struct BlockCopy {
+  int64_t rows = 1, row_bytes = 0;
+  int64_t src_offset = 0, src_stride = 0;
+  int64_t dst_offset = 0, dst_stride = 0;
+};
+
+// inputs = {cond (bool), x, y}: out = cond ? x : y elementwise, all three
+// broadcast to out.shape; x, y and out share one dtype (any).
+struct WhereArgs {};
+
+// One alternative per kernel; KernelKind names them in the same order.
+using KernelArgs =
+    std::variant<FillSpec, CastArgs, BinaryArgs, UnaryArgs, ReduceArgs,
+                 MatMulDims, PermuteArgs, BlockCopy, WhereArgs>;
 enum class KernelKind {
-  // inputs = {cond (bool), x, y}: out = cond ? x : y elementwise, all three
-  // broadcast to out.shape; x, y and out share one dtype (any).
+  kFill,
+  kCast,
+  kBinary,
+  kUnary,
+  kReduce,
+  kMatMul,
+  kPermute,
+  kCopyBlocks,
   kWhere,
 };
+inline constexpr int kKernelKindCount = std::variant_size_v<KernelArgs>;
+// "fill", "cast", "binary", ..., "copy_blocks", "where".
+std::string_view KernelKindName(KernelKind kind);
+// How many inputs a kernel of `kind` takes (0 for fill, 3 for where).
+int KernelArity(KernelKind kind);
+
+// A planned kernel call. The tensors are borrowed for the call.
 struct KernelCall {
-  KernelKind kind = KernelKind::kWhere;
-  std::vector<TensorRef> inputs;  // borrowed for the call
+  KernelArgs args;
+  std::vector<TensorRef> inputs;
   TensorRef out;
+
+  KernelKind kind() const { return static_cast<KernelKind>(args.index()); }
 };
+
+// INTERNAL "<device>: malformed <kind> kernel call (...)" unless `call` has
+// its kind's number of inputs and every tensor a buffer: the one structural
+// check each device's Launch makes before trusting a call.
+absl::Status CheckKernelCall(const KernelCall& call, std::string_view device);
 
 class Device {
  public:
@@ -138,61 +237,13 @@ class Device {
   virtual absl::Status CopyFromDevice(Device& src_device, const Buffer& src,
                                       Buffer& dst, size_t bytes) = 0;
 
-  // Kernels. Output buffers are allocated by the caller with the right size.
-  // Fill `out` (any dtype; kRand/kRandn float dtypes only).
-  virtual absl::Status Fill(const FillSpec& spec, const TensorRef& out) = 0;
-  // Element-wise conversion; in.shape == out.shape.
-  virtual absl::Status Cast(const TensorRef& in, const TensorRef& out) = 0;
-  // out = a (op) b with broadcasting; a and b share one dtype (the Runtime
-  // casts operands to the computation dtype first), which out shares too
-  // except for comparisons, whose out is bool;
-  // out.shape == BroadcastShapes(a.shape, b.shape). `out` may be the same
-  // buffer as `a` when out.shape == a.shape (in-place ops).
-  virtual absl::Status Binary(BinaryOp op, const TensorRef& a,
-                              const TensorRef& b, const TensorRef& out) = 0;
-  // Batched row-major matrix product: for each of `batch` problems,
-  // out[i] (m x n) = a[i] (m x k) * b[i] (k x n). Operand i of a batch starts
-  // at element i * a_batch_stride (resp. b_, out_); a stride of 0 broadcasts
-  // one matrix over the batch. a, b, out share one dtype.
-  struct MatMulDims {
-    int64_t batch = 1, m = 0, n = 0, k = 0;
-    int64_t a_batch_stride = 0, b_batch_stride = 0, out_batch_stride = 0;
-  };
-  virtual absl::Status MatMul(const MatMulDims& dims, const TensorRef& a,
-                              const TensorRef& b, const TensorRef& out) = 0;
-
-  // out = op(in) elementwise; in and out share dtype and shape; `out` may
-  // be `in` (in place).
-  virtual absl::Status Unary(UnaryOp op, const TensorRef& in,
-                             const TensorRef& out) = 0;
-  // Reduces `in`, read as [outer, n, inner] (row-major), over its middle
-  // axis into `out`, read as [outer, inner]. out.dtype is int64 for kArgmax
-  // and in.dtype otherwise. n == 0 is allowed for kSum/kMean/kNorm only.
-  struct ReduceDims {
-    int64_t outer = 1, n = 1, inner = 1;
-  };
-  virtual absl::Status Reduce(ReduceOp op, const ReduceDims& dims,
-                              const TensorRef& in, const TensorRef& out) = 0;
-  // out = in with its dims permuted: out.shape[i] == in.shape[perm[i]].
-  // Any dtype (the copy moves bytes). perm.size() == in.shape.rank().
-  virtual absl::Status Permute(const TensorRef& in,
-                               const std::vector<int>& perm,
-                               const TensorRef& out) = 0;
-  // Copies `rows` blocks of `row_bytes` bytes: block r from byte
-  // src_offset + r * src_stride of `src` to dst_offset + r * dst_stride of
-  // `dst` (both buffers of this device). The building block of narrow, cat
-  // and reshape.
-  struct BlockCopy {
-    int64_t rows = 1, row_bytes = 0;
-    int64_t src_offset = 0, src_stride = 0;
-    int64_t dst_offset = 0, dst_stride = 0;
-  };
-  virtual absl::Status CopyBlocks(const BlockCopy& copy, const Buffer& src,
-                                  Buffer& dst) = 0;
-
-  // Runs `call` (a planned call: shapes and dtypes as its kind documents).
-  // FAILED_PRECONDITION for a kind or dtype this device does not implement
-  // (Supports says which); the error of the kernel otherwise.
+  // Runs `call`, a planned call (see "Kernels" above): queues it on the
+  // device's stream (a GPU) or runs it now (the CPU). INTERNAL for a
+  // malformed call (CheckKernelCall); a kernel asked for an op its dtype does
+  // not define, which the planner never asks, answers FAILED_PRECONDITION
+  // (the CPU) or INTERNAL (a GPU's launch error); otherwise the kernel's own
+  // error (OUT_OF_RANGE for a block copy outside its buffers, INTERNAL for a
+  // failed launch).
   virtual absl::Status Launch(const KernelCall& call) = 0;
 
   // Waits until every queued kernel and copy on this device has finished.

@@ -27,7 +27,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::MatMulOut(
     // Nothing to compute.
   } else if (k == 0) {
     // Empty sums: zeros, without asking BLAS about 0-sized leading dims.
-    RETURN_IF_ERROR(device.Fill(FillSpec{}, out.ref()));
+    RETURN_IF_ERROR(device.Launch({FillSpec{}, {}, out.ref()}));
   } else {
     // An operand whose batch part is neither the full batch nor a single
     // matrix cannot be read with one batch stride: expand it into a
@@ -51,18 +51,19 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::MatMulOut(
         ASSIGN_OR_RETURN(ones, AllocateOutput(slot, dtype, ones_shape));
         FillSpec fill;
         fill.kind = FillSpec::Kind::kOnes;
-        RETURN_IF_ERROR(device.Fill(fill, ones.ref()));
+        RETURN_IF_ERROR(device.Launch({fill, {}, ones.ref()}));
         dims = batch->dims();
       }
       dims.insert(dims.end(), {rows, cols});
       ASSIGN_OR_RETURN(Shape shape, Shape::Make(dims));
       ASSIGN_OR_RETURN(expanded, AllocateOutput(slot, dtype, shape));
-      RETURN_IF_ERROR(
-          device.Binary(BinaryOp::kMul, RefOf(t), ones.ref(), expanded.ref()));
+      RETURN_IF_ERROR(device.Launch({BinaryArgs{BinaryOp::kMul},
+                                     {RefOf(t), ones.ref()},
+                                     expanded.ref()}));
       *stride = rows * cols;
       return expanded.ref();
     };
-    Device::MatMulDims dims;
+    MatMulDims dims;
     dims.batch = batch_count;
     dims.m = m;
     dims.n = n;
@@ -72,7 +73,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::MatMulOut(
                                               &dims.a_batch_stride));
     ASSIGN_OR_RETURN(TensorRef b_ref, operand(b, b_batch, k, n, b_expanded,
                                               &dims.b_batch_stride));
-    RETURN_IF_ERROR(device.MatMul(dims, a_ref, b_ref, out.ref()));
+    RETURN_IF_ERROR(device.Launch({dims, {a_ref, b_ref}, out.ref()}));
   }
   return out;
 }
@@ -105,7 +106,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ScalarTensor(
   if (natural == dtype) return value;
   RETURN_IF_ERROR(slot.device->Supports(OpKind::kCast, dtype));
   ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, dtype, Shape()));
-  RETURN_IF_ERROR(slot.device->Cast(value.ref(), out.ref()));
+  RETURN_IF_ERROR(slot.device->Launch({CastArgs{}, {value.ref()}, out.ref()}));
   return out;
 }
 
@@ -142,15 +143,16 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::BinaryOut(
   }
   if (scalar_first) std::swap(a_ref, b_ref);
   if (into != nullptr && out_dtype == into->dtype) {
-    RETURN_IF_ERROR(device.Binary(op, a_ref, b_ref, RefOf(*into)));
+    RETURN_IF_ERROR(
+        device.Launch({BinaryArgs{op}, {a_ref, b_ref}, RefOf(*into)}));
     return Output{};
   }
   ASSIGN_OR_RETURN(Output out,
                    AllocateOutput(slot, out_dtype, std::move(plan.out)));
-  RETURN_IF_ERROR(device.Binary(op, a_ref, b_ref, out.ref()));
+  RETURN_IF_ERROR(device.Launch({BinaryArgs{op}, {a_ref, b_ref}, out.ref()}));
   if (into != nullptr) {
     RETURN_IF_ERROR(device.Supports(OpKind::kCast, into->dtype));
-    RETURN_IF_ERROR(device.Cast(out.ref(), RefOf(*into)));
+    RETURN_IF_ERROR(device.Launch({CastArgs{}, {out.ref()}, RefOf(*into)}));
     return Output{};
   }
   return out;
@@ -167,7 +169,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::UnaryOut(
   Output temp;
   ASSIGN_OR_RETURN(TensorRef in, AsDType(slot, x, dtype, temp));
   ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, dtype, x.shape));
-  RETURN_IF_ERROR(device.Unary(op, in, out.ref()));
+  RETURN_IF_ERROR(device.Launch({UnaryArgs{op}, {in}, out.ref()}));
   return out;
 }
 
@@ -206,7 +208,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ReduceOut(
   ASSIGN_OR_RETURN(TensorRef in, AsDType(slot, *src, plan.compute, temp));
   ASSIGN_OR_RETURN(Output out,
                    AllocateOutput(slot, plan.out_dtype, std::move(plan.out)));
-  RETURN_IF_ERROR(device.Reduce(op, plan.dims, in, out.ref()));
+  RETURN_IF_ERROR(device.Launch({ReduceArgs{op, plan.dims}, {in}, out.ref()}));
   return out;
 }
 
@@ -287,11 +289,8 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::WhereOut(
   ASSIGN_OR_RETURN(const TensorRef y_ref, branch(y, y_arg, y_temp));
   ASSIGN_OR_RETURN(Output out,
                    AllocateOutput(slot, plan.dtype, std::move(plan.out)));
-  KernelCall call;
-  call.kind = KernelKind::kWhere;
-  call.inputs = {RefOf(cond), x_ref, y_ref};
-  call.out = out.ref();
-  RETURN_IF_ERROR(device.Launch(call));
+  RETURN_IF_ERROR(
+      device.Launch({WhereArgs{}, {RefOf(cond), x_ref, y_ref}, out.ref()}));
   return out;
 }
 
@@ -342,7 +341,8 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::PermuteOut(
   DeviceSlot& slot = SlotOf(x.device);
   ASSIGN_OR_RETURN(Output out,
                    AllocateOutput(slot, x.dtype, std::move(plan.out)));
-  RETURN_IF_ERROR(x.device->Permute(RefOf(x), plan.perm, out.ref()));
+  RETURN_IF_ERROR(x.device->Launch(
+      {PermuteArgs{std::move(plan.perm)}, {RefOf(x)}, out.ref()}));
   return out;
 }
 
@@ -351,9 +351,9 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ReshapeOut(
   ASSIGN_OR_RETURN(Shape shape, PlanReshape(x.shape, dims));
   DeviceSlot& slot = SlotOf(x.device);
   ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, x.dtype, std::move(shape)));
-  Device::BlockCopy copy;
+  BlockCopy copy;
   copy.row_bytes = static_cast<int64_t>(x.nbytes);
-  RETURN_IF_ERROR(x.device->CopyBlocks(copy, *x.buffer, *out.buffer));
+  RETURN_IF_ERROR(x.device->Launch({copy, {RefOf(x)}, out.ref()}));
   return out;
 }
 
@@ -367,13 +367,13 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::SliceOut(
   if (out.shape.NumElements() == 0) return out;
   const int64_t es = static_cast<int64_t>(DTypeSize(x.dtype));
   const int64_t inner = x.shape.NumElements(axis + 1, x.shape.rank()) * es;
-  Device::BlockCopy copy;
+  BlockCopy copy;
   copy.rows = x.shape.NumElements(0, axis);
   copy.row_bytes = length * inner;
   copy.src_offset = start * inner;
   copy.src_stride = x.shape.dim(axis) * inner;
   copy.dst_stride = copy.row_bytes;
-  RETURN_IF_ERROR(x.device->CopyBlocks(copy, *x.buffer, *out.buffer));
+  RETURN_IF_ERROR(x.device->Launch({copy, {RefOf(x)}, out.ref()}));
   return out;
 }
 
@@ -408,13 +408,13 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::CatOut(
   for (const Value& v : xs) {
     Output temp;
     ASSIGN_OR_RETURN(TensorRef ref, AsDType(slot, *v.tensor, dtype, temp));
-    Device::BlockCopy copy;
+    BlockCopy copy;
     copy.rows = first.shape.NumElements(0, axis);
     copy.row_bytes = ref.shape.dim(axis) * inner;
     copy.src_stride = copy.row_bytes;
     copy.dst_offset = offset * inner;
     copy.dst_stride = total * inner;
-    RETURN_IF_ERROR(device.CopyBlocks(copy, *ref.buffer, *out.buffer));
+    RETURN_IF_ERROR(device.Launch({copy, {ref}, out.ref()}));
     offset += ref.shape.dim(axis);
   }
   return out;
@@ -426,14 +426,14 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::CastOut(
   DeviceSlot& slot = SlotOf(x.device);
   ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, dtype, x.shape));
   if (dtype == x.dtype) {
-    Device::BlockCopy copy;
+    BlockCopy copy;
     copy.row_bytes = static_cast<int64_t>(x.nbytes);
-    RETURN_IF_ERROR(x.device->CopyBlocks(copy, *x.buffer, *out.buffer));
+    RETURN_IF_ERROR(x.device->Launch({copy, {RefOf(x)}, out.ref()}));
     return out;
   }
   RETURN_IF_ERROR(x.device->Supports(OpKind::kCast, x.dtype));
   RETURN_IF_ERROR(x.device->Supports(OpKind::kCast, dtype));
-  RETURN_IF_ERROR(x.device->Cast(RefOf(x), out.ref()));
+  RETURN_IF_ERROR(x.device->Launch({CastArgs{}, {RefOf(x)}, out.ref()}));
   return out;
 }
 

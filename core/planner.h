@@ -105,7 +105,7 @@ struct ReducePlan {
   // Reduced dims that are not one run of adjacent dims are first moved to
   // the end: the input is permuted by `perm` (empty: no permute).
   std::vector<int64_t> perm;
-  Device::ReduceDims dims;  // outer x n x inner, reduced over n
+  ReduceDims dims;  // outer x n x inner, reduced over n
 };
 // FAILED_PRECONDITION for mean or norm of a non-floating tensor (PyTorch's
 // messages); INVALID_ARGUMENT for a bad dim, or max/min/argmax over an

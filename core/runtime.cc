@@ -258,7 +258,7 @@ absl::StatusOr<TensorRef> Runtime::Impl::AsDType(DeviceSlot& slot,
                                                  DType dtype, Output& temp) {
   if (t.dtype == dtype) return RefOf(t);
   ASSIGN_OR_RETURN(temp, AllocateOutput(slot, dtype, t.shape));
-  RETURN_IF_ERROR(slot.device->Cast(RefOf(t), temp.ref()));
+  RETURN_IF_ERROR(slot.device->Launch({CastArgs{}, {RefOf(t)}, temp.ref()}));
   return temp.ref();
 }
 

@@ -445,7 +445,7 @@ absl::StatusOr<TensorMeta> Runtime::CreateFilled(
   RETURN_IF_ERROR(impl_->table().Admit(session, nbytes));
   ASSIGN_OR_RETURN(Impl::Output out,
                    impl_->AllocateOutput(*slot, dtype, std::move(shape)));
-  RETURN_IF_ERROR(slot->device->Fill(fill, out.ref()));
+  RETURN_IF_ERROR(slot->device->Launch({fill, {}, out.ref()}));
   return impl_->Register(session, *slot, dtype, std::move(out.shape),
                          out.nbytes, std::move(out.buffer), tag);
 }

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <new>
 #include <string>
+#include <variant>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -185,61 +186,66 @@ class CpuDevice final : public Device {
     return src_device.CopyToHost(src, 0, dst.data(), bytes);
   }
 
-  absl::Status Fill(const FillSpec& spec, const TensorRef& out) override {
-    const bool random = spec.kind == FillSpec::Kind::kRand ||
-                        spec.kind == FillSpec::Kind::kRandn;
-    RETURN_IF_ERROR(
-        Supports(random ? OpKind::kRandomFill : OpKind::kFill, out.dtype));
+  absl::Status Launch(const KernelCall& call) override {
+    RETURN_IF_ERROR(CheckKernelCall(call, name_));
+    return std::visit([&](const auto& args) { return Run(args, call); },
+                      call.args);
+  }
+
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+ private:
+  // One per kernel kind, on host pointers (cpu_kernels.h); `call` is
+  // well-formed (Launch checked) and planned (nothing re-validated).
+  static absl::Status Run(const FillSpec& spec, const KernelCall& call) {
+    const TensorRef& out = call.out;
     return cpu::FillKernel(spec, out.dtype, out.shape.NumElements(),
                            out.buffer->data());
   }
 
-  absl::Status Cast(const TensorRef& in, const TensorRef& out) override {
-    RETURN_IF_ERROR(Supports(OpKind::kCast, in.dtype));
-    RETURN_IF_ERROR(Supports(OpKind::kCast, out.dtype));
-    return cpu::CastKernel(in.dtype, in.buffer->data(), out.dtype,
-                           out.buffer->data(), in.shape.NumElements());
+  static absl::Status Run(const CastArgs&, const KernelCall& call) {
+    const TensorRef& in = call.inputs[0];
+    return cpu::CastKernel(in.dtype, in.buffer->data(), call.out.dtype,
+                           call.out.buffer->data(), in.shape.NumElements());
   }
 
-  absl::Status Binary(BinaryOp op, const TensorRef& a, const TensorRef& b,
-                      const TensorRef& out) override {
-    RETURN_IF_ERROR(Supports(OpKind::kBinary, a.dtype));
-    return cpu::BinaryKernel(op, a.dtype, a.buffer->data(), a.shape,
-                             b.buffer->data(), b.shape, out.buffer->data(),
-                             out.shape);
+  static absl::Status Run(const BinaryArgs& args, const KernelCall& call) {
+    const TensorRef& a = call.inputs[0];
+    const TensorRef& b = call.inputs[1];
+    return cpu::BinaryKernel(args.op, a.dtype, a.buffer->data(), a.shape,
+                             b.buffer->data(), b.shape, call.out.buffer->data(),
+                             call.out.shape);
   }
 
-  absl::Status MatMul(const MatMulDims& dims, const TensorRef& a,
-                      const TensorRef& b, const TensorRef& out) override {
-    RETURN_IF_ERROR(Supports(OpKind::kMatMul, out.dtype));
-    return cpu::MatMulKernel(dims, out.dtype, a.buffer->data(),
-                             b.buffer->data(), out.buffer->data());
+  static absl::Status Run(const UnaryArgs& args, const KernelCall& call) {
+    const TensorRef& in = call.inputs[0];
+    return cpu::UnaryKernel(args.op, in.dtype, in.buffer->data(),
+                            call.out.buffer->data(), in.shape.NumElements());
   }
 
-  absl::Status Unary(UnaryOp op, const TensorRef& in,
-                     const TensorRef& out) override {
-    RETURN_IF_ERROR(Supports(OpKind::kUnary, in.dtype));
-    return cpu::UnaryKernel(op, in.dtype, in.buffer->data(), out.buffer->data(),
-                            in.shape.NumElements());
+  static absl::Status Run(const ReduceArgs& args, const KernelCall& call) {
+    const TensorRef& in = call.inputs[0];
+    return cpu::ReduceKernel(args.op, in.dtype, args.dims, in.buffer->data(),
+                             call.out.buffer->data());
   }
 
-  absl::Status Reduce(ReduceOp op, const ReduceDims& dims, const TensorRef& in,
-                      const TensorRef& out) override {
-    RETURN_IF_ERROR(Supports(OpKind::kReduce, in.dtype));
-    return cpu::ReduceKernel(op, in.dtype, dims, in.buffer->data(),
-                             out.buffer->data());
+  static absl::Status Run(const MatMulDims& dims, const KernelCall& call) {
+    return cpu::MatMulKernel(
+        dims, call.out.dtype, call.inputs[0].buffer->data(),
+        call.inputs[1].buffer->data(), call.out.buffer->data());
   }
 
-  absl::Status Permute(const TensorRef& in, const std::vector<int>& perm,
-                       const TensorRef& out) override {
-    cpu::PermuteKernel(DTypeSize(in.dtype), in.buffer->data(), in.shape, perm,
-                       out.buffer->data());
+  static absl::Status Run(const PermuteArgs& args, const KernelCall& call) {
+    const TensorRef& in = call.inputs[0];
+    cpu::PermuteKernel(DTypeSize(in.dtype), in.buffer->data(), in.shape,
+                       args.perm, call.out.buffer->data());
     return absl::OkStatus();
   }
 
-  absl::Status CopyBlocks(const BlockCopy& c, const Buffer& src,
-                          Buffer& dst) override {
+  static absl::Status Run(const BlockCopy& c, const KernelCall& call) {
     if (c.rows <= 0 || c.row_bytes <= 0) return absl::OkStatus();
+    const Buffer& src = *call.inputs[0].buffer;
+    Buffer& dst = *call.out.buffer;
     const int64_t src_end = c.src_offset + (c.rows - 1) * c.src_stride;
     const int64_t dst_end = c.dst_offset + (c.rows - 1) * c.dst_stride;
     RETURN_IF_ERROR(CheckRange(src, src_end, c.row_bytes));
@@ -252,26 +258,15 @@ class CpuDevice final : public Device {
     return absl::OkStatus();
   }
 
-  absl::Status Launch(const KernelCall& call) override {
-    switch (call.kind) {
-      case KernelKind::kWhere: {
-        if (call.inputs.size() != 3) break;
-        const TensorRef& c = call.inputs[0];
-        const TensorRef& x = call.inputs[1];
-        const TensorRef& y = call.inputs[2];
-        return cpu::WhereKernel(
-            x.dtype, c.buffer->data(), c.shape, x.buffer->data(), x.shape,
-            y.buffer->data(), y.shape, call.out.buffer->data(), call.out.shape);
-      }
-    }
-    return absl::InternalError(absl::StrCat(
-        name_, ": malformed kernel call (kind ", static_cast<int>(call.kind),
-        ", ", call.inputs.size(), " inputs)"));
+  static absl::Status Run(const WhereArgs&, const KernelCall& call) {
+    const TensorRef& c = call.inputs[0];
+    const TensorRef& x = call.inputs[1];
+    const TensorRef& y = call.inputs[2];
+    return cpu::WhereKernel(x.dtype, c.buffer->data(), c.shape,
+                            x.buffer->data(), x.shape, y.buffer->data(),
+                            y.shape, call.out.buffer->data(), call.out.shape);
   }
 
-  absl::Status Synchronize() override { return absl::OkStatus(); }
-
- private:
   const std::string name_;
   const int index_;
   const std::string model_;

@@ -30,8 +30,7 @@ To CastElement(From v) {
 }
 
 template <typename T>
-void ReduceTyped(ReduceOp op, const Device::ReduceDims& d, const T* in,
-                 void* out) {
+void ReduceTyped(ReduceOp op, const ReduceDims& d, const T* in, void* out) {
   using C = Compute<T>;
   for (int64_t o = 0; o < d.outer; ++o) {
     for (int64_t i = 0; i < d.inner; ++i) {
@@ -163,8 +162,7 @@ void BroadcastLoop(const T* a, const Shape& a_shape, const T* b,
 }
 
 template <typename T>
-void IntegerMatMul(const Device::MatMulDims& dims, const T* a, const T* b,
-                   T* out) {
+void IntegerMatMul(const MatMulDims& dims, const T* a, const T* b, T* out) {
   const scalar::Add add;
   const scalar::Mul mul;
   for (int64_t p = 0; p < dims.batch; ++p) {
@@ -186,8 +184,7 @@ void IntegerMatMul(const Device::MatMulDims& dims, const T* a, const T* b,
 }
 
 template <typename T>
-void BlasMatMul(const Device::MatMulDims& dims, const T* a, const T* b,
-                T* out) {
+void BlasMatMul(const MatMulDims& dims, const T* a, const T* b, T* out) {
   const blasint m = static_cast<blasint>(dims.m);
   const blasint n = static_cast<blasint>(dims.n);
   const blasint k = static_cast<blasint>(dims.k);
@@ -208,7 +205,7 @@ void BlasMatMul(const Device::MatMulDims& dims, const T* a, const T* b,
 // Half precision as PyTorch's CPU computes it: each problem's operands
 // widened to float32, multiplied by BLAS, the result rounded back.
 template <typename T>
-absl::Status HalfMatMul(const Device::MatMulDims& dims, const T* a, const T* b,
+absl::Status HalfMatMul(const MatMulDims& dims, const T* a, const T* b,
                         T* out) {
   if (dims.m > INT_MAX || dims.n > INT_MAX || dims.k > INT_MAX) {
     return absl::InvalidArgumentError(
@@ -218,8 +215,7 @@ absl::Status HalfMatMul(const Device::MatMulDims& dims, const T* a, const T* b,
   std::vector<float> fa(static_cast<size_t>(dims.m * dims.k));
   std::vector<float> fb(static_cast<size_t>(dims.k * dims.n));
   std::vector<float> fc(static_cast<size_t>(dims.m * dims.n));
-  const Device::MatMulDims one{
-      .batch = 1, .m = dims.m, .n = dims.n, .k = dims.k};
+  const MatMulDims one{.batch = 1, .m = dims.m, .n = dims.n, .k = dims.k};
   for (int64_t p = 0; p < dims.batch; ++p) {
     const T* pa = a + p * dims.a_batch_stride;
     const T* pb = b + p * dims.b_batch_stride;
@@ -352,9 +348,8 @@ absl::Status UnaryKernel(UnaryOp op, DType dtype, const void* in, void* out,
   });
 }
 
-absl::Status ReduceKernel(ReduceOp op, DType dtype,
-                          const Device::ReduceDims& dims, const void* in,
-                          void* out) {
+absl::Status ReduceKernel(ReduceOp op, DType dtype, const ReduceDims& dims,
+                          const void* in, void* out) {
   if (dims.n == 0 && !scalar::IsSumLike(op)) {
     return absl::InternalError(absl::StrCat(
         ToAbsl(ReduceOpName(op)), " over an empty dimension reached the cpu"));
@@ -398,8 +393,8 @@ void PermuteKernel(size_t elem_size, const void* in, const Shape& in_shape,
   }
 }
 
-absl::Status MatMulKernel(const Device::MatMulDims& dims, DType dtype,
-                          const void* a, const void* b, void* out) {
+absl::Status MatMulKernel(const MatMulDims& dims, DType dtype, const void* a,
+                          const void* b, void* out) {
   if (dims.batch == 0 || dims.m == 0 || dims.n == 0) return absl::OkStatus();
   return DispatchDType(dtype, [&]<typename T>() -> absl::Status {
     const T* pa = static_cast<const T*>(a);

@@ -1,9 +1,9 @@
 // Internal: the CPU device's kernels on raw host pointers.
 //
-// Preconditions as Device's kernels (the CpuDevice checks Supports() and the
-// Runtime validates shapes and sizes): every pointer addresses enough
-// elements of the stated dtype. Kernels run synchronously on the calling
-// thread (OpenBLAS may use its own threads).
+// Preconditions as Device::Launch's (the planner and the executor check
+// dtypes, shapes and sizes; nothing here checks them again): every pointer
+// addresses enough elements of the stated dtype. Kernels run synchronously
+// on the calling thread (OpenBLAS may use its own threads).
 // Thread-safety: stateless; concurrent calls on disjoint outputs are safe.
 #ifndef TENSORD_CORE_CPU_CPU_KERNELS_H_
 #define TENSORD_CORE_CPU_CPU_KERNELS_H_
@@ -44,13 +44,12 @@ absl::Status BinaryKernel(BinaryOp op, DType dtype, const void* a,
 absl::Status UnaryKernel(UnaryOp op, DType dtype, const void* in, void* out,
                          int64_t numel);
 
-// Device::Reduce on host memory. kMax/kMin/kArgmax over n == 0 (which the
+// KernelKind::kReduce on host memory. kMax/kMin/kArgmax over n == 0 (which the
 // planner rejects) are INTERNAL.
-absl::Status ReduceKernel(ReduceOp op, DType dtype,
-                          const Device::ReduceDims& dims, const void* in,
-                          void* out);
+absl::Status ReduceKernel(ReduceOp op, DType dtype, const ReduceDims& dims,
+                          const void* in, void* out);
 
-// Device::Permute on host memory for elements of `elem_size` bytes.
+// KernelKind::kPermute on host memory for elements of `elem_size` bytes.
 void PermuteKernel(size_t elem_size, const void* in, const Shape& in_shape,
                    const std::vector<int>& perm, void* out);
 
@@ -61,11 +60,11 @@ absl::Status WhereKernel(DType dtype, const void* cond, const Shape& cond_shape,
                          const Shape& y_shape, void* out,
                          const Shape& out_shape);
 
-// Batched row-major matmul per Device::MatMulDims. float32/float64 through
+// Batched row-major matmul per MatMulDims. float32/float64 through
 // OpenBLAS, the half types widened to float32 for it; int32/int64 with
 // wrapping arithmetic.
-absl::Status MatMulKernel(const Device::MatMulDims& dims, DType dtype,
-                          const void* a, const void* b, void* out);
+absl::Status MatMulKernel(const MatMulDims& dims, DType dtype, const void* a,
+                          const void* b, void* out);
 
 }  // namespace tensord::core::cpu
 

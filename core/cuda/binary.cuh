@@ -1,4 +1,4 @@
-// Elementwise binary kernels with broadcasting (Device::Binary).
+// Elementwise binary kernels with broadcasting (KernelKind::kBinary).
 // Thread-safety: stateless; launches are ordered by `stream`.
 #ifndef TENSORD_CORE_CUDA_BINARY_CUH_
 #define TENSORD_CORE_CUDA_BINARY_CUH_

@@ -1,4 +1,4 @@
-// Elementwise dtype conversion (Device::Cast) between every element type,
+// Elementwise dtype conversion (KernelKind::kCast) between every element type,
 // float16 and bfloat16 included.
 // Thread-safety: stateless; launches are ordered by `stream`.
 #ifndef TENSORD_CORE_CUDA_CAST_CUH_

@@ -19,7 +19,7 @@ bool LastRowStart(int64_t offset, int64_t stride, int64_t rows,
 
 }  // namespace
 
-absl::StatusOr<BlockCopyMethod> PlanBlockCopy(const Device::BlockCopy& c,
+absl::StatusOr<BlockCopyMethod> PlanBlockCopy(const BlockCopy& c,
                                               const Buffer& src,
                                               const Buffer& dst) {
   if (c.rows <= 0 || c.row_bytes <= 0) return BlockCopyMethod::kNothing;

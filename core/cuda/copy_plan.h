@@ -1,5 +1,5 @@
 // Which copy the CUDA device issues, as plain data: the method of a block
-// copy (Device::CopyBlocks) after its bounds checks, and the route of a
+// copy (KernelKind::kCopyBlocks) after its bounds checks, and the route of a
 // copy from another device (Device::CopyFromDevice).
 //
 // Names no CUDA type; core/cuda/cuda_device.cc issues the CUDA call each
@@ -35,7 +35,7 @@ enum class BlockCopyMethod {
 // before its buffer; OUT_OF_RANGE from CheckRange (op_checks.h) when one
 // ends past it, or when the offsets overflow int64. kNothing (without
 // checks) for rows <= 0 or row_bytes <= 0.
-absl::StatusOr<BlockCopyMethod> PlanBlockCopy(const Device::BlockCopy& copy,
+absl::StatusOr<BlockCopyMethod> PlanBlockCopy(const BlockCopy& copy,
                                               const Buffer& src,
                                               const Buffer& dst);
 

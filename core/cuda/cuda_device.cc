@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -334,11 +335,25 @@ class CudaDevice final : public Device {
     return absl::InternalError("unknown device copy route");  // unreachable
   }
 
-  absl::Status Fill(const FillSpec& spec, const TensorRef& out) override {
-    const bool random = spec.kind == FillSpec::Kind::kRand ||
-                        spec.kind == FillSpec::Kind::kRandn;
-    RETURN_IF_ERROR(
-        Supports(random ? OpKind::kRandomFill : OpKind::kFill, out.dtype));
+  absl::Status Launch(const KernelCall& call) override {
+    RETURN_IF_ERROR(CheckKernelCall(call, name_));
+    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    return std::visit([&](const auto& args) { return Run(args, call); },
+                      call.args);
+  }
+
+  absl::Status Synchronize() override {
+    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    return Check(cudaStreamSynchronize(ctx_->stream), "cudaStreamSynchronize");
+  }
+
+ private:
+  // --- Kernels -----------------------------------------------------------
+  // One per kernel kind: unpack the planned call (Launch checked its form;
+  // nothing is re-validated) and queue the kernel on the stream. The
+  // arguments the kernels index with are host logic (kernel_args.h).
+
+  absl::Status Run(const FillSpec& spec, const KernelCall& call) {
     FillParams p;
     p.kind = static_cast<FillKind>(static_cast<int>(spec.kind));
     p.value = spec.value;
@@ -354,44 +369,58 @@ class CudaDevice final : public Device {
       std::random_device rd;
       p.seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
     }
-    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    const TensorRef& out = call.out;
     return Check(LaunchFill(p, ToElem(out.dtype), out.buffer->data(),
                             out.shape.NumElements(), ctx_->stream),
                  "fill kernel");
   }
 
-  absl::Status Cast(const TensorRef& in, const TensorRef& out) override {
-    RETURN_IF_ERROR(Supports(OpKind::kCast, in.dtype));
-    RETURN_IF_ERROR(Supports(OpKind::kCast, out.dtype));
-    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+  absl::Status Run(const CastArgs&, const KernelCall& call) {
+    const TensorRef& in = call.inputs[0];
+    const TensorRef& out = call.out;
     return Check(
         LaunchCast(ToElem(in.dtype), in.buffer->data(), ToElem(out.dtype),
                    out.buffer->data(), in.shape.NumElements(), ctx_->stream),
         "cast kernel");
   }
 
-  absl::Status Binary(BinaryOp op, const TensorRef& a, const TensorRef& b,
-                      const TensorRef& out) override {
-    RETURN_IF_ERROR(CheckBinary(op, a.dtype, name_));
+  absl::Status Run(const BinaryArgs& args, const KernelCall& call) {
+    const TensorRef& a = call.inputs[0];
+    const TensorRef& b = call.inputs[1];
+    const TensorRef& out = call.out;
     ASSIGN_OR_RETURN(const BinaryIndex index,
                      MakeBinaryIndex(a.shape, b.shape, out.shape));
-    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
-    return Check(
-        LaunchBinary(op, ToElem(a.dtype), a.buffer->data(), b.buffer->data(),
-                     out.buffer->data(), out.shape.NumElements(),
-                     index.contiguous, index.index, ctx_->stream),
-        "binary kernel");
+    return Check(LaunchBinary(args.op, ToElem(a.dtype), a.buffer->data(),
+                              b.buffer->data(), out.buffer->data(),
+                              out.shape.NumElements(), index.contiguous,
+                              index.index, ctx_->stream),
+                 "binary kernel");
   }
 
-  absl::Status MatMul(const MatMulDims& dims, const TensorRef& a,
-                      const TensorRef& b, const TensorRef& out) override {
-    RETURN_IF_ERROR(Supports(OpKind::kMatMul, out.dtype));
-    const MatMulPath path = ChooseMatMulPath(dims, out.dtype);
-    if (path == MatMulPath::kNothing) return absl::OkStatus();
-    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
-    switch (path) {
+  absl::Status Run(const UnaryArgs& args, const KernelCall& call) {
+    const TensorRef& in = call.inputs[0];
+    return Check(LaunchUnary(args.op, ToElem(in.dtype), in.buffer->data(),
+                             call.out.buffer->data(), in.shape.NumElements(),
+                             ctx_->stream),
+                 "unary kernel");
+  }
+
+  absl::Status Run(const ReduceArgs& args, const KernelCall& call) {
+    const TensorRef& in = call.inputs[0];
+    const ReduceDims& d = args.dims;
+    return Check(
+        LaunchReduce(args.op, ToElem(in.dtype), d.outer, d.n, d.inner,
+                     in.buffer->data(), call.out.buffer->data(), ctx_->stream),
+        "reduce kernel");
+  }
+
+  absl::Status Run(const MatMulDims& dims, const KernelCall& call) {
+    const TensorRef& a = call.inputs[0];
+    const TensorRef& b = call.inputs[1];
+    const TensorRef& out = call.out;
+    switch (ChooseMatMulPath(dims, out.dtype)) {
       case MatMulPath::kNothing:
-        return absl::OkStatus();  // above
+        return absl::OkStatus();
       case MatMulPath::kZeroFill: {
         const size_t elem = DTypeSize(out.dtype);
         for (int64_t p = 0; p < dims.batch; ++p) {
@@ -423,48 +452,26 @@ class CudaDevice final : public Device {
     return absl::InternalError("unknown matmul path");  // unreachable
   }
 
-  absl::Status Unary(UnaryOp op, const TensorRef& in,
-                     const TensorRef& out) override {
-    RETURN_IF_ERROR(CheckUnary(op, in.dtype, name_));
-    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
-    return Check(
-        LaunchUnary(op, ToElem(in.dtype), in.buffer->data(), out.buffer->data(),
-                    in.shape.NumElements(), ctx_->stream),
-        "unary kernel");
-  }
-
-  absl::Status Reduce(ReduceOp op, const ReduceDims& dims, const TensorRef& in,
-                      const TensorRef& out) override {
-    RETURN_IF_ERROR(CheckReduce(op, dims.n, in.dtype, name_));
-    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
-    return Check(
-        LaunchReduce(op, ToElem(in.dtype), dims.outer, dims.n, dims.inner,
-                     in.buffer->data(), out.buffer->data(), ctx_->stream),
-        "reduce kernel");
-  }
-
-  absl::Status Permute(const TensorRef& in, const std::vector<int>& perm,
-                       const TensorRef& out) override {
+  absl::Status Run(const PermuteArgs& args, const KernelCall& call) {
+    const TensorRef& in = call.inputs[0];
     if (in.shape.NumElements() == 0) return absl::OkStatus();
     ASSIGN_OR_RETURN(const BroadcastIndex index,
-                     MakePermuteIndex(in.shape, perm));
-    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+                     MakePermuteIndex(in.shape, args.perm));
     return Check(LaunchPermute(DTypeSize(in.dtype), in.buffer->data(),
-                               out.buffer->data(), in.shape.NumElements(),
+                               call.out.buffer->data(), in.shape.NumElements(),
                                index, ctx_->stream),
                  "permute kernel");
   }
 
-  absl::Status CopyBlocks(const BlockCopy& c, const Buffer& src,
-                          Buffer& dst) override {
+  absl::Status Run(const BlockCopy& c, const KernelCall& call) {
+    const Buffer& src = *call.inputs[0].buffer;
+    Buffer& dst = *call.out.buffer;
     ASSIGN_OR_RETURN(const BlockCopyMethod method, PlanBlockCopy(c, src, dst));
-    if (method == BlockCopyMethod::kNothing) return absl::OkStatus();
-    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
     const char* s = static_cast<const char*>(src.data()) + c.src_offset;
     char* d = static_cast<char*>(dst.data()) + c.dst_offset;
     switch (method) {
       case BlockCopyMethod::kNothing:
-        return absl::OkStatus();  // above
+        return absl::OkStatus();
       case BlockCopyMethod::kMemcpy:
         return Check(cudaMemcpyAsync(d, s, c.row_bytes,
                                      cudaMemcpyDeviceToDevice, ctx_->stream),
@@ -482,36 +489,19 @@ class CudaDevice final : public Device {
     return absl::InternalError("unknown block copy method");  // unreachable
   }
 
-  absl::Status Launch(const KernelCall& call) override {
-    switch (call.kind) {
-      case KernelKind::kWhere: {
-        if (call.inputs.size() != 3) break;
-        const TensorRef& c = call.inputs[0];
-        const TensorRef& x = call.inputs[1];
-        const TensorRef& y = call.inputs[2];
-        RETURN_IF_ERROR(SupportsOp(OpKind::kWhere, x.dtype, name_));
-        ASSIGN_OR_RETURN(
-            const WhereIndex index,
-            MakeWhereIndex(c.shape, x.shape, y.shape, call.out.shape));
-        RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
-        return Check(
-            LaunchWhere(ToElem(x.dtype), c.buffer->data(), x.buffer->data(),
-                        y.buffer->data(), call.out.buffer->data(),
-                        call.out.shape.NumElements(), index, ctx_->stream),
-            "where kernel");
-      }
-    }
-    return absl::InternalError(absl::StrCat(
-        name_, ": malformed kernel call (kind ", static_cast<int>(call.kind),
-        ", ", call.inputs.size(), " inputs)"));
+  absl::Status Run(const WhereArgs&, const KernelCall& call) {
+    const TensorRef& c = call.inputs[0];
+    const TensorRef& x = call.inputs[1];
+    const TensorRef& y = call.inputs[2];
+    ASSIGN_OR_RETURN(const WhereIndex index,
+                     MakeWhereIndex(c.shape, x.shape, y.shape, call.out.shape));
+    return Check(
+        LaunchWhere(ToElem(x.dtype), c.buffer->data(), x.buffer->data(),
+                    y.buffer->data(), call.out.buffer->data(),
+                    call.out.shape.NumElements(), index, ctx_->stream),
+        "where kernel");
   }
 
-  absl::Status Synchronize() override {
-    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
-    return Check(cudaStreamSynchronize(ctx_->stream), "cudaStreamSynchronize");
-  }
-
- private:
   absl::Status Check(cudaError_t err, const char* what) const {
     return CudaStatus(err, name_, what);
   }

@@ -1,4 +1,4 @@
-// Fills (Device::Fill): zeros, ones, full, arange for every element type,
+// Fills (KernelKind::kFill): zeros, ones, full, arange for every element type,
 // and uniform/normal random values through cuRAND's Philox generator for
 // the floating types.
 // Thread-safety: stateless; launches are ordered by `stream`.

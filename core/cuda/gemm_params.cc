@@ -8,7 +8,7 @@
 
 namespace tensord::core::cuda {
 
-MatMulPath ChooseMatMulPath(const Device::MatMulDims& dims, DType dtype) {
+MatMulPath ChooseMatMulPath(const MatMulDims& dims, DType dtype) {
   if (dims.batch <= 0 || dims.m <= 0 || dims.n <= 0) {
     return MatMulPath::kNothing;
   }
@@ -18,7 +18,7 @@ MatMulPath ChooseMatMulPath(const Device::MatMulDims& dims, DType dtype) {
   return IsFloating(dtype) ? MatMulPath::kGemm : MatMulPath::kIntegerKernel;
 }
 
-absl::StatusOr<GemmParams> PlanGemm(const Device::MatMulDims& d, DType dtype,
+absl::StatusOr<GemmParams> PlanGemm(const MatMulDims& d, DType dtype,
                                     bool allow_tf32, std::string_view device) {
   if (d.m > INT_MAX || d.n > INT_MAX || d.k > INT_MAX || d.batch > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -1,5 +1,5 @@
 // How the CUDA device runs a matmul, as plain data: which path a planned
-// Device::MatMul takes (nothing, zero fill, the integer kernel, cuBLAS) and,
+// the matmul kernel takes (nothing, zero fill, the integer kernel, cuBLAS) and,
 // for cuBLAS, every argument of its cublasGemmStridedBatchedEx call.
 //
 // cuBLAS is column-major; tensord's matrices are row-major. A row-major
@@ -24,14 +24,14 @@
 
 namespace tensord::core::cuda {
 
-// What Device::MatMul does with planned dims, once the dtype is supported.
+// What the matmul kernel does with planned dims, once the dtype is supported.
 enum class MatMulPath {
   kNothing,        // batch, m or n is 0: an empty output
   kZeroFill,       // k is 0: every output matrix is an empty sum, all zeros
   kIntegerKernel,  // int32/int64: tensord's own kernel (cuBLAS has none)
   kGemm,           // floating: cublasGemmStridedBatchedEx (PlanGemm)
 };
-MatMulPath ChooseMatMulPath(const Device::MatMulDims& dims, DType dtype);
+MatMulPath ChooseMatMulPath(const MatMulDims& dims, DType dtype);
 
 // cublasOperation_t: CUBLAS_OP_N, CUBLAS_OP_T.
 enum class GemmOp { kNoTranspose, kTranspose };
@@ -42,7 +42,7 @@ enum class GemmComputeType { k32F, k32FFastTF32, k64F };
 // The host type alpha and beta point to: float for the 32F compute types,
 // double for 64F (cuBLAS reads them as the compute type's scalar).
 enum class GemmScalarType { kFloat, kDouble };
-// Which of tensord's operands (Device::MatMul's a or b) a cuBLAS operand is.
+// Which of tensord's operands (the matmul kernel's a or b) a cuBLAS operand is.
 enum class GemmOperand { kA, kB };
 // cublasMath_t of the device's handle: CUBLAS_DEFAULT_MATH or
 // CUBLAS_TF32_TENSOR_OP_MATH.
@@ -73,15 +73,15 @@ struct GemmParams {
 };
 
 // The cuBLAS call computing the row-major product `dims` describes (see
-// Device::MatMulDims) in `dtype`. float32 computes with TF32 tensor cores
+// MatMulDims) in `dtype`. float32 computes with TF32 tensor cores
 // when `allow_tf32` (CUBLAS_COMPUTE_32F_FAST_TF32); float16 and bfloat16
 // accumulate in float32; float64 in float64. Valid for any dims with
 // non-negative sizes, k = 0 included (leading dimensions are at least 1, as
-// cuBLAS requires), though Device::MatMul routes only kGemm here.
+// cuBLAS requires), though the matmul kernel routes only kGemm here.
 // INVALID_ARGUMENT when batch, m, n or k exceeds cuBLAS's int range
 // (naming the dims); FAILED_PRECONDITION naming `device` for a dtype cuBLAS
 // does not multiply (integers, bool).
-absl::StatusOr<GemmParams> PlanGemm(const Device::MatMulDims& dims, DType dtype,
+absl::StatusOr<GemmParams> PlanGemm(const MatMulDims& dims, DType dtype,
                                     bool allow_tf32, std::string_view device);
 
 // The math mode a device's cuBLAS handle is created with: TF32 tensor-op

@@ -1,4 +1,4 @@
-// Integer batched matrix product (Device::MatMul for int32/int64; the
+// Integer batched matrix product (KernelKind::kMatMul for int32/int64; the
 // floating types go through cuBLAS in cuda_device.cc).
 // Thread-safety: stateless; launches are ordered by `stream`.
 #ifndef TENSORD_CORE_CUDA_MATMUL_INT_CUH_

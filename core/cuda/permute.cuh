@@ -1,5 +1,5 @@
-// Data movement kernels: dimension permutation (Device::Permute) and the
-// strided block copy fallback (Device::CopyBlocks).
+// Data movement kernels: dimension permutation (KernelKind::kPermute) and the
+// strided block copy fallback (KernelKind::kCopyBlocks).
 // Thread-safety: stateless; launches are ordered by `stream`.
 #ifndef TENSORD_CORE_CUDA_PERMUTE_CUH_
 #define TENSORD_CORE_CUDA_PERMUTE_CUH_

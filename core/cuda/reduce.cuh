@@ -1,4 +1,4 @@
-// Reductions over the middle axis of [outer, n, inner] (Device::Reduce).
+// Reductions over the middle axis of [outer, n, inner] (KernelKind::kReduce).
 // Thread-safety: stateless; launches are ordered by `stream`.
 #ifndef TENSORD_CORE_CUDA_REDUCE_CUH_
 #define TENSORD_CORE_CUDA_REDUCE_CUH_

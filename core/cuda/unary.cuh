@@ -1,4 +1,4 @@
-// Elementwise unary kernels (Device::Unary).
+// Elementwise unary kernels (KernelKind::kUnary).
 // Thread-safety: stateless; launches are ordered by `stream`.
 #ifndef TENSORD_CORE_CUDA_UNARY_CUH_
 #define TENSORD_CORE_CUDA_UNARY_CUH_

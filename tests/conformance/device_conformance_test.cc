@@ -491,15 +491,18 @@ TEST_P(ConformanceTest, QueuedKernelsAreOrderedBeforeReads) {
   const Shape shape = S({1 << 20});
   DevTensor acc = Empty(*device_, DType::kFloat32, shape);
   FillSpec zeros;
-  ASSERT_TRUE(device_->Fill(zeros, acc.ref()).ok());
+  ASSERT_TRUE(device_->Launch({zeros, {}, acc.ref()}).ok());
   for (int i = 0; i < 50; ++i) {
     DevTensor one = Empty(*device_, DType::kFloat32, shape);
     FillSpec full;
     full.kind = FillSpec::Kind::kFull;
     full.value = 1;
-    ASSERT_TRUE(device_->Fill(full, one.ref()).ok());
+    ASSERT_TRUE(device_->Launch({full, {}, one.ref()}).ok());
     ASSERT_TRUE(
-        device_->Binary(BinaryOp::kAdd, acc.ref(), one.ref(), acc.ref()).ok());
+        device_
+            ->Launch(
+                {BinaryArgs{BinaryOp::kAdd}, {acc.ref(), one.ref()}, acc.ref()})
+            .ok());
     // `one` is freed here, possibly before the add has run.
   }
   const std::vector<uint8_t> out = Download(acc);
@@ -538,8 +541,8 @@ TEST_P(ConformanceTest, DeterministicFills) {
                      << DTypeName(dtype) << " spec " << s << " n " << n);
         DevTensor d = Empty(*device_, dtype, S({n}));
         DevTensor r = Empty(*ref_, dtype, S({n}));
-        ASSERT_TRUE(ref_->Fill(specs[s], r.ref()).ok());
-        ASSERT_TRUE(device_->Fill(specs[s], d.ref()).ok());
+        ASSERT_TRUE(ref_->Launch({specs[s], {}, r.ref()}).ok());
+        ASSERT_TRUE(device_->Launch({specs[s], {}, d.ref()}).ok());
         EXPECT_TRUE(Matches(dtype, Download(r), Download(d), {}));
       }
     }
@@ -567,10 +570,10 @@ TEST_P(ConformanceTest, RandomFillsAreSeededAndDistributed) {
       DevTensor a = Empty(*device_, dtype, S({n}));
       DevTensor b = Empty(*device_, dtype, S({n}));
       DevTensor c = Empty(*device_, dtype, S({n}));
-      ASSERT_TRUE(device_->Fill(f, a.ref()).ok());
-      ASSERT_TRUE(device_->Fill(f, b.ref()).ok());
+      ASSERT_TRUE(device_->Launch({f, {}, a.ref()}).ok());
+      ASSERT_TRUE(device_->Launch({f, {}, b.ref()}).ok());
       f.seed = 1235;
-      ASSERT_TRUE(device_->Fill(f, c.ref()).ok());
+      ASSERT_TRUE(device_->Launch({f, {}, c.ref()}).ok());
       const std::vector<uint8_t> va = Download(a), vb = Download(b),
                                  vc = Download(c);
       EXPECT_TRUE(va == vb) << "same seed, different values";
@@ -628,7 +631,7 @@ TEST_P(ConformanceTest, CastEveryPair) {
       if (!IsHalf(from) && !IsHalf(to)) {
         CheckOp("cast", from, {shape}, {in}, to, shape, {},
                 [](Device& d, std::vector<DevTensor>& x, DevTensor& out) {
-                  return d.Cast(x[0].ref(), out.ref());
+                  return d.Launch({CastArgs{}, {x[0].ref()}, out.ref()});
                 });
         continue;
       }
@@ -636,7 +639,7 @@ TEST_P(ConformanceTest, CastEveryPair) {
       // Half conversions: against the host's conversions through float32.
       DevTensor x = Upload(*device_, from, shape, in);
       DevTensor out = Empty(*device_, to, shape);
-      ASSERT_TRUE(device_->Cast(x.ref(), out.ref()).ok());
+      ASSERT_TRUE(device_->Launch({CastArgs{}, {x.ref()}, out.ref()}).ok());
       const std::vector<uint8_t> got = Download(out);
       for (int64_t i = 0; i < 257; ++i) {
         const double v = ValueAt(from, in, i);
@@ -723,7 +726,8 @@ TEST_P(ConformanceTest, BinaryEveryOpDTypeAndBroadcast) {
                     ? Tolerance{}
                     : ElementwiseTolerance(dtype, inexact),
                 [op](Device& d, std::vector<DevTensor>& x, DevTensor& o) {
-                  return d.Binary(op, x[0].ref(), x[1].ref(), o.ref());
+                  return d.Launch(
+                      {BinaryArgs{op}, {x[0].ref(), x[1].ref()}, o.ref()});
                 });
       }
     }
@@ -740,13 +744,14 @@ TEST_P(ConformanceTest, BinarySpecialValuesAndInPlace) {
   std::memcpy(b.data(), ys.data(), b.size());
   const Shape shape = S({8});
   for (BinaryOp op : kBinaryOps) {
-    CheckOp(std::string(BinaryOpName(op)) + " specials", DType::kFloat32,
-            {shape, shape}, {a, b},
-            IsComparison(op) ? DType::kBool : DType::kFloat32, shape,
-            ElementwiseTolerance(DType::kFloat32, op == BinaryOp::kPow),
-            [op](Device& d, std::vector<DevTensor>& x, DevTensor& o) {
-              return d.Binary(op, x[0].ref(), x[1].ref(), o.ref());
-            });
+    CheckOp(
+        std::string(BinaryOpName(op)) + " specials", DType::kFloat32,
+        {shape, shape}, {a, b},
+        IsComparison(op) ? DType::kBool : DType::kFloat32, shape,
+        ElementwiseTolerance(DType::kFloat32, op == BinaryOp::kPow),
+        [op](Device& d, std::vector<DevTensor>& x, DevTensor& o) {
+          return d.Launch({BinaryArgs{op}, {x[0].ref(), x[1].ref()}, o.ref()});
+        });
   }
   // In place: out is a, b broadcasts.
   for (DType dtype : {DType::kFloat32, DType::kInt64, DType::kBFloat16}) {
@@ -757,8 +762,9 @@ TEST_P(ConformanceTest, BinarySpecialValuesAndInPlace) {
     CheckOp("in-place mul " + std::string(DTypeName(dtype)), dtype, {sa, sb},
             {va, vb}, dtype, sa, ElementwiseTolerance(dtype, false),
             [](Device& d, std::vector<DevTensor>& x, DevTensor& o) {
-              RETURN_IF_ERROR(
-                  d.Binary(BinaryOp::kMul, x[0].ref(), x[1].ref(), x[0].ref()));
+              RETURN_IF_ERROR(d.Launch({BinaryArgs{BinaryOp::kMul},
+                                        {x[0].ref(), x[1].ref()},
+                                        x[0].ref()}));
               return d.CopyFromDevice(d, *x[0].buffer, *o.buffer, o.nbytes());
             });
   }
@@ -779,7 +785,7 @@ TEST_P(ConformanceTest, UnaryEveryOpAndDType) {
                 dtype, {shape}, {in}, dtype, shape,
                 ElementwiseTolerance(dtype, Transcendental(op)),
                 [op](Device& d, std::vector<DevTensor>& x, DevTensor& o) {
-                  return d.Unary(op, x[0].ref(), o.ref());
+                  return d.Launch({UnaryArgs{op}, {x[0].ref()}, o.ref()});
                 });
       }
     }
@@ -790,13 +796,13 @@ TEST_P(ConformanceTest, UnaryEveryOpAndDType) {
 // -----------------------------------------------------------------------
 
 TEST_P(ConformanceTest, ReduceEveryOpDTypeAndLayout) {
-  const std::vector<Device::ReduceDims> layouts = {
+  const std::vector<ReduceDims> layouts = {
       {1, 1, 1},      {1, 1000, 1}, {3, 5, 7}, {4, 1, 3},    {2, 3, 1},
       {1, 100003, 1}, {7, 0, 3},    {1, 0, 1}, {64, 257, 1}, {1, 300, 65}};
   for (DType dtype : kAllDTypes) {
     if (!device_->Supports(OpKind::kReduce, dtype).ok()) continue;
     for (ReduceOp op : kReduceOps) {
-      for (const Device::ReduceDims& d : layouts) {
+      for (const ReduceDims& d : layouts) {
         const Shape in_shape = S({d.outer, d.n, d.inner});
         const Shape out_shape = S({d.outer, d.inner});
         const DType out_dtype = op == ReduceOp::kArgmax ? DType::kInt64 : dtype;
@@ -812,7 +818,7 @@ TEST_P(ConformanceTest, ReduceEveryOpDTypeAndLayout) {
                     std::string(DTypeName(dtype)) + " " + in_shape.ToString(),
                 dtype, {in_shape}, {in}, out_dtype, out_shape, tol,
                 [op, d](Device& dev, std::vector<DevTensor>& x, DevTensor& o) {
-                  return dev.Reduce(op, d, x[0].ref(), o.ref());
+                  return dev.Launch({ReduceArgs{op, d}, {x[0].ref()}, o.ref()});
                 });
       }
     }
@@ -824,16 +830,15 @@ TEST_P(ConformanceTest, ReduceTiesAndNaN) {
   std::vector<uint8_t> in(v.size() * 4);
   std::memcpy(in.data(), v.data(), in.size());
   for (ReduceOp op : kReduceOps) {
-    for (Device::ReduceDims d :
-         {Device::ReduceDims{1, 8, 1}, Device::ReduceDims{2, 4, 1},
-          Device::ReduceDims{1, 4, 2}, Device::ReduceDims{4, 2, 1}}) {
+    for (ReduceDims d : {ReduceDims{1, 8, 1}, ReduceDims{2, 4, 1},
+                         ReduceDims{1, 4, 2}, ReduceDims{4, 2, 1}}) {
       const DType out_dtype =
           op == ReduceOp::kArgmax ? DType::kInt64 : DType::kFloat32;
       CheckOp(std::string(ReduceOpName(op)) + " ties/NaN", DType::kFloat32,
               {S({d.outer, d.n, d.inner})}, {in}, out_dtype,
               S({d.outer, d.inner}), {1e-6, 1e-6},
               [op, d](Device& dev, std::vector<DevTensor>& x, DevTensor& o) {
-                return dev.Reduce(op, d, x[0].ref(), o.ref());
+                return dev.Launch({ReduceArgs{op, d}, {x[0].ref()}, o.ref()});
               });
     }
   }
@@ -868,11 +873,10 @@ TEST_P(ConformanceTest, WhereEveryDTypeAndBroadcast) {
       DevTensor dx = Upload(*device_, dtype, xs, x);
       DevTensor dy = Upload(*device_, dtype, ys, y);
       DevTensor out = Empty(*device_, dtype, out_shape);
-      KernelCall call;
-      call.kind = KernelKind::kWhere;
-      call.inputs = {dc.ref(), dx.ref(), dy.ref()};
-      call.out = out.ref();
-      ASSERT_TRUE(device_->Launch(call).ok());
+      ASSERT_TRUE(
+          device_
+              ->Launch({WhereArgs{}, {dc.ref(), dx.ref(), dy.ref()}, out.ref()})
+              .ok());
       // The expected bytes: each output element's source, by broadcasting.
       const std::vector<int64_t> stc = BroadcastStrides(cs, out_shape);
       const std::vector<int64_t> stx = BroadcastStrides(xs, out_shape);
@@ -915,10 +919,12 @@ TEST_P(ConformanceTest, PermuteEveryDType) {
       // Byte moves: the CPU reference handles every dtype directly.
       DevTensor x = Upload(*device_, dtype, in_shape, in);
       DevTensor out = Empty(*device_, dtype, S(out_dims));
-      ASSERT_TRUE(device_->Permute(x.ref(), perm, out.ref()).ok());
+      ASSERT_TRUE(
+          device_->Launch({PermuteArgs{perm}, {x.ref()}, out.ref()}).ok());
       DevTensor rx = Upload(*ref_, dtype, in_shape, in);
       DevTensor rout = Empty(*ref_, dtype, S(out_dims));
-      ASSERT_TRUE(ref_->Permute(rx.ref(), perm, rout.ref()).ok());
+      ASSERT_TRUE(
+          ref_->Launch({PermuteArgs{perm}, {rx.ref()}, rout.ref()}).ok());
       EXPECT_TRUE(Download(out) == Download(rout))
           << DTypeName(dtype) << " " << in_shape.ToString();
     }
@@ -926,7 +932,7 @@ TEST_P(ConformanceTest, PermuteEveryDType) {
 }
 
 TEST_P(ConformanceTest, CopyBlocksPatterns) {
-  const std::vector<Device::BlockCopy> cases = {
+  const std::vector<BlockCopy> cases = {
       {1, 64, 0, 0, 0, 0},     {8, 16, 4, 32, 0, 16},
       {5, 12, 8, 24, 100, 40}, {3, 7, 1, 9, 2, 11},
       {1000, 4, 0, 4, 0, 8},   {4, 24, 0, 8, 0, 24},  // overlapping reads
@@ -934,19 +940,19 @@ TEST_P(ConformanceTest, CopyBlocksPatterns) {
   const std::vector<uint8_t> src = RandomValues(DType::kInt64, 1024, 29);
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE(i);
-    const Device::BlockCopy& c = cases[i];
+    const BlockCopy& c = cases[i];
     std::vector<uint8_t> zero(8192, 0);
     DevTensor s = Upload(*device_, DType::kInt64, S({1024}), src);
     DevTensor d = Upload(*device_, DType::kBool, S({8192}), zero);
-    ASSERT_TRUE(device_->CopyBlocks(c, *s.buffer, *d.buffer).ok());
+    ASSERT_TRUE(device_->Launch({c, {s.ref()}, d.ref()}).ok());
     DevTensor rs = Upload(*ref_, DType::kInt64, S({1024}), src);
     DevTensor rd = Upload(*ref_, DType::kBool, S({8192}), zero);
-    ASSERT_TRUE(ref_->CopyBlocks(c, *rs.buffer, *rd.buffer).ok());
+    ASSERT_TRUE(ref_->Launch({c, {rs.ref()}, rd.ref()}).ok());
     EXPECT_TRUE(Download(d) == Download(rd));
   }
-  Device::BlockCopy past{2, 16, 0, 8192, 0, 0};
+  BlockCopy past{2, 16, 0, 8192, 0, 0};
   DevTensor s = Upload(*device_, DType::kInt64, S({1024}), src);
-  EXPECT_EQ(device_->CopyBlocks(past, *s.buffer, *s.buffer).code(),
+  EXPECT_EQ(device_->Launch({past, {s.ref()}, s.ref()}).code(),
             absl::StatusCode::kOutOfRange);
 }
 
@@ -967,7 +973,7 @@ TEST_P(ConformanceTest, MatMulEveryDTypeAndBatchLayout) {
   for (DType dtype : kAllDTypes) {
     if (!device_->Supports(OpKind::kMatMul, dtype).ok()) continue;
     for (const Case& c : cases) {
-      Device::MatMulDims d;
+      MatMulDims d;
       d.batch = c.batch;
       d.m = c.m;
       d.n = c.n;
@@ -985,7 +991,7 @@ TEST_P(ConformanceTest, MatMulEveryDTypeAndBatchLayout) {
                RandomValues(dtype, b.NumElements(), 37)},
               dtype, out, MatMulTolerance(dtype, c.k),
               [d](Device& dev, std::vector<DevTensor>& x, DevTensor& o) {
-                return dev.MatMul(d, x[0].ref(), x[1].ref(), o.ref());
+                return dev.Launch({d, {x[0].ref(), x[1].ref()}, o.ref()});
               });
     }
   }

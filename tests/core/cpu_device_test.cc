@@ -57,13 +57,14 @@ class CpuDeviceTest : public ::testing::Test {
   HostTensor Filled(DType dtype, std::vector<int64_t> dims,
                     const FillSpec& spec) {
     HostTensor t = Empty(dtype, dims);
-    absl::Status s = device_->Fill(spec, t.ref());
+    absl::Status s = device_->Launch({spec, {}, t.ref()});
     EXPECT_TRUE(s.ok()) << s;
     return t;
   }
   HostTensor Bin(BinaryOp op, const HostTensor& a, const HostTensor& b) {
     HostTensor out = Empty(a.dtype, BroadcastShapes(a.shape, b.shape)->dims());
-    absl::Status s = device_->Binary(op, a.ref(), b.ref(), out.ref());
+    absl::Status s =
+        device_->Launch({BinaryArgs{op}, {a.ref(), b.ref()}, out.ref()});
     EXPECT_TRUE(s.ok()) << s;
     return out;
   }
@@ -231,7 +232,7 @@ TEST_F(CpuDeviceTest, RandnMoments) {
 TEST_F(CpuDeviceTest, RandomFillRejectsIntegers) {
   FillSpec r = Spec(FillSpec::Kind::kRand);
   HostTensor t = Empty(DType::kInt32, {3});
-  absl::Status s = device_->Fill(r, t.ref());
+  absl::Status s = device_->Launch({r, {}, t.ref()});
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()), HasSubstr("'int32'"));
 }
@@ -240,24 +241,24 @@ TEST_F(CpuDeviceTest, Casts) {
   HostTensor f =
       From<float>(DType::kFloat32, {5}, {-1.5f, 0.0f, 2.7f, NAN, 3e10f});
   HostTensor i = Empty(DType::kInt32, {5});
-  ASSERT_TRUE(device_->Cast(f.ref(), i.ref()).ok());
+  ASSERT_TRUE(device_->Launch({CastArgs{}, {f.ref()}, i.ref()}).ok());
   EXPECT_THAT(i.values<int32_t>(),
               ElementsAre(-1, 0, 2, 0, std::numeric_limits<int32_t>::max()));
   HostTensor b = Empty(DType::kBool, {5});
-  ASSERT_TRUE(device_->Cast(f.ref(), b.ref()).ok());
+  ASSERT_TRUE(device_->Launch({CastArgs{}, {f.ref()}, b.ref()}).ok());
   EXPECT_THAT(b.values<uint8_t>(), ElementsAre(1, 0, 1, 1, 1));
   HostTensor d = Empty(DType::kFloat64, {5});
-  ASSERT_TRUE(device_->Cast(b.ref(), d.ref()).ok());
+  ASSERT_TRUE(device_->Launch({CastArgs{}, {b.ref()}, d.ref()}).ok());
   EXPECT_THAT(d.values<double>(), ElementsAre(1, 0, 1, 1, 1));
   HostTensor l =
       From<int64_t>(DType::kInt64, {2}, {(int64_t{1} << 32) + 5, -7});
   HostTensor i2 = Empty(DType::kInt32, {2});
-  ASSERT_TRUE(device_->Cast(l.ref(), i2.ref()).ok());
+  ASSERT_TRUE(device_->Launch({CastArgs{}, {l.ref()}, i2.ref()}).ok());
   EXPECT_THAT(i2.values<int32_t>(), ElementsAre(5, -7));
   // Any nonzero byte is true.
   HostTensor raw = From<uint8_t>(DType::kBool, {2}, {0, 7});
   HostTensor r64 = Empty(DType::kInt64, {2});
-  ASSERT_TRUE(device_->Cast(raw.ref(), r64.ref()).ok());
+  ASSERT_TRUE(device_->Launch({CastArgs{}, {raw.ref()}, r64.ref()}).ok());
   EXPECT_THAT(r64.values<int64_t>(), ElementsAre(0, 1));
 }
 
@@ -330,7 +331,8 @@ TEST_F(CpuDeviceTest, BoolOps) {
   // The planner refuses bool sub with PyTorch's message (planner_test); a
   // kernel asked for it anyway refuses too, and writes nothing.
   HostTensor out = From<uint8_t>(DType::kBool, {4}, {9, 9, 9, 9});
-  absl::Status s = device_->Binary(BinaryOp::kSub, a.ref(), b.ref(), out.ref());
+  absl::Status s = device_->Launch(
+      {BinaryArgs{BinaryOp::kSub}, {a.ref(), b.ref()}, out.ref()});
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(s.message(), "\"sub\" not implemented for 'bool' on cpu");
   EXPECT_THAT(out.values<uint8_t>(), ElementsAre(9, 9, 9, 9));
@@ -341,18 +343,18 @@ TEST_F(CpuDeviceTest, MatMulSmall) {
   HostTensor a = From<float>(DType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6});
   HostTensor b = From<float>(DType::kFloat32, {3, 2}, {7, 8, 9, 10, 11, 12});
   HostTensor out = Empty(DType::kFloat32, {2, 2});
-  Device::MatMulDims dims{.batch = 1, .m = 2, .n = 2, .k = 3};
-  ASSERT_TRUE(device_->MatMul(dims, a.ref(), b.ref(), out.ref()).ok());
+  MatMulDims dims{.batch = 1, .m = 2, .n = 2, .k = 3};
+  ASSERT_TRUE(device_->Launch({dims, {a.ref(), b.ref()}, out.ref()}).ok());
   EXPECT_THAT(out.values<float>(), ElementsAre(58, 64, 139, 154));
 
   HostTensor ai = From<int64_t>(DType::kInt64, {2, 3}, {1, 2, 3, 4, 5, 6});
   HostTensor bi = From<int64_t>(DType::kInt64, {3, 2}, {7, 8, 9, 10, 11, 12});
   HostTensor oi = Empty(DType::kInt64, {2, 2});
-  ASSERT_TRUE(device_->MatMul(dims, ai.ref(), bi.ref(), oi.ref()).ok());
+  ASSERT_TRUE(device_->Launch({dims, {ai.ref(), bi.ref()}, oi.ref()}).ok());
   EXPECT_THAT(oi.values<int64_t>(), ElementsAre(58, 64, 139, 154));
 
   HostTensor bb = Empty(DType::kBool, {2, 2});
-  EXPECT_EQ(device_->MatMul(dims, bb.ref(), bb.ref(), bb.ref()).code(),
+  EXPECT_EQ(device_->Launch({dims, {bb.ref(), bb.ref()}, bb.ref()}).code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
@@ -361,8 +363,8 @@ TEST_F(CpuDeviceTest, MatMulIntWraps) {
   HostTensor a = From<int32_t>(DType::kInt32, {1, 2}, {kMax, 1});
   HostTensor b = From<int32_t>(DType::kInt32, {2, 1}, {2, 2});
   HostTensor out = Empty(DType::kInt32, {1, 1});
-  Device::MatMulDims dims{.batch = 1, .m = 1, .n = 1, .k = 2};
-  ASSERT_TRUE(device_->MatMul(dims, a.ref(), b.ref(), out.ref()).ok());
+  MatMulDims dims{.batch = 1, .m = 1, .n = 1, .k = 2};
+  ASSERT_TRUE(device_->Launch({dims, {a.ref(), b.ref()}, out.ref()}).ok());
   EXPECT_THAT(out.values<int32_t>(), ElementsAre(0));  // 2*(2^31-1)+2 = 2^32
 }
 
@@ -376,14 +378,14 @@ TEST_F(CpuDeviceTest, BatchedSgemmMatchesNaiveLoop) {
   HostTensor a = From<float>(DType::kFloat32, {batch, m, k}, av);
   HostTensor b = From<float>(DType::kFloat32, {k, n}, bv);  // broadcast
   HostTensor out = Empty(DType::kFloat32, {batch, m, n});
-  Device::MatMulDims dims{.batch = batch,
-                          .m = m,
-                          .n = n,
-                          .k = k,
-                          .a_batch_stride = m * k,
-                          .b_batch_stride = 0,
-                          .out_batch_stride = m * n};
-  ASSERT_TRUE(device_->MatMul(dims, a.ref(), b.ref(), out.ref()).ok());
+  MatMulDims dims{.batch = batch,
+                  .m = m,
+                  .n = n,
+                  .k = k,
+                  .a_batch_stride = m * k,
+                  .b_batch_stride = 0,
+                  .out_batch_stride = m * n};
+  ASSERT_TRUE(device_->Launch({dims, {a.ref(), b.ref()}, out.ref()}).ok());
   std::vector<float> got = out.values<float>();
   for (int64_t p = 0; p < batch; ++p) {
     for (int64_t i = 0; i < m; ++i) {

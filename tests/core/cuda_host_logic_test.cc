@@ -51,7 +51,7 @@ std::string NotImplemented(std::string_view op, DType dtype,
   return m;
 }
 
-// --- Supports table and per-op rules ----------------------------------------
+// --- Supports table ----------------------------------------
 
 TEST(CudaSupportsTest, Table) {
   for (DType dtype : kAllDTypes) {
@@ -69,57 +69,6 @@ TEST(CudaSupportsTest, Table) {
       }
     }
   }
-}
-
-TEST(CudaSupportsTest, BinaryRules) {
-  EXPECT_TRUE(CheckBinary(BinaryOp::kAdd, DType::kInt32, "cuda:0").ok());
-  EXPECT_TRUE(CheckBinary(BinaryOp::kDiv, DType::kBFloat16, "cuda:0").ok());
-  EXPECT_TRUE(CheckBinary(BinaryOp::kEq, DType::kBool, "cuda:0").ok());
-  // The kernel's own rule: no integer division (the planner computes it in
-  // float32).
-  for (DType dtype : {DType::kInt32, DType::kInt64, DType::kBool}) {
-    const absl::Status div = CheckBinary(BinaryOp::kDiv, dtype, "cuda:1");
-    EXPECT_EQ(div.code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_EQ(Message(div), NotImplemented("div", dtype, "cuda:1"));
-  }
-  // Every device's rules come first.
-  const absl::Status sub = CheckBinary(BinaryOp::kSub, DType::kBool, "cuda:0");
-  EXPECT_EQ(sub.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(Message(sub), HasSubstr("Subtraction"));
-  EXPECT_EQ(CheckBinary(BinaryOp::kPow, DType::kBool, "cuda:0").code(),
-            absl::StatusCode::kFailedPrecondition);
-}
-
-TEST(CudaSupportsTest, UnaryRules) {
-  EXPECT_TRUE(CheckUnary(UnaryOp::kRelu, DType::kFloat16, "cuda:0").ok());
-  EXPECT_TRUE(CheckUnary(UnaryOp::kNeg, DType::kInt64, "cuda:0").ok());
-  EXPECT_TRUE(CheckUnary(UnaryOp::kExp, DType::kFloat64, "cuda:0").ok());
-  const absl::Status exp = CheckUnary(UnaryOp::kExp, DType::kInt32, "cuda:0");
-  EXPECT_EQ(exp.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(Message(exp), "\"exp\" not implemented for 'int32' on cuda:0");
-  const absl::Status neg = CheckUnary(UnaryOp::kNeg, DType::kBool, "cuda:0");
-  EXPECT_EQ(neg.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(Message(neg), HasSubstr("Negation"));
-}
-
-TEST(CudaSupportsTest, ReduceRules) {
-  EXPECT_TRUE(CheckReduce(ReduceOp::kSum, 0, DType::kInt64, "cuda:0").ok());
-  EXPECT_TRUE(CheckReduce(ReduceOp::kNorm, 0, DType::kFloat32, "cuda:0").ok());
-  EXPECT_TRUE(CheckReduce(ReduceOp::kMax, 1, DType::kBool, "cuda:0").ok());
-  // Half precision reduces in float32, as on the CPU.
-  EXPECT_TRUE(CheckReduce(ReduceOp::kMean, 3, DType::kBFloat16, "cuda:0").ok());
-  for (ReduceOp op : {ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kArgmax}) {
-    const absl::Status st = CheckReduce(op, 0, DType::kFloat32, "cuda:0");
-    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_EQ(Message(st), std::string(ReduceOpName(op)) +
-                               "(): cannot reduce over an empty dimension");
-  }
-  const absl::Status mean =
-      CheckReduce(ReduceOp::kMean, 4, DType::kInt32, "cuda:2");
-  EXPECT_EQ(mean.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(Message(mean), "\"mean\" not implemented for 'int32' on cuda:2");
-  EXPECT_EQ(CheckReduce(ReduceOp::kNorm, 4, DType::kBool, "cuda:0").code(),
-            absl::StatusCode::kFailedPrecondition);
 }
 
 // --- Launch geometry ---------------------------------------------------------
@@ -364,7 +313,7 @@ TEST(CopyPlanTest, BlockCopyMethodsOfTheConformancePatterns) {
   // tests/conformance's CopyBlocksPatterns: 8 KiB both sides.
   const SizedBuffer src(8192), dst(8192);
   struct Case {
-    Device::BlockCopy copy;
+    BlockCopy copy;
     BlockCopyMethod want;
   };
   const std::vector<Case> cases = {
@@ -405,10 +354,10 @@ TEST(CopyPlanTest, PitchesAboveTheLimitUseTheKernel) {
 
 TEST(CopyPlanTest, BlockCopyRangeErrors) {
   const SizedBuffer src(8192), dst(8192);
-  auto code = [&](const Device::BlockCopy& c) {
+  auto code = [&](const BlockCopy& c) {
     return PlanBlockCopy(c, src, dst).status().code();
   };
-  auto message = [&](const Device::BlockCopy& c) {
+  auto message = [&](const BlockCopy& c) {
     return Message(PlanBlockCopy(c, src, dst).status());
   };
   // The conformance suite's: the last row starts past the source.
@@ -563,8 +512,8 @@ std::string LayoutName(const Layout& l) {
          (l.b_broadcast ? ", b broadcast" : "");
 }
 
-Device::MatMulDims DimsOf(const Layout& l) {
-  Device::MatMulDims d;
+MatMulDims DimsOf(const Layout& l) {
+  MatMulDims d;
   d.batch = l.batch;
   d.m = l.m;
   d.n = l.n;
@@ -616,8 +565,8 @@ std::vector<Layout> Layouts() {
   };
 }
 
-// Naive row-major batched matmul, straight from Device::MatMulDims' contract.
-void NaiveMatMul(const Device::MatMulDims& d, const double* a, const double* b,
+// Naive row-major batched matmul, straight from MatMulDims' contract.
+void NaiveMatMul(const MatMulDims& d, const double* a, const double* b,
                  double* out) {
   for (int64_t p = 0; p < d.batch; ++p) {
     for (int64_t i = 0; i < d.m; ++i) {
@@ -647,7 +596,7 @@ bool RunGemm(const GemmParams& p, const std::vector<double>& a,
 TEST(GemmParamsTest, ReferenceGemmOfThePlanEqualsRowMajorMatMul) {
   for (const Layout& l : Layouts()) {
     SCOPED_TRACE(LayoutName(l));
-    const Device::MatMulDims d = DimsOf(l);
+    const MatMulDims d = DimsOf(l);
     // Small distinct integers: every sum is exact, any misread shows.
     std::vector<double> a(Extent(l.batch, l.m * l.k, d.a_batch_stride));
     std::vector<double> b(Extent(l.batch, l.k * l.n, d.b_batch_stride));
@@ -671,7 +620,7 @@ TEST(GemmParamsTest, ReferenceGemmOfThePlanEqualsRowMajorMatMul) {
 }
 
 TEST(GemmParamsTest, RowMajorAsColumnMajorArguments) {
-  Device::MatMulDims d;
+  MatMulDims d;
   d.batch = 3;
   d.m = 4;
   d.n = 5;
@@ -708,7 +657,7 @@ TEST(GemmParamsTest, TheReferenceCatchesAWrongPlan) {
   // cuBLAS accepts, give a different product (or read outside the operands)
   // on a non-square layout.
   const Layout l{2, 3, 5, 4, false, false};
-  const Device::MatMulDims d = DimsOf(l);
+  const MatMulDims d = DimsOf(l);
   std::vector<double> a(Extent(l.batch, l.m * l.k, d.a_batch_stride));
   std::vector<double> b(Extent(l.batch, l.k * l.n, d.b_batch_stride));
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<double>(i % 13);
@@ -739,7 +688,7 @@ TEST(GemmParamsTest, TheReferenceCatchesAWrongPlan) {
 }
 
 TEST(GemmParamsTest, TypesAndComputeTypePerDType) {
-  const Device::MatMulDims d{.batch = 1, .m = 2, .n = 2, .k = 2};
+  const MatMulDims d{.batch = 1, .m = 2, .n = 2, .k = 2};
   struct Case {
     DType dtype;
     bool tf32;
@@ -778,24 +727,23 @@ TEST(GemmParamsTest, TypesAndComputeTypePerDType) {
 }
 
 TEST(GemmParamsTest, Errors) {
-  const Device::MatMulDims d{.batch = 1, .m = 2, .n = 2, .k = 2};
+  const MatMulDims d{.batch = 1, .m = 2, .n = 2, .k = 2};
   for (DType dtype : {DType::kInt32, DType::kInt64, DType::kBool}) {
     const absl::Status st = PlanGemm(d, dtype, false, "cuda:5").status();
     EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_EQ(Message(st), NotImplemented("matmul", dtype, "cuda:5"));
   }
   const int64_t big = int64_t{INT_MAX} + 1;
-  Device::MatMulDims wide = d;
+  MatMulDims wide = d;
   wide.n = big;
   const absl::Status st = PlanGemm(wide, DType::kFloat32, false, "x").status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Message(st),
             "matmul dimensions (2x2 and 2x2147483648, batch 1) exceed the "
             "cuBLAS index range");
-  for (int64_t Device::MatMulDims::*field :
-       {&Device::MatMulDims::batch, &Device::MatMulDims::m,
-        &Device::MatMulDims::k}) {
-    Device::MatMulDims over = d;
+  for (int64_t MatMulDims::*field :
+       {&MatMulDims::batch, &MatMulDims::m, &MatMulDims::k}) {
+    MatMulDims over = d;
     over.*field = big;
     EXPECT_EQ(PlanGemm(over, DType::kFloat64, false, "x").status().code(),
               absl::StatusCode::kInvalidArgument);

@@ -299,7 +299,7 @@ TEST(FaultyDeviceTest, ForwardsEveryCallAndCountsIt) {
     ASSERT_TRUE(device->CopyFromDevice(*device, **a, **b, sizeof(in)).ok());
     const int64_t dims[] = {4};
     const TensorRef ref{b->get(), DType::kFloat32, *Shape::Make(dims)};
-    ASSERT_TRUE(device->Unary(UnaryOp::kNeg, ref, ref).ok());
+    ASSERT_TRUE(device->Launch({UnaryArgs{UnaryOp::kNeg}, {ref}, ref}).ok());
     float out[4] = {};
     ASSERT_TRUE(device->CopyToHost(**b, 0, out, sizeof(out)).ok());
     EXPECT_EQ(out[3], -4.0f);
@@ -370,8 +370,8 @@ TEST(FaultyDeviceTest, KernelsCountUnderTheirOwnSiteAndAnyKernel) {
   const TensorRef f32{a->get(), DType::kFloat32, shape};
   const TensorRef i32{b->get(), DType::kInt32, shape};
   device->FailNth(FaultSite::kAnyKernel, 2);
-  ASSERT_TRUE(device->Fill(FillSpec{}, f32).ok());
-  const absl::Status failed = device->Cast(f32, i32);
+  ASSERT_TRUE(device->Launch({FillSpec{}, {}, f32}).ok());
+  const absl::Status failed = device->Launch({CastArgs{}, {f32}, i32});
   EXPECT_EQ(failed.code(), absl::StatusCode::kInternal);
   EXPECT_EQ(Str(failed.message()),
             "cuda:7: FaultyDevice: injected failure of kernel Cast (Cast "
@@ -382,7 +382,8 @@ TEST(FaultyDeviceTest, KernelsCountUnderTheirOwnSiteAndAnyKernel) {
 
   // A kernel's message names its operation.
   device->FailNth(FaultSite::kBinary, 1);
-  const absl::Status binary = device->Binary(BinaryOp::kMul, f32, f32, f32);
+  const absl::Status binary =
+      device->Launch({BinaryArgs{BinaryOp::kMul}, {f32, f32}, f32});
   EXPECT_THAT(Str(binary.message()),
               HasSubstr("kernel Binary (mul; Binary call #1, kernel call #3)"));
 }
@@ -691,7 +692,7 @@ std::vector<OpCase> OpCases() {
     OpCase c{"where",
              {cond, F32({2, 3}), I32({3})},
              op(K::kWhere, {x, y, z}),
-             {S::kCast, S::kLaunch}};
+             {S::kCast, S::kWhere}};
     c.op.where_input.kind = OpSpec::Bound::Kind::kTensor;
     c.op.where_other.kind = OpSpec::Bound::Kind::kTensor;
     cases.push_back(c);

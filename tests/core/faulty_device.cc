@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
@@ -14,7 +15,7 @@ namespace {
 size_t Index(FaultSite site) { return static_cast<size_t>(site); }
 
 bool IsKernel(FaultSite site) {
-  return site >= FaultSite::kFill && site <= FaultSite::kLaunch;
+  return site >= FaultSite::kFill && site <= FaultSite::kWhere;
 }
 
 absl::StatusCode DefaultCode(FaultSite site) {
@@ -50,8 +51,8 @@ std::string_view FaultSiteName(FaultSite site) {
       return "Permute";
     case FaultSite::kCopyBlocks:
       return "CopyBlocks";
-    case FaultSite::kLaunch:
-      return "Launch";
+    case FaultSite::kWhere:
+      return "Where";
     case FaultSite::kAnyKernel:
       return "kernel";
     case FaultSite::kSynchronize:
@@ -280,59 +281,52 @@ absl::Status FaultyDevice::CopyFromDevice(Device& src_device, const Buffer& src,
                });
 }
 
-absl::Status FaultyDevice::Fill(const FillSpec& spec, const TensorRef& out) {
-  return Guard(FaultSite::kFill, "",
-               [&] { return inner_->Fill(spec, Unwrap(out)); });
+namespace {
+
+// The site of a kernel call: its kind's.
+FaultSite SiteOf(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::kFill:
+      return FaultSite::kFill;
+    case KernelKind::kCast:
+      return FaultSite::kCast;
+    case KernelKind::kBinary:
+      return FaultSite::kBinary;
+    case KernelKind::kUnary:
+      return FaultSite::kUnary;
+    case KernelKind::kReduce:
+      return FaultSite::kReduce;
+    case KernelKind::kMatMul:
+      return FaultSite::kMatMul;
+    case KernelKind::kPermute:
+      return FaultSite::kPermute;
+    case KernelKind::kCopyBlocks:
+      return FaultSite::kCopyBlocks;
+    case KernelKind::kWhere:
+      return FaultSite::kWhere;
+  }
+  return FaultSite::kAnyKernel;  // unreachable
 }
 
-absl::Status FaultyDevice::Cast(const TensorRef& in, const TensorRef& out) {
-  return Guard(FaultSite::kCast, "",
-               [&] { return inner_->Cast(Unwrap(in), Unwrap(out)); });
+// The op a kernel call runs, for the message ("add"); empty for the kinds
+// that have one op.
+std::string_view OpOf(const KernelCall& call) {
+  if (const auto* b = std::get_if<BinaryArgs>(&call.args)) {
+    return BinaryOpName(b->op);
+  }
+  if (const auto* u = std::get_if<UnaryArgs>(&call.args)) {
+    return UnaryOpName(u->op);
+  }
+  if (const auto* r = std::get_if<ReduceArgs>(&call.args)) {
+    return ReduceOpName(r->op);
+  }
+  return "";
 }
 
-absl::Status FaultyDevice::Binary(BinaryOp op, const TensorRef& a,
-                                  const TensorRef& b, const TensorRef& out) {
-  return Guard(FaultSite::kBinary, BinaryOpName(op), [&] {
-    return inner_->Binary(op, Unwrap(a), Unwrap(b), Unwrap(out));
-  });
-}
-
-absl::Status FaultyDevice::MatMul(const MatMulDims& dims, const TensorRef& a,
-                                  const TensorRef& b, const TensorRef& out) {
-  return Guard(FaultSite::kMatMul, "", [&] {
-    return inner_->MatMul(dims, Unwrap(a), Unwrap(b), Unwrap(out));
-  });
-}
-
-absl::Status FaultyDevice::Unary(UnaryOp op, const TensorRef& in,
-                                 const TensorRef& out) {
-  return Guard(FaultSite::kUnary, UnaryOpName(op),
-               [&] { return inner_->Unary(op, Unwrap(in), Unwrap(out)); });
-}
-
-absl::Status FaultyDevice::Reduce(ReduceOp op, const ReduceDims& dims,
-                                  const TensorRef& in, const TensorRef& out) {
-  return Guard(FaultSite::kReduce, ReduceOpName(op), [&] {
-    return inner_->Reduce(op, dims, Unwrap(in), Unwrap(out));
-  });
-}
-
-absl::Status FaultyDevice::Permute(const TensorRef& in,
-                                   const std::vector<int>& perm,
-                                   const TensorRef& out) {
-  return Guard(FaultSite::kPermute, "",
-               [&] { return inner_->Permute(Unwrap(in), perm, Unwrap(out)); });
-}
-
-absl::Status FaultyDevice::CopyBlocks(const BlockCopy& copy, const Buffer& src,
-                                      Buffer& dst) {
-  return Guard(FaultSite::kCopyBlocks, "", [&] {
-    return inner_->CopyBlocks(copy, Unwrap(src), Unwrap(dst));
-  });
-}
+}  // namespace
 
 absl::Status FaultyDevice::Launch(const KernelCall& call) {
-  return Guard(FaultSite::kLaunch, "", [&] {
+  return Guard(SiteOf(call.kind()), OpOf(call), [&] {
     KernelCall inner = call;
     for (TensorRef& in : inner.inputs) in = Unwrap(in);
     inner.out = Unwrap(call.out);

@@ -4,11 +4,11 @@
 // mock framework).
 //
 // Each call belongs to a FaultSite (Allocate, CopyFromHost, CopyToHost,
-// CopyFromDevice, one per kernel, Synchronize); every kernel call also
-// counts under kAnyKernel. Arm(site, fault) makes the `fault.nth` call of
-// `site` counted from the arming fail (or, with `sticky`, that call and
-// every later one until Disarm). Calls of a site are numbered from 1 since
-// construction, failed ones included; messages quote those numbers
+// CopyFromDevice, one per kernel kind of Device::Launch, Synchronize); every
+// kernel call also counts under kAnyKernel. Arm(site, fault) makes the
+// `fault.nth` call of `site` counted from the arming fail (or, with `sticky`,
+// that call and every later one until Disarm). Calls of a site are numbered
+// from 1 since construction, failed ones included; messages quote those numbers
 // (FaultCallLabel). A failing call returns the status a real device would
 // give for that failure, with Fault::code overriding the code:
 //   Allocate   RESOURCE_EXHAUSTED "<name>: FaultyDevice: injected out of
@@ -84,7 +84,7 @@ enum class FaultSite {
   kReduce,
   kPermute,
   kCopyBlocks,
-  kLaunch,     // Device::Launch (where, ...)
+  kWhere,
   kAnyKernel,  // every kernel above, counted together
   kSynchronize,
 };
@@ -168,20 +168,6 @@ class FaultyDevice final : public Device {
                           size_t bytes) override;
   absl::Status CopyFromDevice(Device& src_device, const Buffer& src,
                               Buffer& dst, size_t bytes) override;
-  absl::Status Fill(const FillSpec& spec, const TensorRef& out) override;
-  absl::Status Cast(const TensorRef& in, const TensorRef& out) override;
-  absl::Status Binary(BinaryOp op, const TensorRef& a, const TensorRef& b,
-                      const TensorRef& out) override;
-  absl::Status MatMul(const MatMulDims& dims, const TensorRef& a,
-                      const TensorRef& b, const TensorRef& out) override;
-  absl::Status Unary(UnaryOp op, const TensorRef& in,
-                     const TensorRef& out) override;
-  absl::Status Reduce(ReduceOp op, const ReduceDims& dims, const TensorRef& in,
-                      const TensorRef& out) override;
-  absl::Status Permute(const TensorRef& in, const std::vector<int>& perm,
-                       const TensorRef& out) override;
-  absl::Status CopyBlocks(const BlockCopy& copy, const Buffer& src,
-                          Buffer& dst) override;
   absl::Status Launch(const KernelCall& call) override;
   absl::Status Synchronize() override;
 
