@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "core/op_checks.h"
 
 namespace tensord::core {
 
@@ -79,6 +80,28 @@ std::string_view ReduceOpName(ReduceOp op) {
     case ReduceOp::kNorm: return "norm";
   }
   return "unknown";
+}
+
+Capabilities& Capabilities::Allow(OpKind op, DType dtype) {
+  dtypes_[static_cast<size_t>(op)] |= uint32_t{1} << static_cast<int>(dtype);
+  return *this;
+}
+
+Capabilities& Capabilities::AllowAll(OpKind op) {
+  for (DType dtype : kEveryDType) Allow(op, dtype);
+  return *this;
+}
+
+bool Capabilities::Has(OpKind op, DType dtype) const {
+  const int bit = static_cast<int>(dtype);
+  return bit >= 0 && bit < 32 &&
+         (dtypes_[static_cast<size_t>(op)] >> bit & 1) != 0;
+}
+
+absl::Status Capabilities::Check(OpKind op, DType dtype,
+                                 std::string_view device) const {
+  if (Has(op, dtype)) return absl::OkStatus();
+  return NotImplementedError(OpKindName(op), dtype, device);
 }
 
 std::string_view KernelKindName(KernelKind kind) {

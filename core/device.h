@@ -5,8 +5,8 @@
 // memory and its execution resources; it knows nothing about sessions,
 // handles or budgets — the Runtime does validation, accounting and the
 // same-device rule, so kernels may assume valid input: shapes checked,
-// dtypes as documented per method, buffers large enough, all buffers of one
-// call allocated by this device.
+// dtypes as documented per kernel kind (below), buffers large enough, all
+// buffers of one call allocated by this device.
 //
 // Thread-safety: every method may be called concurrently from many threads.
 // Kernels are ordered with respect to one another on a device (a GPU queues
@@ -15,6 +15,7 @@
 #ifndef TENSORD_CORE_DEVICE_H_
 #define TENSORD_CORE_DEVICE_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -73,7 +74,7 @@ bool IsFloatingUnary(UnaryOp op);
 std::string_view ReduceOpName(ReduceOp op);  // "sum", "mean", ..., "norm"
 
 // The operations a device may or may not implement for a dtype (the rows
-// of Device::Supports' table).
+// of its Capabilities).
 enum class OpKind {
   kFill,
   kRandomFill,
@@ -83,6 +84,31 @@ enum class OpKind {
   kUnary,
   kReduce,
   kWhere,
+};
+inline constexpr int kOpKindCount = static_cast<int>(OpKind::kWhere) + 1;
+
+// What a device computes: for each OpKind, the dtypes it runs it in. A
+// plain table a device fills once when it is made; Device::Supports answers
+// from it and the planner (core/planner.h) reads it, so whoever holds a copy
+// plans an op exactly as the device would answer. A kCast entry means the
+// device converts from and to that dtype.
+class Capabilities {
+ public:
+  Capabilities() = default;  // computes nothing
+
+  Capabilities& Allow(OpKind op, DType dtype);
+  Capabilities& AllowAll(OpKind op);  // every dtype
+  bool Has(OpKind op, DType dtype) const;
+
+  // OK when Has(op, dtype); otherwise FAILED_PRECONDITION "\"matmul\" not
+  // implemented for 'bool' on cuda:0" (PyTorch's "\"addmm_impl_cpu_\" not
+  // implemented for 'Bool'", naming `device`).
+  absl::Status Check(OpKind op, DType dtype, std::string_view device) const;
+
+  bool operator==(const Capabilities& other) const = default;
+
+ private:
+  std::array<uint32_t, kOpKindCount> dtypes_{};  // bit i: DType i
 };
 
 // --- Kernels -----------------------------------------------------------------
@@ -94,8 +120,10 @@ enum class OpKind {
 // to compile until it runs the new kind. The planner (core/planner.h) and
 // the executor have checked everything a call states: the inputs' count,
 // dtypes and shapes are as the kind documents, buffers are large enough and
-// were allocated by the device, and Supports() said yes. Devices trust that
-// and do not check it again.
+// were allocated by the device, and Supports() said yes for the op's kernel
+// and its casts (the helper kernels an op adds — fills, the multiply that
+// expands a matmul's batch — are ones every device runs in every dtype).
+// Devices trust that and do not check it again.
 
 // Fill `out` (any dtype; kRand/kRandn where Supports(kRandomFill) says so).
 // No inputs.
@@ -216,10 +244,13 @@ class Device {
   virtual int index() const = 0;
   virtual DeviceProperties Properties() const = 0;
 
-  // OK if this device implements `op` for `dtype`; otherwise
-  // FAILED_PRECONDITION with a message naming op, dtype and device (PyTorch:
-  // "\"addmm_impl_cpu_\" not implemented for 'Bool'").
-  virtual absl::Status Supports(OpKind op, DType dtype) const = 0;
+  // What this device computes; fixed for its life.
+  virtual const Capabilities& capabilities() const = 0;
+  // capabilities().Check(op, dtype, name()): OK, or FAILED_PRECONDITION
+  // naming op, dtype and this device.
+  absl::Status Supports(OpKind op, DType dtype) const {
+    return capabilities().Check(op, dtype, name());
+  }
 
   // Allocates `bytes` (0 allowed) of device memory. RESOURCE_EXHAUSTED when
   // the device itself is out of memory. Budgets are the Runtime's business.

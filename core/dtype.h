@@ -22,6 +22,10 @@ enum class DType : int {
   kFloat16 = 6,
   kBFloat16 = 7,
 };
+// Every dtype, in enum order.
+inline constexpr DType kEveryDType[] = {
+    DType::kFloat32, DType::kFloat64, DType::kInt32,   DType::kInt64,
+    DType::kBool,    DType::kFloat16, DType::kBFloat16};
 
 // Bytes per element.
 size_t DTypeSize(DType dtype);

@@ -40,12 +40,7 @@ absl::Status Runtime::Impl::InPlace(const OpSpec& op, const StoredTensor& self,
       if (other == nullptr) {
         return absl::InvalidArgumentError("axpy_ needs a tensor operand x");
       }
-      if (!op.alpha.is_integral && !IsFloating(other->dtype)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "axpy_: for integral input tensors, alpha must not be a floating "
-            "point number (got ",
-            op.alpha.ToString(), ")"));
-      }
+      RETURN_IF_ERROR(CheckAxpyAlpha(other->dtype, op.alpha));
       ASSIGN_OR_RETURN(Output t, BinaryOut(BinaryOp::kMul, *other, nullptr,
                                            &op.alpha, false, nullptr));
       scaled = Stored(SlotOf(other->device), std::move(t));
@@ -179,35 +174,12 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
       break;
     case OpSpec::Kind::kNarrow:
     case OpSpec::Kind::kSelect: {
-      const bool select = op.kind == OpSpec::Kind::kSelect;
-      if (x.shape.rank() == 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(name, "() cannot be applied to a 0-dim tensor."));
-      }
-      ASSIGN_OR_RETURN(int axis, WrapDim(op.dim.value_or(0), x.shape.rank()));
-      const int64_t size = x.shape.dim(axis);
-      int64_t start = op.start;
-      if (start < 0) start += size;
-      std::vector<int64_t> out_dims = x.shape.dims();
-      if (select) {
-        if (start < 0 || start >= size) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "select(): index ", op.start, " out of range for tensor of size ",
-              x.shape.ToString(), " at dimension ", axis));
-        }
-        out_dims.erase(out_dims.begin() + axis);
-        out = SliceOut(x, axis, start, 1, std::move(out_dims));
-      } else {
-        if (start < 0 || start > size || op.length < 0 ||
-            op.length > size - start) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "narrow(): start ", op.start, " and length ", op.length,
-              " are out of range for dimension ", axis, " of size ", size,
-              " (shape ", x.shape.ToString(), ")"));
-        }
-        out_dims[axis] = op.length;
-        out = SliceOut(x, axis, start, op.length, std::move(out_dims));
-      }
+      ASSIGN_OR_RETURN(
+          SlicePlan plan,
+          op.kind == OpSpec::Kind::kSelect
+              ? PlanSelect(x.shape, op.dim.value_or(0), op.start)
+              : PlanNarrow(x.shape, op.dim.value_or(0), op.start, op.length));
+      out = SliceOut(x, plan);
       break;
     }
     case OpSpec::Kind::kCat:

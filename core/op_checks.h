@@ -23,8 +23,10 @@ absl::Status ValidateDType(DType dtype);
 // FAILED_PRECONDITION for bool subtraction and bool pow, OK otherwise.
 absl::Status CheckBinaryOpDType(BinaryOp op, DType dtype);
 
-// FAILED_PRECONDITION for neg of bool (PyTorch's message) and abs/relu of
-// bool; OK otherwise (floating unary ops of bool/int run on float32).
+// FAILED_PRECONDITION for neg of bool (PyTorch's message), abs/relu of
+// bool, and silu/gelu of a non-floating dtype (PyTorch's activations take
+// floating tensors only); OK otherwise (the other floating unary ops of
+// bool/int run on float32).
 absl::Status CheckUnaryOpDType(UnaryOp op, DType dtype);
 
 // BOOL tensors hold one byte per element, 0 or 1 (tensord.proto); data

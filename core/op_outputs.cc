@@ -11,14 +11,13 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::MatMulOut(
     const StoredTensor& a, const StoredTensor& b) {
   DeviceSlot& slot = SlotOf(a.device);
   Device& device = *a.device;
-  ASSIGN_OR_RETURN(MatMulPlan plan,
-                   PlanMatMul(a.dtype, a.shape, b.dtype, b.shape));
+  ASSIGN_OR_RETURN(MatMulPlan plan, PlanMatMul(a.dtype, a.shape, b.dtype,
+                                               b.shape, TargetOf(device)));
   const DType dtype = plan.dtype;
   const int64_t m = plan.m, n = plan.n, k = plan.k;
   const Shape& a_batch = plan.a_batch;
   const Shape& b_batch = plan.b_batch;
   const Shape* batch = &plan.batch;
-  RETURN_IF_ERROR(device.Supports(OpKind::kMatMul, dtype));
 
   ASSIGN_OR_RETURN(Impl::Output out,
                    AllocateOutput(slot, dtype, std::move(plan.out)));
@@ -96,7 +95,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ScalarTensor(
   // The number goes to the device in its own type (int64 or float64) and
   // is converted there by Cast, whose conversions are defined for every
   // value (saturating, NaN -> 0).
-  const DType natural = s.is_integral ? DType::kInt64 : DType::kFloat64;
+  const DType natural = NumberDType(s);
   ASSIGN_OR_RETURN(Output value, AllocateOutput(slot, natural, Shape()));
   if (s.is_integral) {
     RETURN_IF_ERROR(slot.device->CopyFromHost(&s.i, *value.buffer, 0, 8));
@@ -104,7 +103,6 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ScalarTensor(
     RETURN_IF_ERROR(slot.device->CopyFromHost(&s.f, *value.buffer, 0, 8));
   }
   if (natural == dtype) return value;
-  RETURN_IF_ERROR(slot.device->Supports(OpKind::kCast, dtype));
   ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, dtype, Shape()));
   RETURN_IF_ERROR(slot.device->Launch({CastArgs{}, {value.ref()}, out.ref()}));
   return out;
@@ -119,18 +117,12 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::BinaryOut(
   std::optional<OperandDesc> b_desc, into_desc;
   if (b != nullptr) b_desc.emplace(OperandDesc{b->dtype, b->shape});
   if (into != nullptr) into_desc.emplace(OperandDesc{into->dtype, into->shape});
-  ASSIGN_OR_RETURN(BinaryPlan plan,
-                   PlanBinary(op, a_desc, b_desc ? &*b_desc : nullptr, scalar,
-                              into_desc ? &*into_desc : nullptr));
+  ASSIGN_OR_RETURN(
+      BinaryPlan plan,
+      PlanBinary(op, a_desc, b_desc ? &*b_desc : nullptr, scalar,
+                 into_desc ? &*into_desc : nullptr, TargetOf(device)));
   const DType dtype = plan.compute;
   const DType out_dtype = plan.out_dtype;
-  RETURN_IF_ERROR(device.Supports(OpKind::kBinary, dtype));
-  for (DType operand : {a.dtype, b != nullptr ? b->dtype : dtype}) {
-    if (operand != dtype) {
-      RETURN_IF_ERROR(device.Supports(OpKind::kCast, operand));
-      RETURN_IF_ERROR(device.Supports(OpKind::kCast, dtype));
-    }
-  }
 
   Output a_temp, b_temp;  // promotion casts, freed on return
   ASSIGN_OR_RETURN(TensorRef a_ref, AsDType(slot, a, dtype, a_temp));
@@ -151,7 +143,6 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::BinaryOut(
                    AllocateOutput(slot, out_dtype, std::move(plan.out)));
   RETURN_IF_ERROR(device.Launch({BinaryArgs{op}, {a_ref, b_ref}, out.ref()}));
   if (into != nullptr) {
-    RETURN_IF_ERROR(device.Supports(OpKind::kCast, into->dtype));
     RETURN_IF_ERROR(device.Launch({CastArgs{}, {out.ref()}, RefOf(*into)}));
     return Output{};
   }
@@ -162,10 +153,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::UnaryOut(
     UnaryOp op, const StoredTensor& x) {
   DeviceSlot& slot = SlotOf(x.device);
   Device& device = *x.device;
-  ASSIGN_OR_RETURN(const DType dtype, PlanUnary(op, x.dtype));
-  RETURN_IF_ERROR(device.Supports(OpKind::kUnary, dtype));
-  if (dtype != x.dtype)
-    RETURN_IF_ERROR(device.Supports(OpKind::kCast, x.dtype));
+  ASSIGN_OR_RETURN(const DType dtype, PlanUnary(op, x.dtype, TargetOf(device)));
   Output temp;
   ASSIGN_OR_RETURN(TensorRef in, AsDType(slot, x, dtype, temp));
   ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, dtype, x.shape));
@@ -191,12 +179,8 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ReduceOut(
     bool keepdim) {
   DeviceSlot& slot = SlotOf(x.device);
   Device& device = *x.device;
-  ASSIGN_OR_RETURN(ReducePlan plan,
-                   PlanReduce(op, x.dtype, x.shape, dims, keepdim));
-  RETURN_IF_ERROR(device.Supports(OpKind::kReduce, plan.compute));
-  if (plan.compute != x.dtype) {
-    RETURN_IF_ERROR(device.Supports(OpKind::kCast, x.dtype));
-  }
+  ASSIGN_OR_RETURN(ReducePlan plan, PlanReduce(op, x.dtype, x.shape, dims,
+                                               keepdim, TargetOf(device)));
   const StoredTensor* src = &x;
   TensorPtr permuted;  // reduced dims moved to the end, freed on return
   if (!plan.perm.empty()) {
@@ -264,12 +248,12 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::WhereOut(
   std::optional<OperandDesc> x_desc, y_desc;
   if (x != nullptr) x_desc.emplace(OperandDesc{x->dtype, x->shape});
   if (y != nullptr) y_desc.emplace(OperandDesc{y->dtype, y->shape});
-  ASSIGN_OR_RETURN(WherePlan plan,
-                   PlanWhere(cond_desc, x_desc ? &*x_desc : nullptr,
-                             x == nullptr ? &x_arg.scalar : nullptr,
-                             y_desc ? &*y_desc : nullptr,
-                             y == nullptr ? &y_arg.scalar : nullptr));
-  RETURN_IF_ERROR(device.Supports(OpKind::kWhere, plan.dtype));
+  ASSIGN_OR_RETURN(
+      WherePlan plan,
+      PlanWhere(cond_desc, x_desc ? &*x_desc : nullptr,
+                x == nullptr ? &x_arg.scalar : nullptr,
+                y_desc ? &*y_desc : nullptr,
+                y == nullptr ? &y_arg.scalar : nullptr, TargetOf(device)));
   // Each branch in the result dtype: a tensor (cast when it differs) or the
   // number as a 0-d tensor, broadcast by the kernel.
   Output x_temp, y_temp;
@@ -278,10 +262,6 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::WhereOut(
     if (t == nullptr) {
       ASSIGN_OR_RETURN(temp, ScalarTensor(slot, arg.scalar, plan.dtype));
       return temp.ref();
-    }
-    if (t->dtype != plan.dtype) {
-      RETURN_IF_ERROR(device.Supports(OpKind::kCast, t->dtype));
-      RETURN_IF_ERROR(device.Supports(OpKind::kCast, plan.dtype));
     }
     return AsDType(slot, *t, plan.dtype, temp);
   };
@@ -358,19 +338,19 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ReshapeOut(
 }
 
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::SliceOut(
-    const StoredTensor& x, int axis, int64_t start, int64_t length,
-    std::vector<int64_t> out_dims) {
-  ASSIGN_OR_RETURN(Shape shape, Shape::Make(out_dims));
+    const StoredTensor& x, SlicePlan plan) {
   DeviceSlot& slot = SlotOf(x.device);
-  ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, x.dtype, std::move(shape)));
+  ASSIGN_OR_RETURN(Output out,
+                   AllocateOutput(slot, x.dtype, std::move(plan.out)));
   // Nothing to copy; and an empty x's dim products may exceed int64.
   if (out.shape.NumElements() == 0) return out;
+  const int axis = plan.axis;
   const int64_t es = static_cast<int64_t>(DTypeSize(x.dtype));
   const int64_t inner = x.shape.NumElements(axis + 1, x.shape.rank()) * es;
   BlockCopy copy;
   copy.rows = x.shape.NumElements(0, axis);
-  copy.row_bytes = length * inner;
-  copy.src_offset = start * inner;
+  copy.row_bytes = plan.length * inner;
+  copy.src_offset = plan.start * inner;
   copy.src_stride = x.shape.dim(axis) * inner;
   copy.dst_stride = copy.row_bytes;
   RETURN_IF_ERROR(x.device->Launch({copy, {RefOf(x)}, out.ref()}));
@@ -384,19 +364,13 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::CatOut(
   for (const Value& v : xs) {
     descs.push_back(OperandDesc{v.tensor->dtype, v.tensor->shape});
   }
-  ASSIGN_OR_RETURN(CatPlan plan, PlanCat(descs, dim));
   const StoredTensor& first = *xs[0].tensor;
+  Device& device = *first.device;
+  ASSIGN_OR_RETURN(CatPlan plan, PlanCat(descs, dim, TargetOf(device)));
   const int rank = first.shape.rank();
   const int axis = plan.axis;
   const DType dtype = plan.dtype;
   const int64_t total = plan.out.dim(axis);
-  Device& device = *first.device;
-  for (const Value& v : xs) {
-    if (v.tensor->dtype != dtype) {
-      RETURN_IF_ERROR(device.Supports(OpKind::kCast, v.tensor->dtype));
-      RETURN_IF_ERROR(device.Supports(OpKind::kCast, dtype));
-    }
-  }
   DeviceSlot& slot = SlotOf(first.device);
   ASSIGN_OR_RETURN(Output out,
                    AllocateOutput(slot, dtype, std::move(plan.out)));
@@ -423,6 +397,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::CatOut(
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::CastOut(
     const StoredTensor& x, DType dtype) {
   RETURN_IF_ERROR(ValidateDType(dtype));
+  RETURN_IF_ERROR(PlanCast(x.dtype, dtype, TargetOf(*x.device)));
   DeviceSlot& slot = SlotOf(x.device);
   ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, dtype, x.shape));
   if (dtype == x.dtype) {
@@ -431,8 +406,6 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::CastOut(
     RETURN_IF_ERROR(x.device->Launch({copy, {RefOf(x)}, out.ref()}));
     return out;
   }
-  RETURN_IF_ERROR(x.device->Supports(OpKind::kCast, x.dtype));
-  RETURN_IF_ERROR(x.device->Supports(OpKind::kCast, dtype));
   RETURN_IF_ERROR(x.device->Launch({CastArgs{}, {RefOf(x)}, out.ref()}));
   return out;
 }

@@ -68,10 +68,25 @@ bool CanCast(DType from, DType to) {
   return true;
 }
 
+Target TargetOf(const Device& device) {
+  return Target{device.capabilities(), device.name()};
+}
+
+absl::Status PlanCast(DType from, DType to, const Target& target) {
+  if (from == to) return absl::OkStatus();
+  RETURN_IF_ERROR(target.Supports(OpKind::kCast, from));
+  return target.Supports(OpKind::kCast, to);
+}
+
+DType NumberDType(const Scalar& s) {
+  return s.is_integral ? DType::kInt64 : DType::kFloat64;
+}
+
 absl::StatusOr<BinaryPlan> PlanBinary(BinaryOp op, const OperandDesc& a,
                                       const OperandDesc* b,
                                       const Scalar* scalar,
-                                      const OperandDesc* into) {
+                                      const OperandDesc* into,
+                                      const Target& target) {
   BinaryPlan plan;
   plan.out = a.shape;
   if (b != nullptr) {
@@ -101,12 +116,23 @@ absl::StatusOr<BinaryPlan> PlanBinary(BinaryOp op, const OperandDesc& a,
                        ToAbsl(DTypeName(into->dtype))));
     }
   }
+  RETURN_IF_ERROR(target.Supports(OpKind::kBinary, plan.compute));
+  RETURN_IF_ERROR(PlanCast(a.dtype, plan.compute, target));
+  RETURN_IF_ERROR(PlanCast(b != nullptr ? b->dtype : NumberDType(*scalar),
+                           plan.compute, target));
+  if (into != nullptr) {
+    RETURN_IF_ERROR(PlanCast(plan.out_dtype, into->dtype, target));
+  }
   return plan;
 }
 
-absl::StatusOr<DType> PlanUnary(UnaryOp op, DType x) {
+absl::StatusOr<DType> PlanUnary(UnaryOp op, DType x, const Target& target) {
   RETURN_IF_ERROR(CheckUnaryOpDType(op, x));
-  return IsFloatingUnary(op) && !IsFloating(x) ? DType::kFloat32 : x;
+  const DType compute =
+      IsFloatingUnary(op) && !IsFloating(x) ? DType::kFloat32 : x;
+  RETURN_IF_ERROR(target.Supports(OpKind::kUnary, compute));
+  RETURN_IF_ERROR(PlanCast(x, compute, target));
+  return compute;
 }
 
 absl::Status CheckLinearShapes(const Shape& x, const Shape& w) {
@@ -126,7 +152,8 @@ absl::Status CheckLinearShapes(const Shape& x, const Shape& w) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<CatPlan> PlanCat(std::span<const OperandDesc> xs, int64_t dim) {
+absl::StatusOr<CatPlan> PlanCat(std::span<const OperandDesc> xs, int64_t dim,
+                                const Target& target) {
   if (xs.empty()) {
     return absl::InvalidArgumentError(
         "cat: expected a non-empty list of tensors");
@@ -165,6 +192,9 @@ absl::StatusOr<CatPlan> PlanCat(std::span<const OperandDesc> xs, int64_t dim) {
   std::vector<int64_t> out_dims = first.dims();
   out_dims[plan.axis] = total;
   ASSIGN_OR_RETURN(plan.out, Shape::Make(out_dims));
+  for (const OperandDesc& x : xs) {
+    RETURN_IF_ERROR(PlanCast(x.dtype, plan.dtype, target));
+  }
   return plan;
 }
 
@@ -179,7 +209,8 @@ absl::StatusOr<int> WrapDim(int64_t dim, int rank) {
 }
 
 absl::StatusOr<MatMulPlan> PlanMatMul(DType a_dtype, const Shape& a,
-                                      DType b_dtype, const Shape& b) {
+                                      DType b_dtype, const Shape& b,
+                                      const Target& target) {
   const std::string shapes = absl::StrCat(a.ToString(), " and ", b.ToString());
   if (a.rank() == 0 || b.rank() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -223,21 +254,24 @@ absl::StatusOr<MatMulPlan> PlanMatMul(DType a_dtype, const Shape& a,
   if (!a_vector) out_dims.push_back(plan.m);
   if (!b_vector) out_dims.push_back(plan.n);
   ASSIGN_OR_RETURN(plan.out, Shape::Make(out_dims));
+  RETURN_IF_ERROR(target.Supports(OpKind::kMatMul, plan.dtype));
   return plan;
 }
 
 absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
-                                      std::optional<int64_t> dim,
-                                      bool keepdim) {
+                                      std::optional<int64_t> dim, bool keepdim,
+                                      const Target& target) {
   if (!dim.has_value()) {
-    return PlanReduce(op, dtype, x, std::span<const int64_t>(), keepdim);
+    return PlanReduce(op, dtype, x, std::span<const int64_t>(), keepdim,
+                      target);
   }
-  return PlanReduce(op, dtype, x, std::span<const int64_t>(&*dim, 1), keepdim);
+  return PlanReduce(op, dtype, x, std::span<const int64_t>(&*dim, 1), keepdim,
+                    target);
 }
 
 absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
                                       std::span<const int64_t> dims,
-                                      bool keepdim) {
+                                      bool keepdim, const Target& target) {
   ReducePlan plan;
   plan.compute = dtype;
   if (op == ReduceOp::kSum && !IsFloating(dtype)) plan.compute = DType::kInt64;
@@ -308,14 +342,14 @@ absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
                      x.ToString(), ")"));
   }
   ASSIGN_OR_RETURN(plan.out, Shape::Make(out_dims));
+  RETURN_IF_ERROR(target.Supports(OpKind::kReduce, plan.compute));
+  RETURN_IF_ERROR(PlanCast(dtype, plan.compute, target));
   return plan;
 }
 
-absl::StatusOr<WherePlan> PlanWhere(const OperandDesc& cond,
-                                    const OperandDesc* x,
-                                    const Scalar* x_scalar,
-                                    const OperandDesc* y,
-                                    const Scalar* y_scalar) {
+absl::StatusOr<WherePlan> PlanWhere(
+    const OperandDesc& cond, const OperandDesc* x, const Scalar* x_scalar,
+    const OperandDesc* y, const Scalar* y_scalar, const Target& target) {
   if (cond.dtype != DType::kBool) {
     return absl::FailedPreconditionError(absl::StrCat(
         "where expected condition to be a boolean tensor, but got a tensor "
@@ -339,6 +373,11 @@ absl::StatusOr<WherePlan> PlanWhere(const OperandDesc& cond,
                      ? DType::kInt64
                      : DType::kFloat32;
   }
+  RETURN_IF_ERROR(target.Supports(OpKind::kWhere, plan.dtype));
+  RETURN_IF_ERROR(PlanCast(x != nullptr ? x->dtype : NumberDType(*x_scalar),
+                           plan.dtype, target));
+  RETURN_IF_ERROR(PlanCast(y != nullptr ? y->dtype : NumberDType(*y_scalar),
+                           plan.dtype, target));
   return plan;
 }
 
@@ -374,6 +413,71 @@ absl::StatusOr<SoftmaxPlan> PlanSoftmax(DType dtype, const Shape& x,
   ASSIGN_OR_RETURN(const int axis, WrapDim(dim, x.rank()));
   plan.axis = axis;
   return plan;
+}
+
+namespace {
+
+// The block [start, start + length) along dim of x, as narrow() (the
+// caller has checked the range).
+absl::StatusOr<SlicePlan> SliceOf(const Shape& x, int axis, int64_t start,
+                                  int64_t length, bool drop_axis) {
+  SlicePlan plan;
+  plan.axis = axis;
+  plan.start = start;
+  plan.length = length;
+  std::vector<int64_t> dims = x.dims();
+  if (drop_axis) {
+    dims.erase(dims.begin() + axis);
+  } else {
+    dims[axis] = length;
+  }
+  ASSIGN_OR_RETURN(plan.out, Shape::Make(dims));
+  return plan;
+}
+
+absl::Status CheckNot0d(const Shape& x, std::string_view op) {
+  if (x.rank() != 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(ToAbsl(op), "() cannot be applied to a 0-dim tensor."));
+}
+
+}  // namespace
+
+absl::StatusOr<SlicePlan> PlanNarrow(const Shape& x, int64_t dim, int64_t start,
+                                     int64_t length) {
+  RETURN_IF_ERROR(CheckNot0d(x, "narrow"));
+  ASSIGN_OR_RETURN(const int axis, WrapDim(dim, x.rank()));
+  const int64_t size = x.dim(axis);
+  const int64_t wrapped = start < 0 ? start + size : start;
+  if (wrapped < 0 || wrapped > size || length < 0 || length > size - wrapped) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("narrow(): start ", start, " and length ", length,
+                     " are out of range for dimension ", axis, " of size ",
+                     size, " (shape ", x.ToString(), ")"));
+  }
+  return SliceOf(x, axis, wrapped, length, false);
+}
+
+absl::StatusOr<SlicePlan> PlanSelect(const Shape& x, int64_t dim,
+                                     int64_t index) {
+  RETURN_IF_ERROR(CheckNot0d(x, "select"));
+  ASSIGN_OR_RETURN(const int axis, WrapDim(dim, x.rank()));
+  const int64_t size = x.dim(axis);
+  const int64_t wrapped = index < 0 ? index + size : index;
+  if (wrapped < 0 || wrapped >= size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "select(): index ", index, " out of range for tensor of size ",
+        x.ToString(), " at dimension ", axis));
+  }
+  return SliceOf(x, axis, wrapped, 1, true);
+}
+
+absl::Status CheckAxpyAlpha(DType other, const Scalar& alpha) {
+  if (alpha.is_integral || IsFloating(other)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "axpy_: for integral input tensors, alpha must not be a floating "
+      "point number (got ",
+      alpha.ToString(), ")"));
 }
 
 absl::StatusOr<PermutePlan> PlanPermute(const Shape& x,

@@ -4,11 +4,14 @@
 //
 // Every shape and dtype rule of the ops planned here lives here once and is
 // unit-tested here (tests/core/planner_test.cc) with no device and no
-// runtime: the executor (core/executor.cc) asks the planner, then asks the
-// device whether it supports the planned kernel, allocates and launches.
-// Planned here: elementwise binary and unary ops, matmul, linear,
-// reductions, permute/transpose, reshape, cat and dim wrapping. Still in the
-// executor (issue 11): narrow/select arguments, casts, in-place axpy_.
+// runtime: the executor (core/op_outputs.cc) asks the planner for the
+// target device (its capability table), allocates and launches; devices
+// check nothing again.
+// Planned here: every op tensord runs — elementwise binary and unary ops,
+// casts, matmul, linear, reductions, softmax, where, clamp,
+// permute/transpose, reshape, narrow/select, cat, axpy_'s alpha and dim
+// wrapping. Composite ops (softmax, clamp, linear) run as a sequence of
+// planned kernels.
 // Thread-safety: pure functions.
 #ifndef TENSORD_CORE_PLANNER_H_
 #define TENSORD_CORE_PLANNER_H_
@@ -16,6 +19,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,6 +34,31 @@ namespace tensord::core {
 // -1, like PyTorch). INVALID_ARGUMENT "Dimension out of range (expected to
 // be in range of [-2, 1], but got 2)" otherwise.
 absl::StatusOr<int> WrapDim(int64_t dim, int rank);
+
+// The device an op is planned for: what it computes (its capability
+// table) and its name, which the "not implemented" errors quote. Borrowed
+// for the call. Every Plan function that launches kernels takes one and
+// checks, after the op's own rules, that the target runs each kernel the
+// plan needs in its dtype, and each cast (FAILED_PRECONDITION "\"matmul\"
+// not implemented for 'bool' on cpu" otherwise).
+struct Target {
+  const Capabilities& caps;
+  std::string_view device;
+
+  absl::Status Supports(OpKind op, DType dtype) const {
+    return caps.Check(op, dtype, device);
+  }
+};
+// `device`'s table and name (valid while `device` is).
+Target TargetOf(const Device& device);
+
+// Converting `from` to `to` on `target`: OK when they are equal or the
+// target casts both, FAILED_PRECONDITION otherwise.
+absl::Status PlanCast(DType from, DType to, const Target& target);
+
+// The dtype a Python number goes to a device in before it is cast to the
+// op's dtype: int64 for an integer, float64 otherwise.
+DType NumberDType(const Scalar& s);
 
 // An operand's metadata; the shape is borrowed for the call.
 struct OperandDesc {
@@ -52,12 +81,13 @@ struct BinaryPlan {
 absl::StatusOr<BinaryPlan> PlanBinary(BinaryOp op, const OperandDesc& a,
                                       const OperandDesc* b,
                                       const Scalar* scalar,
-                                      const OperandDesc* into);
+                                      const OperandDesc* into,
+                                      const Target& target);
 
 // neg/abs/exp/.../tanh of x: the dtype it computes (and returns) in.
 // Floating functions of an integer or bool tensor compute in float32; relu,
 // neg and abs keep the dtype. FAILED_PRECONDITION for neg/abs/relu of bool.
-absl::StatusOr<DType> PlanUnary(UnaryOp op, DType x);
+absl::StatusOr<DType> PlanUnary(UnaryOp op, DType x, const Target& target);
 
 // PyTorch's canCast(from, to): no floating into an integer, nothing but
 // bool into bool.
@@ -77,7 +107,8 @@ struct MatMulPlan {
 // INVALID_ARGUMENT for a 0-d operand, different dtypes, inner dims that
 // differ or batch dims that do not broadcast, naming both shapes.
 absl::StatusOr<MatMulPlan> PlanMatMul(DType a_dtype, const Shape& a,
-                                      DType b_dtype, const Shape& b);
+                                      DType b_dtype, const Shape& b,
+                                      const Target& target);
 
 // nn.functional.linear's shape rules (x [..., in] . weight [out, in]^T):
 // INVALID_ARGUMENT unless the weight is 2-D and x's last dim is its
@@ -94,7 +125,8 @@ struct CatPlan {
 };
 // INVALID_ARGUMENT for no tensors, a 0-d tensor, ranks or sizes that differ
 // (naming the two shapes and the tensor's position) or a bad dim.
-absl::StatusOr<CatPlan> PlanCat(std::span<const OperandDesc> xs, int64_t dim);
+absl::StatusOr<CatPlan> PlanCat(std::span<const OperandDesc> xs, int64_t dim,
+                                const Target& target);
 
 // sum/mean/max/min/argmax/norm over all elements (`dim` unset) or one dim;
 // sum/mean/norm also over several dims at once.
@@ -111,14 +143,15 @@ struct ReducePlan {
 // messages); INVALID_ARGUMENT for a bad dim, or max/min/argmax over an
 // empty dimension. Sum of an integer or bool tensor computes in int64.
 absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
-                                      std::optional<int64_t> dim, bool keepdim);
+                                      std::optional<int64_t> dim, bool keepdim,
+                                      const Target& target);
 // Over every dim in `dims` (empty: all elements), as torch.sum(x, dims).
 // Besides PlanReduce's errors: INVALID_ARGUMENT "dim 1 appears multiple
 // times in the list of dims" (PyTorch's), and for more than one dim of
 // max/min/argmax, which reduce over one dim only.
 absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
                                       std::span<const int64_t> dims,
-                                      bool keepdim);
+                                      bool keepdim, const Target& target);
 
 // torch.where(cond, x, y): x and y each a tensor or a number (`*_scalar`
 // set, the desc then null); the result dtype is theirs promoted (two
@@ -132,11 +165,9 @@ struct WherePlan {
 // got a tensor with dtype float32" (PyTorch's) for a non-bool condition (as
 // for any op not defined for a dtype); INVALID_ARGUMENT for shapes that do
 // not broadcast.
-absl::StatusOr<WherePlan> PlanWhere(const OperandDesc& cond,
-                                    const OperandDesc* x,
-                                    const Scalar* x_scalar,
-                                    const OperandDesc* y,
-                                    const Scalar* y_scalar);
+absl::StatusOr<WherePlan> PlanWhere(
+    const OperandDesc& cond, const OperandDesc* x, const Scalar* x_scalar,
+    const OperandDesc* y, const Scalar* y_scalar, const Target& target);
 
 // torch.clamp(x, min, max)'s result dtype: PyTorch's result_type over x
 // and the bounds given (each a tensor, `*_scalar` a number, or neither), all
@@ -160,6 +191,29 @@ struct SoftmaxPlan {
 // bad dim.
 absl::StatusOr<SoftmaxPlan> PlanSoftmax(DType dtype, const Shape& x,
                                         int64_t dim, bool log);
+
+// x.narrow(dim, start, length) and x.select(dim, index): the block
+// [start, start + length) of x along `axis`, shaped `out` (select drops the
+// axis).
+struct SlicePlan {
+  int axis = 0;
+  int64_t start = 0, length = 0;  // start wrapped (>= 0)
+  Shape out;
+};
+// INVALID_ARGUMENT "narrow() cannot be applied to a 0-dim tensor.", for a
+// bad dim, or naming start, length, the dim and its size when the block
+// does not lie inside x (a negative start counts from the end).
+absl::StatusOr<SlicePlan> PlanNarrow(const Shape& x, int64_t dim, int64_t start,
+                                     int64_t length);
+// INVALID_ARGUMENT "select(): index 5 out of range for tensor of size
+// [2, 3] at dimension 1" (PyTorch's), or as PlanNarrow's.
+absl::StatusOr<SlicePlan> PlanSelect(const Shape& x, int64_t dim,
+                                     int64_t index);
+
+// x.axpy_(alpha, other)'s rule: INVALID_ARGUMENT "axpy_: for integral input
+// tensors, alpha must not be a floating point number (got 0.5)" for a
+// float alpha with a non-floating `other`.
+absl::Status CheckAxpyAlpha(DType other, const Scalar& alpha);
 
 // x.permute(dims): `perm` holds the wrapped dims.
 struct PermutePlan {

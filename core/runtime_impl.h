@@ -33,6 +33,7 @@
 #include "core/cpu/cpu_device.h"
 #include "core/handle_table.h"
 #include "core/op_checks.h"
+#include "core/planner.h"
 #include "core/runtime.h"
 #include "core/shared_memory.h"
 #include "core/status.h"
@@ -200,10 +201,8 @@ class Runtime::Impl {
                                     std::span<const int64_t> dims);
   absl::StatusOr<Output> ReshapeOut(const StoredTensor& x,
                                     std::span<const int64_t> dims);
-  // x's elements [start, start + length) along `axis`, shaped `out_dims`.
-  absl::StatusOr<Output> SliceOut(const StoredTensor& x, int axis,
-                                  int64_t start, int64_t length,
-                                  std::vector<int64_t> out_dims);
+  // narrow/select: the planned block of x.
+  absl::StatusOr<Output> SliceOut(const StoredTensor& x, SlicePlan plan);
   absl::StatusOr<Output> CatOut(std::span<const Value> xs, int64_t dim);
   absl::StatusOr<Output> CastOut(const StoredTensor& x, DType dtype);
   absl::Status InPlace(const OpSpec& op, const StoredTensor& self,

@@ -106,6 +106,23 @@ uint64_t AvailableMemory() {
   return 0;
 }
 
+// Every dtype computes on the CPU (float16/bfloat16 in float32, rounded
+// back, as PyTorch's CPU does) except random fills of the half and
+// non-floating types and matmul of bool.
+Capabilities CpuCapabilities() {
+  Capabilities caps;
+  for (OpKind op : {OpKind::kFill, OpKind::kCast, OpKind::kBinary,
+                    OpKind::kUnary, OpKind::kReduce, OpKind::kWhere}) {
+    caps.AllowAll(op);
+  }
+  for (DType dtype : kEveryDType) {
+    if (dtype != DType::kBool) caps.Allow(OpKind::kMatMul, dtype);
+  }
+  caps.Allow(OpKind::kRandomFill, DType::kFloat32)
+      .Allow(OpKind::kRandomFill, DType::kFloat64);
+  return caps;
+}
+
 class CpuDevice final : public Device {
  public:
   explicit CpuDevice(const CpuDeviceOptions& options)
@@ -114,6 +131,7 @@ class CpuDevice final : public Device {
         model_(CpuModel()),
         total_memory_(options.total_memory != 0 ? options.total_memory
                                                 : PhysicalMemory()),
+        capabilities_(CpuCapabilities()),
         pool_(options.host_cache_bytes) {}
 
   const std::string& name() const override { return name_; }
@@ -128,29 +146,7 @@ class CpuDevice final : public Device {
     return p;
   }
 
-  // Every dtype computes on the CPU (float16/bfloat16 in float32, rounded
-  // back, as PyTorch's CPU does) except random fills of the half and
-  // non-floating types and matmul of bool.
-  absl::Status Supports(OpKind op, DType dtype) const override {
-    bool ok = true;
-    switch (op) {
-      case OpKind::kRandomFill:
-        ok = dtype == DType::kFloat32 || dtype == DType::kFloat64;
-        break;
-      case OpKind::kMatMul:
-        ok = dtype != DType::kBool;
-        break;
-      case OpKind::kFill:
-      case OpKind::kWhere:
-      case OpKind::kCast:
-      case OpKind::kBinary:
-      case OpKind::kUnary:
-      case OpKind::kReduce:
-        break;
-    }
-    return ok ? absl::OkStatus()
-              : NotImplementedError(OpKindName(op), dtype, name_);
-  }
+  const Capabilities& capabilities() const override { return capabilities_; }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
     std::unique_ptr<Buffer> buffer = HostBuffer::Create(bytes, &pool_);
@@ -271,6 +267,7 @@ class CpuDevice final : public Device {
   const int index_;
   const std::string model_;
   const uint64_t total_memory_;
+  const Capabilities capabilities_;
   HostPool pool_;  // must outlive buffers: the Runtime frees tensors first
 };
 

@@ -153,6 +153,7 @@ class CudaDevice final : public Device {
       : name_(absl::StrCat("cuda:", ordinal)),
         ordinal_(ordinal),
         options_(options),
+        capabilities_(CudaCapabilities()),
         ctx_(std::make_shared<StreamContext>()) {
     ctx_->ordinal = ordinal;
   }
@@ -251,9 +252,7 @@ class CudaDevice final : public Device {
     return p;
   }
 
-  absl::Status Supports(OpKind op, DType dtype) const override {
-    return SupportsOp(op, dtype, name_);
-  }
+  const Capabilities& capabilities() const override { return capabilities_; }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
     if (bytes > total_memory_) {  // cannot fit, whatever the driver says
@@ -433,6 +432,11 @@ class CudaDevice final : public Device {
         return absl::OkStatus();
       }
       case MatMulPath::kIntegerKernel: {
+        // Bool has no matmul (the planner never asks); the kernel's
+        // cudaErrorInvalidValue below means a grid too large.
+        if (!IsIntegral(out.dtype)) {
+          return NotImplementedError("matmul", out.dtype, name_);
+        }
         const cudaError_t err = LaunchIntMatMul(
             ToElem(out.dtype), dims.batch, dims.m, dims.n, dims.k,
             a.buffer->data(), dims.a_batch_stride, b.buffer->data(),
@@ -467,11 +471,12 @@ class CudaDevice final : public Device {
     const Buffer& src = *call.inputs[0].buffer;
     Buffer& dst = *call.out.buffer;
     ASSIGN_OR_RETURN(const BlockCopyMethod method, PlanBlockCopy(c, src, dst));
+    if (method == BlockCopyMethod::kNothing) return absl::OkStatus();
     const char* s = static_cast<const char*>(src.data()) + c.src_offset;
     char* d = static_cast<char*>(dst.data()) + c.dst_offset;
     switch (method) {
       case BlockCopyMethod::kNothing:
-        return absl::OkStatus();
+        return absl::OkStatus();  // above
       case BlockCopyMethod::kMemcpy:
         return Check(cudaMemcpyAsync(d, s, c.row_bytes,
                                      cudaMemcpyDeviceToDevice, ctx_->stream),
@@ -769,6 +774,7 @@ class CudaDevice final : public Device {
   const std::string name_;
   const int ordinal_;
   const CudaDeviceOptions options_;
+  const Capabilities capabilities_;
   std::shared_ptr<StreamContext> ctx_;
   std::string model_;
   int cc_major_ = 0, cc_minor_ = 0, sm_count_ = 0;

@@ -1,29 +1,18 @@
 #include "core/cuda/cuda_supports.h"
 
-#include "core/op_checks.h"
-
 namespace tensord::core::cuda {
 
-absl::Status SupportsOp(OpKind op, DType dtype, std::string_view device) {
-  bool ok = true;
-  switch (op) {
-    case OpKind::kFill:
-    case OpKind::kCast:
-    case OpKind::kBinary:
-    case OpKind::kUnary:
-    case OpKind::kReduce:
-    case OpKind::kWhere:
-      ok = true;
-      break;
-    case OpKind::kRandomFill:
-      ok = IsFloating(dtype);
-      break;
-    case OpKind::kMatMul:
-      ok = dtype != DType::kBool;
-      break;
+Capabilities CudaCapabilities() {
+  Capabilities caps;
+  for (OpKind op : {OpKind::kFill, OpKind::kCast, OpKind::kBinary,
+                    OpKind::kUnary, OpKind::kReduce, OpKind::kWhere}) {
+    caps.AllowAll(op);
   }
-  return ok ? absl::OkStatus()
-            : NotImplementedError(OpKindName(op), dtype, device);
+  for (DType dtype : kEveryDType) {
+    if (IsFloating(dtype)) caps.Allow(OpKind::kRandomFill, dtype);
+    if (dtype != DType::kBool) caps.Allow(OpKind::kMatMul, dtype);
+  }
+  return caps;
 }
 
 }  // namespace tensord::core::cuda

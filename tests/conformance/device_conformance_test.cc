@@ -352,8 +352,15 @@ class ConformanceTest : public ::testing::TestWithParam<std::string> {
       }
     }
     if (!ref.status.ok()) {
-      EXPECT_EQ(dut.status.code(), ref.status.code())
-          << "reference: " << ref.status << "; device: " << dut.status;
+      // A combination the planner never sends (integer division, exp of
+      // int32, mean of bool, ...): kernels trust the planner, so the device
+      // must only refuse it; the CPU says FAILED_PRECONDITION, a GPU may say
+      // INTERNAL (its launch error).
+      EXPECT_FALSE(dut.status.ok()) << "reference: " << ref.status;
+      if (dut.status.code() != absl::StatusCode::kInternal) {
+        EXPECT_EQ(dut.status.code(), ref.status.code())
+            << "reference: " << ref.status << "; device: " << dut.status;
+      }
       return;
     }
     ASSERT_TRUE(dut.status.ok()) << dut.status;

@@ -401,5 +401,33 @@ TEST_F(CpuDeviceTest, BatchedSgemmMatchesNaiveLoop) {
   }
 }
 
+TEST_F(CpuDeviceTest, MalformedKernelCallIsInternalAndNamesTheKind) {
+  HostTensor a = Filled(DType::kFloat32, {2}, Spec(FillSpec::Kind::kOnes));
+  HostTensor out = Empty(DType::kFloat32, {2});
+  // A binary call with one input.
+  absl::Status s =
+      device_->Launch({BinaryArgs{BinaryOp::kAdd}, {a.ref()}, out.ref()});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(std::string(s.message()),
+            "cpu: malformed binary kernel call (1 inputs of 2, or a tensor "
+            "without a buffer)");
+  // A tensor without a buffer.
+  EXPECT_EQ(device_->Launch({CastArgs{}, {TensorRef{}}, out.ref()}).code(),
+            absl::StatusCode::kInternal);
+  EXPECT_EQ(device_->Launch({FillSpec{}, {}, TensorRef{}}).code(),
+            absl::StatusCode::kInternal);
+  // The arity table covers every kind.
+  for (int k = 0; k < kKernelKindCount; ++k) {
+    EXPECT_GE(KernelArity(static_cast<KernelKind>(k)), 0);
+    EXPECT_NE(KernelKindName(static_cast<KernelKind>(k)), "unknown");
+  }
+  // The device still runs well-formed calls.
+  EXPECT_TRUE(
+      device_
+          ->Launch({BinaryArgs{BinaryOp::kAdd}, {a.ref(), a.ref()}, out.ref()})
+          .ok());
+  EXPECT_EQ(out.values<float>(), (std::vector<float>{2, 2}));
+}
+
 }  // namespace
 }  // namespace tensord::core

@@ -1,5 +1,5 @@
 // The CUDA device's host logic, tested without a GPU (issue 11 item 3):
-// the supports table and per-op rules, launch geometry, kernel indices, the
+// the capability table, launch geometry, kernel indices, the
 // copy choices, the out-of-memory message and the cuBLAS gemm parameters.
 // The gemm parameters are proven by running them through a CPU reference of
 // cublasGemmStridedBatchedEx (column-major, honouring op, ld and stride as
@@ -59,7 +59,7 @@ TEST(CudaSupportsTest, Table) {
       bool want = true;
       if (op == OpKind::kRandomFill) want = IsFloating(dtype);
       if (op == OpKind::kMatMul) want = dtype != DType::kBool;
-      const absl::Status st = SupportsOp(op, dtype, "cuda:3");
+      const absl::Status st = CudaCapabilities().Check(op, dtype, "cuda:3");
       SCOPED_TRACE(std::string(OpKindName(op)) + " " +
                    std::string(DTypeName(dtype)));
       EXPECT_EQ(st.ok(), want) << st;

@@ -239,8 +239,8 @@ DeviceProperties FaultyDevice::Properties() const {
   return p;
 }
 
-absl::Status FaultyDevice::Supports(OpKind op, DType dtype) const {
-  return inner_->Supports(op, dtype);
+const Capabilities& FaultyDevice::capabilities() const {
+  return inner_->capabilities();
 }
 
 absl::StatusOr<std::unique_ptr<Buffer>> FaultyDevice::Allocate(size_t bytes) {

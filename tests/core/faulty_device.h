@@ -160,7 +160,7 @@ class FaultyDevice final : public Device {
   DeviceKind kind() const override { return options_.kind; }
   int index() const override { return options_.index; }
   DeviceProperties Properties() const override;
-  absl::Status Supports(OpKind op, DType dtype) const override;
+  const Capabilities& capabilities() const override;
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override;
   absl::Status CopyFromHost(const void* src, Buffer& dst, size_t offset,
                             size_t bytes) override;

@@ -18,6 +18,17 @@ Shape S(std::vector<int64_t> dims) { return *Shape::Make(dims); }
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
+// A device that computes every op in every dtype: the op's own rules alone.
+Capabilities Everything() {
+  Capabilities caps;
+  for (int op = 0; op < kOpKindCount; ++op) {
+    caps.AllowAll(static_cast<OpKind>(op));
+  }
+  return caps;
+}
+const Capabilities kEverything = Everything();
+const Target kAnyDevice{kEverything, "test:0"};
+
 TEST(PlannerTest, WrapDim) {
   EXPECT_EQ(*WrapDim(-1, 3), 2);
   EXPECT_EQ(*WrapDim(0, 0), 0);  // a 0-d tensor accepts 0 and -1
@@ -30,24 +41,29 @@ TEST(PlannerTest, WrapDim) {
 }
 
 TEST(PlannerTest, MatMulShapes) {
-  auto p = PlanMatMul(DType::kFloat32, S({2, 3}), DType::kFloat32, S({3, 4}));
+  auto p = PlanMatMul(DType::kFloat32, S({2, 3}), DType::kFloat32, S({3, 4}),
+                      kAnyDevice);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->out, S({2, 4}));
   EXPECT_EQ(p->m, 2);
   EXPECT_EQ(p->n, 4);
   EXPECT_EQ(p->k, 3);
   // 1-D operands: row and column, the added dim dropped.
-  EXPECT_EQ(PlanMatMul(DType::kFloat32, S({3}), DType::kFloat32, S({3}))->out,
-            S({}));
   EXPECT_EQ(
-      PlanMatMul(DType::kFloat32, S({3}), DType::kFloat32, S({3, 5}))->out,
-      S({5}));
-  EXPECT_EQ(
-      PlanMatMul(DType::kFloat32, S({2, 3}), DType::kFloat32, S({3}))->out,
-      S({2}));
+      PlanMatMul(DType::kFloat32, S({3}), DType::kFloat32, S({3}), kAnyDevice)
+          ->out,
+      S({}));
+  EXPECT_EQ(PlanMatMul(DType::kFloat32, S({3}), DType::kFloat32, S({3, 5}),
+                       kAnyDevice)
+                ->out,
+            S({5}));
+  EXPECT_EQ(PlanMatMul(DType::kFloat32, S({2, 3}), DType::kFloat32, S({3}),
+                       kAnyDevice)
+                ->out,
+            S({2}));
   // Batch dims broadcast.
   auto batched = PlanMatMul(DType::kFloat64, S({5, 1, 2, 3}), DType::kFloat64,
-                            S({4, 3, 6}));
+                            S({4, 3, 6}), kAnyDevice);
   ASSERT_TRUE(batched.ok());
   EXPECT_EQ(batched->out, S({5, 4, 2, 6}));
   EXPECT_EQ(batched->batch, S({5, 4}));
@@ -56,28 +72,31 @@ TEST(PlannerTest, MatMulShapes) {
 }
 
 TEST(PlannerTest, MatMulErrorsNameTheShapes) {
-  auto scalar = PlanMatMul(DType::kFloat32, S({}), DType::kFloat32, S({3}));
+  auto scalar =
+      PlanMatMul(DType::kFloat32, S({}), DType::kFloat32, S({3}), kAnyDevice);
   EXPECT_EQ(scalar.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(scalar.status()),
               HasSubstr("both arguments to matmul need to be at least 1D, but "
                         "they are 0D and 1D"));
-  auto dtypes = PlanMatMul(DType::kFloat32, S({2, 3}), DType::kInt64, S({3}));
+  auto dtypes =
+      PlanMatMul(DType::kFloat32, S({2, 3}), DType::kInt64, S({3}), kAnyDevice);
   EXPECT_THAT(Message(dtypes.status()),
               HasSubstr("expected both operands to have the same dtype, but "
                         "got float32 and int64"));
-  auto inner =
-      PlanMatMul(DType::kFloat32, S({2, 3}), DType::kFloat32, S({4, 5}));
+  auto inner = PlanMatMul(DType::kFloat32, S({2, 3}), DType::kFloat32,
+                          S({4, 5}), kAnyDevice);
   EXPECT_EQ(inner.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(inner.status()),
               HasSubstr("cannot be multiplied (3 != 4)"));
-  auto batch =
-      PlanMatMul(DType::kFloat32, S({2, 2, 3}), DType::kFloat32, S({3, 3, 4}));
+  auto batch = PlanMatMul(DType::kFloat32, S({2, 2, 3}), DType::kFloat32,
+                          S({3, 3, 4}), kAnyDevice);
   EXPECT_THAT(Message(batch.status()),
               HasSubstr("cannot be multiplied: batch dimensions"));
 }
 
 TEST(PlannerTest, ReduceDtypesAndDims) {
-  auto sum = PlanReduce(ReduceOp::kSum, DType::kInt32, S({2, 3, 4}), 1, false);
+  auto sum = PlanReduce(ReduceOp::kSum, DType::kInt32, S({2, 3, 4}), 1, false,
+                        kAnyDevice);
   ASSERT_TRUE(sum.ok());
   EXPECT_EQ(sum->compute, DType::kInt64);  // integer sums widen
   EXPECT_EQ(sum->out_dtype, DType::kInt64);
@@ -85,52 +104,57 @@ TEST(PlannerTest, ReduceDtypesAndDims) {
   EXPECT_EQ(sum->dims.outer, 2);
   EXPECT_EQ(sum->dims.n, 3);
   EXPECT_EQ(sum->dims.inner, 4);
-  auto keep = PlanReduce(ReduceOp::kMax, DType::kFloat32, S({2, 3}), -1, true);
+  auto keep = PlanReduce(ReduceOp::kMax, DType::kFloat32, S({2, 3}), -1, true,
+                         kAnyDevice);
   EXPECT_EQ(keep->out, S({2, 1}));
   EXPECT_EQ(keep->compute, DType::kFloat32);
   auto all = PlanReduce(ReduceOp::kMean, DType::kFloat64, S({2, 3}),
-                        std::nullopt, true);
+                        std::nullopt, true, kAnyDevice);
   EXPECT_EQ(all->out, S({1, 1}));
   EXPECT_EQ(all->dims.n, 6);
   auto argmax = PlanReduce(ReduceOp::kArgmax, DType::kFloat32, S({4}),
-                           std::nullopt, false);
+                           std::nullopt, false, kAnyDevice);
   EXPECT_EQ(argmax->out_dtype, DType::kInt64);
   EXPECT_EQ(argmax->out, S({}));
 }
 
 TEST(PlannerTest, ReduceErrors) {
-  auto mean =
-      PlanReduce(ReduceOp::kMean, DType::kInt64, S({3}), std::nullopt, false);
+  auto mean = PlanReduce(ReduceOp::kMean, DType::kInt64, S({3}), std::nullopt,
+                         false, kAnyDevice);
   EXPECT_EQ(mean.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(Message(mean.status()),
               HasSubstr("mean(): could not infer output dtype. Input dtype "
                         "must be either a floating point or complex dtype. "
                         "Got: int64"));
-  auto norm =
-      PlanReduce(ReduceOp::kNorm, DType::kBool, S({3}), std::nullopt, false);
+  auto norm = PlanReduce(ReduceOp::kNorm, DType::kBool, S({3}), std::nullopt,
+                         false, kAnyDevice);
   EXPECT_EQ(norm.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(Message(norm.status()),
               HasSubstr("norm(): expected a floating point tensor as input. "
                         "Got: bool"));
-  auto empty = PlanReduce(ReduceOp::kMax, DType::kFloat32, S({2, 0}), 1, false);
+  auto empty = PlanReduce(ReduceOp::kMax, DType::kFloat32, S({2, 0}), 1, false,
+                          kAnyDevice);
   EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Message(empty.status()),
             "max(): cannot reduce over an empty dimension (input shape "
             "[2, 0])");
   // Sum over an empty dim is fine (zeros); a bad dim is not.
-  EXPECT_TRUE(
-      PlanReduce(ReduceOp::kSum, DType::kFloat32, S({2, 0}), 1, false).ok());
-  EXPECT_EQ(PlanReduce(ReduceOp::kSum, DType::kFloat32, S({2}), 3, false)
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(PlanReduce(ReduceOp::kSum, DType::kFloat32, S({2, 0}), 1, false,
+                         kAnyDevice)
+                  .ok());
+  EXPECT_EQ(
+      PlanReduce(ReduceOp::kSum, DType::kFloat32, S({2}), 3, false, kAnyDevice)
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(PlannerTest, ReduceOverSeveralDims) {
   const Shape x = S({2, 3, 4, 5});
   // Adjacent dims: one [outer, n, inner] view, no permute.
   const int64_t mid[] = {2, 1};
-  auto adjacent = PlanReduce(ReduceOp::kSum, DType::kFloat32, x, mid, false);
+  auto adjacent =
+      PlanReduce(ReduceOp::kSum, DType::kFloat32, x, mid, false, kAnyDevice);
   ASSERT_TRUE(adjacent.ok()) << adjacent.status();
   EXPECT_TRUE(adjacent->perm.empty());
   EXPECT_EQ(adjacent->dims.outer, 2);
@@ -139,7 +163,8 @@ TEST(PlannerTest, ReduceOverSeveralDims) {
   EXPECT_EQ(adjacent->out, S({2, 5}));
   // Apart: the kept dims first, the reduced ones last, after a permute.
   const int64_t apart[] = {0, -2};
-  auto mean = PlanReduce(ReduceOp::kMean, DType::kFloat64, x, apart, true);
+  auto mean =
+      PlanReduce(ReduceOp::kMean, DType::kFloat64, x, apart, true, kAnyDevice);
   ASSERT_TRUE(mean.ok()) << mean.status();
   EXPECT_EQ(mean->perm, (std::vector<int64_t>{1, 3, 0, 2}));
   EXPECT_EQ(mean->dims.outer, 15);
@@ -148,7 +173,8 @@ TEST(PlannerTest, ReduceOverSeveralDims) {
   EXPECT_EQ(mean->out, S({1, 3, 1, 5}));
   // Every dim named is all of them; none named is all too.
   const int64_t every[] = {3, 0, 1, 2};
-  auto all = PlanReduce(ReduceOp::kNorm, DType::kFloat32, x, every, false);
+  auto all =
+      PlanReduce(ReduceOp::kNorm, DType::kFloat32, x, every, false, kAnyDevice);
   EXPECT_TRUE(all->perm.empty());
   EXPECT_EQ(all->dims.n, 120);
   EXPECT_EQ(all->out, S({}));
@@ -156,15 +182,16 @@ TEST(PlannerTest, ReduceOverSeveralDims) {
   // once name one dim twice (PyTorch's error).
   const int64_t zero[] = {0, -1};
   for (int i = 0; i < 2; ++i) {
-    auto scalar = PlanReduce(ReduceOp::kSum, DType::kInt32, S({}),
-                             std::span<const int64_t>(zero + i, 1), true);
+    auto scalar =
+        PlanReduce(ReduceOp::kSum, DType::kInt32, S({}),
+                   std::span<const int64_t>(zero + i, 1), true, kAnyDevice);
     EXPECT_EQ(scalar->dims.n, 1);
     EXPECT_EQ(scalar->out, S({}));
   }
-  EXPECT_EQ(
-      Message(PlanReduce(ReduceOp::kSum, DType::kInt32, S({}), zero, false)
-                  .status()),
-      "dim 0 appears multiple times in the list of dims");
+  EXPECT_EQ(Message(PlanReduce(ReduceOp::kSum, DType::kInt32, S({}), zero,
+                               false, kAnyDevice)
+                        .status()),
+            "dim 0 appears multiple times in the list of dims");
 }
 
 // A tensor with a zero dim may have blocks of dims whose product exceeds
@@ -174,43 +201,50 @@ TEST(PlannerTest, ReduceOfAnEmptyTensorWithHugeDims) {
   const int64_t big = int64_t{1} << 40;
   const Shape x = S({0, big, big});
   const int64_t apart[] = {0, 2};
-  auto sum = PlanReduce(ReduceOp::kSum, DType::kFloat32, x, apart, false);
+  auto sum =
+      PlanReduce(ReduceOp::kSum, DType::kFloat32, x, apart, false, kAnyDevice);
   ASSERT_TRUE(sum.ok()) << sum.status();
   EXPECT_EQ(sum->out, S({big}));
   EXPECT_EQ(sum->dims.n, 0);
   const int64_t tail[] = {1, 2};
-  auto mean = PlanReduce(ReduceOp::kMean, DType::kFloat32, x, tail, false);
+  auto mean =
+      PlanReduce(ReduceOp::kMean, DType::kFloat32, x, tail, false, kAnyDevice);
   ASSERT_TRUE(mean.ok()) << mean.status();
   EXPECT_EQ(mean->out, S({0}));
   EXPECT_EQ(mean->dims.outer, 0);
   EXPECT_EQ(mean->dims.n, INT64_MAX);  // saturated: over an empty output
   auto inner = PlanReduce(ReduceOp::kSum, DType::kFloat32, S({big, big, 0}),
-                          std::span<const int64_t>(), false);
+                          std::span<const int64_t>(), false, kAnyDevice);
   EXPECT_EQ(inner->dims.n, 0);
   // Over dim 0 the result would have 2^80 elements: refused, not wrapped.
-  EXPECT_EQ(
-      PlanReduce(ReduceOp::kSum, DType::kFloat32, x, 0, false).status().code(),
-      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanReduce(ReduceOp::kSum, DType::kFloat32, x, 0, false, kAnyDevice)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(PlannerTest, ReduceOverSeveralDimsErrors) {
   const Shape x = S({2, 3, 4});
   const int64_t twice[] = {1, -2};
-  auto dup = PlanReduce(ReduceOp::kSum, DType::kFloat32, x, twice, false);
+  auto dup =
+      PlanReduce(ReduceOp::kSum, DType::kFloat32, x, twice, false, kAnyDevice);
   EXPECT_EQ(dup.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Message(dup.status()),
             "dim 1 appears multiple times in the list of dims");
   const int64_t two[] = {0, 1};
-  auto max = PlanReduce(ReduceOp::kMax, DType::kFloat32, x, two, false);
+  auto max =
+      PlanReduce(ReduceOp::kMax, DType::kFloat32, x, two, false, kAnyDevice);
   EXPECT_EQ(max.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Message(max.status()), "max() reduces over one dim, got 2 dims");
   const int64_t bad[] = {0, 3};
   EXPECT_THAT(
       Message(
-          PlanReduce(ReduceOp::kSum, DType::kFloat32, x, bad, false).status()),
+          PlanReduce(ReduceOp::kSum, DType::kFloat32, x, bad, false, kAnyDevice)
+              .status()),
       HasSubstr("Dimension out of range (expected to be in range of [-3, 2], "
                 "but got 3)"));
-  auto mean = PlanReduce(ReduceOp::kMean, DType::kInt32, x, two, false);
+  auto mean =
+      PlanReduce(ReduceOp::kMean, DType::kInt32, x, two, false, kAnyDevice);
   EXPECT_EQ(mean.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
@@ -218,30 +252,32 @@ TEST(PlannerTest, Where) {
   const OperandDesc cond{DType::kBool, S({2, 1})};
   const OperandDesc f{DType::kFloat32, S({3})};
   const OperandDesc i{DType::kInt64, S({})};
-  auto both = PlanWhere(cond, &f, nullptr, &i, nullptr);
+  auto both = PlanWhere(cond, &f, nullptr, &i, nullptr, kAnyDevice);
   ASSERT_TRUE(both.ok()) << both.status();
   EXPECT_EQ(both->dtype, DType::kFloat32);
   EXPECT_EQ(both->out, S({2, 3}));
   const Scalar zero = Scalar::Int(0), half = Scalar::Float(0.5);
   const OperandDesc i32{DType::kInt32, S({2, 1})};
-  EXPECT_EQ(PlanWhere(cond, &i32, nullptr, nullptr, &zero)->dtype,
+  EXPECT_EQ(PlanWhere(cond, &i32, nullptr, nullptr, &zero, kAnyDevice)->dtype,
             DType::kInt32);  // an integer number keeps int32
-  EXPECT_EQ(PlanWhere(cond, nullptr, &half, &i32, nullptr)->dtype,
+  EXPECT_EQ(PlanWhere(cond, nullptr, &half, &i32, nullptr, kAnyDevice)->dtype,
             DType::kFloat32);
-  EXPECT_EQ(PlanWhere(cond, nullptr, &zero, nullptr, &zero)->dtype,
+  EXPECT_EQ(PlanWhere(cond, nullptr, &zero, nullptr, &zero, kAnyDevice)->dtype,
             DType::kInt64);
-  EXPECT_EQ(PlanWhere(cond, nullptr, &zero, nullptr, &half)->dtype,
+  EXPECT_EQ(PlanWhere(cond, nullptr, &zero, nullptr, &half, kAnyDevice)->dtype,
             DType::kFloat32);
-  EXPECT_EQ(PlanWhere(cond, nullptr, &zero, nullptr, &half)->out, S({2, 1}));
+  EXPECT_EQ(PlanWhere(cond, nullptr, &zero, nullptr, &half, kAnyDevice)->out,
+            S({2, 1}));
   const OperandDesc not_bool{DType::kFloat32, S({3})};
-  auto bad = PlanWhere(not_bool, &f, nullptr, &f, nullptr);
+  auto bad = PlanWhere(not_bool, &f, nullptr, &f, nullptr, kAnyDevice);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Message(bad.status()),
             "where expected condition to be a boolean tensor, but got a "
             "tensor with dtype float32");
   const OperandDesc four{DType::kFloat32, S({4})};
-  EXPECT_EQ(PlanWhere(cond, &f, nullptr, &four, nullptr).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      PlanWhere(cond, &f, nullptr, &four, nullptr, kAnyDevice).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 // torch.clamp's dtype is result_type over x and both bounds at once, not
@@ -324,38 +360,38 @@ TEST(PlannerTest, Reshape) {
 TEST(PlannerTest, BinaryPromotesAndBroadcasts) {
   const Shape a = S({2, 3}), b = S({3}), scalar0 = S({});
   const OperandDesc floats{DType::kFloat32, b};
-  auto p =
-      PlanBinary(BinaryOp::kAdd, {DType::kInt32, a}, &floats, nullptr, nullptr);
+  auto p = PlanBinary(BinaryOp::kAdd, {DType::kInt32, a}, &floats, nullptr,
+                      nullptr, kAnyDevice);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->compute, DType::kFloat32);
   EXPECT_EQ(p->out, S({2, 3}));
   // A 0-d tensor of the same category does not raise the dtype.
   const OperandDesc zero_d{DType::kInt64, scalar0};
-  EXPECT_EQ(
-      PlanBinary(BinaryOp::kMul, {DType::kInt32, a}, &zero_d, nullptr, nullptr)
-          ->compute,
-      DType::kInt32);
+  EXPECT_EQ(PlanBinary(BinaryOp::kMul, {DType::kInt32, a}, &zero_d, nullptr,
+                       nullptr, kAnyDevice)
+                ->compute,
+            DType::kInt32);
   // Python numbers promote by category only.
   const Scalar two = Scalar::Int(2), half = Scalar::Float(0.5);
-  EXPECT_EQ(
-      PlanBinary(BinaryOp::kMul, {DType::kInt32, a}, nullptr, &two, nullptr)
-          ->compute,
-      DType::kInt32);
-  EXPECT_EQ(
-      PlanBinary(BinaryOp::kMul, {DType::kInt32, a}, nullptr, &half, nullptr)
-          ->compute,
-      DType::kFloat32);
-  EXPECT_EQ(
-      PlanBinary(BinaryOp::kAdd, {DType::kBool, a}, nullptr, &two, nullptr)
-          ->compute,
-      DType::kInt64);
+  EXPECT_EQ(PlanBinary(BinaryOp::kMul, {DType::kInt32, a}, nullptr, &two,
+                       nullptr, kAnyDevice)
+                ->compute,
+            DType::kInt32);
+  EXPECT_EQ(PlanBinary(BinaryOp::kMul, {DType::kInt32, a}, nullptr, &half,
+                       nullptr, kAnyDevice)
+                ->compute,
+            DType::kFloat32);
+  EXPECT_EQ(PlanBinary(BinaryOp::kAdd, {DType::kBool, a}, nullptr, &two,
+                       nullptr, kAnyDevice)
+                ->compute,
+            DType::kInt64);
   // True division of integers is float32; comparisons give bool.
-  EXPECT_EQ(
-      PlanBinary(BinaryOp::kDiv, {DType::kInt64, a}, nullptr, &two, nullptr)
-          ->compute,
-      DType::kFloat32);
-  auto lt =
-      PlanBinary(BinaryOp::kLt, {DType::kFloat64, a}, nullptr, &half, nullptr);
+  EXPECT_EQ(PlanBinary(BinaryOp::kDiv, {DType::kInt64, a}, nullptr, &two,
+                       nullptr, kAnyDevice)
+                ->compute,
+            DType::kFloat32);
+  auto lt = PlanBinary(BinaryOp::kLt, {DType::kFloat64, a}, nullptr, &half,
+                       nullptr, kAnyDevice);
   EXPECT_EQ(lt->compute, DType::kFloat64);
   EXPECT_EQ(lt->out_dtype, DType::kBool);
 }
@@ -363,12 +399,12 @@ TEST(PlannerTest, BinaryPromotesAndBroadcasts) {
 TEST(PlannerTest, BinaryErrors) {
   const Shape a = S({2, 3}), b = S({4});
   const OperandDesc bad{DType::kFloat32, b};
-  auto shapes =
-      PlanBinary(BinaryOp::kAdd, {DType::kFloat32, a}, &bad, nullptr, nullptr);
+  auto shapes = PlanBinary(BinaryOp::kAdd, {DType::kFloat32, a}, &bad, nullptr,
+                           nullptr, kAnyDevice);
   EXPECT_EQ(shapes.status().code(), absl::StatusCode::kInvalidArgument);
   const OperandDesc bools{DType::kBool, a};
-  auto sub =
-      PlanBinary(BinaryOp::kSub, {DType::kBool, a}, &bools, nullptr, nullptr);
+  auto sub = PlanBinary(BinaryOp::kSub, {DType::kBool, a}, &bools, nullptr,
+                        nullptr, kAnyDevice);
   EXPECT_EQ(sub.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(sub.status().message(),
             "Subtraction, the `-` operator, with two bool tensors is not "
@@ -379,13 +415,13 @@ TEST(PlannerTest, BinaryErrors) {
   const OperandDesc small_target{DType::kFloat32, row};
   const OperandDesc full{DType::kFloat32, a};
   auto shape_mismatch = PlanBinary(BinaryOp::kAdd, {DType::kFloat32, row},
-                                   &full, nullptr, &small_target);
+                                   &full, nullptr, &small_target, kAnyDevice);
   EXPECT_EQ(Message(shape_mismatch.status()),
             "output with shape [3] doesn't match the broadcast shape [2, 3]");
   const OperandDesc int_target{DType::kInt64, a};
   const Scalar half = Scalar::Float(0.5);
   auto cast = PlanBinary(BinaryOp::kMul, {DType::kInt64, a}, nullptr, &half,
-                         &int_target);
+                         &int_target, kAnyDevice);
   EXPECT_EQ(Message(cast.status()),
             "result type float32 can't be cast to the desired output type "
             "int64");
@@ -395,13 +431,17 @@ TEST(PlannerTest, BinaryErrors) {
 }
 
 TEST(PlannerTest, Unary) {
-  EXPECT_EQ(*PlanUnary(UnaryOp::kExp, DType::kInt64), DType::kFloat32);
-  EXPECT_EQ(*PlanUnary(UnaryOp::kSigmoid, DType::kBool), DType::kFloat32);
-  EXPECT_EQ(*PlanUnary(UnaryOp::kRelu, DType::kInt32), DType::kInt32);
-  EXPECT_EQ(*PlanUnary(UnaryOp::kSqrt, DType::kFloat64), DType::kFloat64);
-  auto neg = PlanUnary(UnaryOp::kNeg, DType::kBool);
+  EXPECT_EQ(*PlanUnary(UnaryOp::kExp, DType::kInt64, kAnyDevice),
+            DType::kFloat32);
+  EXPECT_EQ(*PlanUnary(UnaryOp::kSigmoid, DType::kBool, kAnyDevice),
+            DType::kFloat32);
+  EXPECT_EQ(*PlanUnary(UnaryOp::kRelu, DType::kInt32, kAnyDevice),
+            DType::kInt32);
+  EXPECT_EQ(*PlanUnary(UnaryOp::kSqrt, DType::kFloat64, kAnyDevice),
+            DType::kFloat64);
+  auto neg = PlanUnary(UnaryOp::kNeg, DType::kBool, kAnyDevice);
   EXPECT_EQ(neg.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(PlanUnary(UnaryOp::kRelu, DType::kBool).status().code(),
+  EXPECT_EQ(PlanUnary(UnaryOp::kRelu, DType::kBool, kAnyDevice).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
@@ -422,27 +462,198 @@ TEST(PlannerTest, Cat) {
   const Shape a = S({2, 3}), b = S({4, 3}), c = S({2, 5}), d = S({3});
   const OperandDesc ints{DType::kInt32, a}, floats{DType::kFloat32, b};
   const OperandDesc rows[] = {ints, floats};
-  auto p = PlanCat(rows, 0);
+  auto p = PlanCat(rows, 0, kAnyDevice);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->out, S({6, 3}));
   EXPECT_EQ(p->dtype, DType::kFloat32);  // promoted
   EXPECT_EQ(p->axis, 0);
   const OperandDesc cols[] = {ints, {DType::kInt32, c}};
-  EXPECT_EQ(PlanCat(cols, -1)->out, S({2, 8}));
-  EXPECT_THAT(Message(PlanCat(cols, 0).status()),
+  EXPECT_EQ(PlanCat(cols, -1, kAnyDevice)->out, S({2, 8}));
+  EXPECT_THAT(Message(PlanCat(cols, 0, kAnyDevice).status()),
               HasSubstr("sizes of tensors must match except in dimension 0: "
                         "shapes [2, 3] and [2, 5] (tensor number 1) differ in "
                         "dimension 1"));
   const OperandDesc ranks[] = {ints, {DType::kInt32, d}};
-  EXPECT_THAT(Message(PlanCat(ranks, 0).status()),
+  EXPECT_THAT(Message(PlanCat(ranks, 0, kAnyDevice).status()),
               HasSubstr("same number of dimensions: got shapes [2, 3] and "
                         "[3]"));
   const Shape zero_d = S({});
   const OperandDesc scalars[] = {ints, {DType::kInt32, zero_d}};
-  EXPECT_THAT(Message(PlanCat(scalars, 0).status()),
+  EXPECT_THAT(Message(PlanCat(scalars, 0, kAnyDevice).status()),
               HasSubstr("zero-dimensional tensor (at position 1)"));
-  EXPECT_FALSE(PlanCat({}, 0).ok());
-  EXPECT_FALSE(PlanCat(rows, 2).ok());
+  EXPECT_FALSE(PlanCat({}, 0, kAnyDevice).ok());
+  EXPECT_FALSE(PlanCat(rows, 2, kAnyDevice).ok());
+}
+
+TEST(PlannerTest, NarrowAndSelect) {
+  auto n = PlanNarrow(S({4, 6}), 1, -4, 3);  // start counts from the end
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(n->axis, 1);
+  EXPECT_EQ(n->start, 2);
+  EXPECT_EQ(n->length, 3);
+  EXPECT_EQ(n->out, S({4, 3}));
+  EXPECT_EQ(PlanNarrow(S({4, 6}), -2, 4, 0)->out, S({0, 6}));  // empty, at end
+  auto bad = PlanNarrow(S({4, 6}), 1, 5, 2);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(bad.status()),
+            "narrow(): start 5 and length 2 are out of range for dimension 1 "
+            "of size 6 (shape [4, 6])");
+  EXPECT_FALSE(PlanNarrow(S({4}), 0, 0, -1).ok());
+  EXPECT_FALSE(PlanNarrow(S({4}), 0, -5, 1).ok());
+  EXPECT_EQ(Message(PlanNarrow(S({}), 0, 0, 1).status()),
+            "narrow() cannot be applied to a 0-dim tensor.");
+  EXPECT_EQ(PlanNarrow(S({4}), 1, 0, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);  // bad dim
+
+  auto sel = PlanSelect(S({2, 3, 5}), 1, -1);
+  ASSERT_TRUE(sel.ok()) << sel.status();
+  EXPECT_EQ(sel->axis, 1);
+  EXPECT_EQ(sel->start, 2);
+  EXPECT_EQ(sel->length, 1);
+  EXPECT_EQ(sel->out, S({2, 5}));
+  EXPECT_EQ(PlanSelect(S({3}), 0, 0)->out, S({}));
+  EXPECT_EQ(Message(PlanSelect(S({2, 3}), 1, 3).status()),
+            "select(): index 3 out of range for tensor of size [2, 3] at "
+            "dimension 1");
+  EXPECT_FALSE(PlanSelect(S({2, 3}), 1, -4).ok());
+  EXPECT_EQ(Message(PlanSelect(S({}), 0, 0).status()),
+            "select() cannot be applied to a 0-dim tensor.");
+}
+
+TEST(PlannerTest, AxpyAlpha) {
+  EXPECT_TRUE(CheckAxpyAlpha(DType::kInt32, Scalar::Int(2)).ok());
+  EXPECT_TRUE(CheckAxpyAlpha(DType::kFloat16, Scalar::Float(0.5)).ok());
+  const absl::Status st = CheckAxpyAlpha(DType::kInt64, Scalar::Float(0.5));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(st),
+              HasSubstr("axpy_: for integral input tensors, alpha must not be "
+                        "a floating point number (got 0.5"));
+}
+
+// --- The target's capability table -------------------------------------------
+
+TEST(CapabilitiesTest, AllowHasAndCheck) {
+  Capabilities caps;
+  EXPECT_FALSE(caps.Has(OpKind::kMatMul, DType::kFloat32));
+  caps.Allow(OpKind::kMatMul, DType::kFloat32).AllowAll(OpKind::kCast);
+  EXPECT_TRUE(caps.Has(OpKind::kMatMul, DType::kFloat32));
+  EXPECT_FALSE(caps.Has(OpKind::kMatMul, DType::kFloat64));
+  EXPECT_FALSE(caps.Has(OpKind::kBinary, DType::kFloat32));
+  for (DType dtype : kEveryDType) EXPECT_TRUE(caps.Has(OpKind::kCast, dtype));
+  // A value outside the enum (a cast integer) is never supported.
+  EXPECT_FALSE(caps.Has(OpKind::kCast, static_cast<DType>(0)));
+  EXPECT_FALSE(caps.Has(OpKind::kCast, static_cast<DType>(40)));
+  const absl::Status no = caps.Check(OpKind::kMatMul, DType::kBool, "cuda:1");
+  EXPECT_EQ(no.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Message(no), "\"matmul\" not implemented for 'bool' on cuda:1");
+  EXPECT_TRUE(caps.Check(OpKind::kCast, DType::kInt32, "cuda:1").ok());
+  Capabilities same;
+  same.Allow(OpKind::kMatMul, DType::kFloat32).AllowAll(OpKind::kCast);
+  EXPECT_TRUE(caps == same);
+  EXPECT_FALSE(caps == Capabilities());
+}
+
+// A target that computes everything but what `drop` names.
+Capabilities EverythingBut(OpKind op, DType dtype) {
+  Capabilities caps;
+  for (int k = 0; k < kOpKindCount; ++k) {
+    for (DType d : kEveryDType) {
+      if (static_cast<OpKind>(k) != op || d != dtype) {
+        caps.Allow(static_cast<OpKind>(k), d);
+      }
+    }
+  }
+  return caps;
+}
+
+TEST(PlannerTargetTest, EachPlanAsksForItsKernelsAndCasts) {
+  const Shape v = S({3});
+  const auto failed = [](const absl::Status& st, const std::string& want) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+    EXPECT_EQ(Message(st), want);
+  };
+  {  // matmul in its dtype
+    const Capabilities caps = EverythingBut(OpKind::kMatMul, DType::kFloat16);
+    const Target gpu{caps, "gpu:1"};
+    failed(PlanMatMul(DType::kFloat16, v, DType::kFloat16, v, gpu).status(),
+           "\"matmul\" not implemented for 'float16' on gpu:1");
+    EXPECT_TRUE(PlanMatMul(DType::kFloat32, v, DType::kFloat32, v, gpu).ok());
+  }
+  {  // int32 + float32 computes in float32: the int32 operand is cast
+    const Capabilities caps = EverythingBut(OpKind::kCast, DType::kInt32);
+    const Target gpu{caps, "gpu:1"};
+    const OperandDesc i{DType::kInt32, v}, f{DType::kFloat32, v};
+    failed(PlanBinary(BinaryOp::kAdd, i, &f, nullptr, nullptr, gpu).status(),
+           "\"cast\" not implemented for 'int32' on gpu:1");
+    EXPECT_TRUE(PlanBinary(BinaryOp::kAdd, f, &f, nullptr, nullptr, gpu).ok());
+    // A number goes to the device as int64/float64 and is cast there.
+    const Scalar two = Scalar::Int(2);
+    EXPECT_TRUE(
+        PlanBinary(BinaryOp::kMul, f, nullptr, &two, nullptr, gpu).ok());
+    failed(PlanBinary(BinaryOp::kMul, i, nullptr, &two, nullptr, gpu).status(),
+           "\"cast\" not implemented for 'int32' on gpu:1");
+    // The result cast into an in-place output.
+    const OperandDesc into{DType::kInt32, v};
+    const OperandDesc i64{DType::kInt64, v};
+    failed(PlanBinary(BinaryOp::kAdd, i64, &i64, nullptr, &into, gpu).status(),
+           "\"cast\" not implemented for 'int32' on gpu:1");
+  }
+  {  // the op's own rules come first: bool subtraction says so on any target
+    const Capabilities none;
+    const Target empty{none, "gpu:2"};
+    const OperandDesc b{DType::kBool, v};
+    const absl::Status sub =
+        PlanBinary(BinaryOp::kSub, b, &b, nullptr, nullptr, empty).status();
+    EXPECT_THAT(Message(sub), HasSubstr("Subtraction"));
+    failed(PlanBinary(BinaryOp::kAdd, b, &b, nullptr, nullptr, empty).status(),
+           "\"binary\" not implemented for 'bool' on gpu:2");
+  }
+  {  // exp of int32 computes in float32
+    const Capabilities caps = EverythingBut(OpKind::kUnary, DType::kFloat32);
+    const Target gpu{caps, "gpu:1"};
+    failed(PlanUnary(UnaryOp::kExp, DType::kInt32, gpu).status(),
+           "\"unary\" not implemented for 'float32' on gpu:1");
+    EXPECT_EQ(*PlanUnary(UnaryOp::kNeg, DType::kInt32, gpu), DType::kInt32);
+  }
+  {  // sum of bool reduces in int64
+    const Capabilities caps = EverythingBut(OpKind::kReduce, DType::kInt64);
+    const Target gpu{caps, "gpu:1"};
+    failed(PlanReduce(ReduceOp::kSum, DType::kBool, v, std::nullopt, false, gpu)
+               .status(),
+           "\"reduce\" not implemented for 'int64' on gpu:1");
+    EXPECT_TRUE(
+        PlanReduce(ReduceOp::kMax, DType::kBool, v, std::nullopt, false, gpu)
+            .ok());
+  }
+  {  // where in the result dtype; a number branch is cast from float64
+    const Capabilities caps = EverythingBut(OpKind::kWhere, DType::kInt64);
+    const Target gpu{caps, "gpu:1"};
+    const OperandDesc cond{DType::kBool, v}, l{DType::kInt64, v};
+    failed(PlanWhere(cond, &l, nullptr, &l, nullptr, gpu).status(),
+           "\"where\" not implemented for 'int64' on gpu:1");
+    const Capabilities no_f64 = EverythingBut(OpKind::kCast, DType::kFloat64);
+    const Target gpu2{no_f64, "gpu:2"};
+    const OperandDesc f{DType::kFloat32, v};
+    const Scalar half = Scalar::Float(0.5);
+    failed(PlanWhere(cond, &f, nullptr, nullptr, &half, gpu2).status(),
+           "\"cast\" not implemented for 'float64' on gpu:2");
+  }
+  {  // cat promotes: the int32 input is cast
+    const Capabilities caps = EverythingBut(OpKind::kCast, DType::kInt32);
+    const Target gpu{caps, "gpu:1"};
+    const OperandDesc xs[] = {{DType::kFloat32, v}, {DType::kInt32, v}};
+    failed(PlanCat(xs, 0, gpu).status(),
+           "\"cast\" not implemented for 'int32' on gpu:1");
+    const OperandDesc same[] = {{DType::kInt32, v}, {DType::kInt32, v}};
+    EXPECT_TRUE(PlanCat(same, 0, gpu).ok());
+  }
+  {  // a cast to the same dtype is a copy: no cast kernel
+    const Capabilities none;
+    EXPECT_TRUE(
+        PlanCast(DType::kInt32, DType::kInt32, Target{none, "gpu:3"}).ok());
+    failed(PlanCast(DType::kInt32, DType::kInt64, Target{none, "gpu:3"}),
+           "\"cast\" not implemented for 'int32' on gpu:3");
+  }
 }
 
 }  // namespace
