@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <random>
 #include <string>
@@ -17,8 +16,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
 #include "core/absl_compat.h"
 #include "core/cuda/binary.cuh"
 #include "core/cuda/cast.cuh"
@@ -32,6 +29,7 @@
 #include "core/cuda/out_of_memory.h"
 #include "core/cuda/permute.cuh"
 #include "core/cuda/reduce.cuh"
+#include "core/cuda/staging_pool.h"
 #include "core/cuda/unary.cuh"
 #include "core/cuda/where.cuh"
 #include "core/op_checks.h"
@@ -41,9 +39,6 @@ namespace tensord::core::cuda {
 namespace {
 
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;  // Hopper's advice
-// Staging buffers per device: enough to keep copies of several threads in
-// flight; beyond it a copy waits for the oldest buffer to drain.
-constexpr size_t kMaxStagingBuffers = 16;
 // cudaMallocAsync of 0 bytes gives no pointer; a zero-byte Buffer still
 // owns a minimal allocation so data() is never null (as on the CPU).
 constexpr size_t kMinAllocation = 256;
@@ -139,14 +134,6 @@ class CudaBuffer final : public Buffer {
   size_t size_;
 };
 
-// One pinned host buffer and the event that marks the end of the last
-// copy that uses it.
-struct StagingBuffer {
-  void* host = nullptr;
-  cudaEvent_t done = nullptr;
-  bool busy = false;  // held by a copy right now
-};
-
 class CudaDevice final : public Device {
  public:
   CudaDevice(int ordinal, const CudaDeviceOptions& options)
@@ -154,7 +141,8 @@ class CudaDevice final : public Device {
         ordinal_(ordinal),
         options_(options),
         capabilities_(CudaCapabilities()),
-        ctx_(std::make_shared<StreamContext>()) {
+        ctx_(std::make_shared<StreamContext>()),
+        staging_(name_, options.staging_chunk_bytes) {
     ctx_->ordinal = ordinal;
   }
 
@@ -163,10 +151,6 @@ class CudaDevice final : public Device {
     if (ctx_->stream != nullptr) cudaStreamSynchronize(ctx_->stream);
     if (cublas_ != nullptr) cublasDestroy(cublas_);
     if (workspace_ != nullptr) cudaFree(workspace_);
-    for (StagingBuffer& s : staging_) {
-      if (s.done != nullptr) cudaEventDestroy(s.done);
-      if (s.host != nullptr) cudaFreeHost(s.host);
-    }
   }
 
   // Creates the stream, memory pool settings and cuBLAS handle.
@@ -286,8 +270,9 @@ class CudaDevice final : public Device {
     RETURN_IF_ERROR(CheckRange(dst, offset, bytes));
     if (bytes == 0) return absl::OkStatus();
     RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
-    return StagedUpload(static_cast<const char*>(src),
-                        static_cast<char*>(dst.data()) + offset, bytes);
+    return staging_.Upload(static_cast<const char*>(src),
+                           static_cast<char*>(dst.data()) + offset, bytes,
+                           ctx_->stream);
   }
 
   absl::Status CopyToHost(const Buffer& src, size_t offset, void* dst,
@@ -295,8 +280,8 @@ class CudaDevice final : public Device {
     RETURN_IF_ERROR(CheckRange(src, offset, bytes));
     if (bytes == 0) return absl::OkStatus();
     RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
-    return StagedDownload(static_cast<const char*>(src.data()) + offset,
-                          static_cast<char*>(dst), bytes);
+    return staging_.Download(static_cast<const char*>(src.data()) + offset,
+                             static_cast<char*>(dst), bytes, ctx_->stream);
   }
 
   absl::Status CopyFromDevice(Device& src_device, const Buffer& src,
@@ -541,136 +526,6 @@ class CudaDevice final : public Device {
     return peer < static_cast<int>(peer_access_.size()) && peer_access_[peer];
   }
 
-  // --- Pinned staging ------------------------------------------------------
-
-  // A staging buffer whose last copy has finished, marked busy. Allocates
-  // up to kMaxStagingBuffers; past that waits for one to drain, or with
-  // !may_wait returns nullptr.
-  absl::StatusOr<StagingBuffer*> AcquireStaging(bool may_wait = true) {
-    for (;;) {
-      StagingBuffer* wait_for = nullptr;
-      {
-        absl::MutexLock lock(&staging_mu_);
-        for (StagingBuffer& s : staging_) {
-          if (s.busy) continue;
-          const cudaError_t q = cudaEventQuery(s.done);
-          if (q == cudaSuccess) {
-            s.busy = true;
-            return &s;
-          }
-          if (q != cudaErrorNotReady) return Check(q, "cudaEventQuery");
-          if (wait_for == nullptr) wait_for = &s;
-        }
-        if (staging_.size() < kMaxStagingBuffers) {
-          StagingBuffer s;
-          RETURN_IF_ERROR(
-              Check(cudaHostAlloc(&s.host, options_.staging_chunk_bytes,
-                                  cudaHostAllocPortable),
-                    "cudaHostAlloc(staging)"));
-          const cudaError_t e =
-              cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming);
-          if (e != cudaSuccess) {
-            cudaFreeHost(s.host);
-            return Check(e, "cudaEventCreateWithFlags");
-          }
-          s.busy = true;
-          staging_.push_back(s);
-          return &staging_.back();
-        }
-      }
-      if (!may_wait) return nullptr;
-      if (wait_for != nullptr) {
-        // The event may be re-recorded meanwhile; waiting on it is still
-        // only a wait, and the loop re-checks.
-        RETURN_IF_ERROR(Check(cudaEventSynchronize(wait_for->done),
-                              "cudaEventSynchronize"));
-      } else {
-        absl::SleepFor(absl::Microseconds(50));  // all busy in other threads
-      }
-    }
-  }
-
-  void ReleaseStaging(StagingBuffer* s) {
-    absl::MutexLock lock(&staging_mu_);
-    s->busy = false;
-  }
-
-  // Host -> device in chunks: copy chunk k into pinned memory while the
-  // DMA engine moves chunk k-1. Returns once `src` has been read; the DMA
-  // of the last chunks may still be in flight (stream-ordered before any
-  // kernel queued afterwards).
-  absl::Status StagedUpload(const char* src, char* dst, size_t bytes) {
-    const size_t chunk = options_.staging_chunk_bytes;
-    for (size_t off = 0; off < bytes; off += chunk) {
-      const size_t n = std::min(chunk, bytes - off);
-      ASSIGN_OR_RETURN(StagingBuffer * s, AcquireStaging());
-      std::memcpy(s->host, src + off, n);
-      absl::Status st =
-          Check(cudaMemcpyAsync(dst + off, s->host, n, cudaMemcpyHostToDevice,
-                                ctx_->stream),
-                "cudaMemcpyAsync(host to device)");
-      if (st.ok())
-        st = Check(cudaEventRecord(s->done, ctx_->stream), "cudaEventRecord");
-      ReleaseStaging(s);
-      RETURN_IF_ERROR(st);
-    }
-    return absl::OkStatus();
-  }
-
-  // Device -> host in chunks, two in flight when a second staging buffer
-  // is free: the DMA of chunk k+1 overlaps the host copy of chunk k out of
-  // pinned memory. Waits (through the stream order) for every kernel queued
-  // before it.
-  absl::Status StagedDownload(const char* src, char* dst, size_t bytes) {
-    const size_t chunk = options_.staging_chunk_bytes;
-    const size_t chunks = (bytes + chunk - 1) / chunk;
-    StagingBuffer* bufs[2] = {nullptr, nullptr};
-    ASSIGN_OR_RETURN(bufs[0], AcquireStaging());
-    size_t nbuf = 1;
-    if (chunks > 1) {
-      // Never wait for a second buffer while holding one: two threads
-      // doing that could wait on each other.
-      absl::StatusOr<StagingBuffer*> second = AcquireStaging(false);
-      if (second.ok() && *second != nullptr) {
-        bufs[1] = *second;
-        nbuf = 2;
-      }
-    }
-    auto issue = [&](size_t k) -> absl::Status {
-      StagingBuffer* s = bufs[k % nbuf];
-      const size_t off = k * chunk;
-      const size_t n = std::min(chunk, bytes - off);
-      RETURN_IF_ERROR(
-          Check(cudaMemcpyAsync(s->host, src + off, n, cudaMemcpyDeviceToHost,
-                                ctx_->stream),
-                "cudaMemcpyAsync(device to host)"));
-      return Check(cudaEventRecord(s->done, ctx_->stream), "cudaEventRecord");
-    };
-    absl::Status status = issue(0);
-    for (size_t k = 0; k < chunks && status.ok(); ++k) {
-      // With two buffers, the other one held chunk k-1, already copied out.
-      if (nbuf == 2 && k + 1 < chunks) {
-        status = issue(k + 1);
-        if (!status.ok()) break;
-      }
-      StagingBuffer* s = bufs[k % nbuf];
-      status = Check(cudaEventSynchronize(s->done), "cudaEventSynchronize");
-      if (!status.ok()) break;
-      const size_t off = k * chunk;
-      std::memcpy(dst + off, s->host, std::min(chunk, bytes - off));
-      if (nbuf == 1 && k + 1 < chunks) status = issue(k + 1);
-    }
-    if (!status.ok()) {
-      // Do not hand back buffers a failed DMA may still write: drain.
-      cudaStreamSynchronize(ctx_->stream);
-      cudaGetLastError();
-    }
-    for (StagingBuffer* s : bufs) {
-      if (s != nullptr) ReleaseStaging(s);
-    }
-    return status;
-  }
-
   // Peer copy on this device's stream, ordered after the source device's
   // queued work, and the source stream ordered after the copy (so the
   // source buffer, freed in its stream's order, outlives the read).
@@ -723,10 +578,10 @@ class CudaDevice final : public Device {
   // source's download waits for its queued writers).
   absl::Status StagedDeviceCopy(CudaDevice& peer, const Buffer& src,
                                 Buffer& dst, size_t bytes) {
-    const size_t chunk = options_.staging_chunk_bytes;
+    const size_t chunk = staging_.chunk_bytes();
     for (size_t off = 0; off < bytes; off += chunk) {
       const size_t n = std::min(chunk, bytes - off);
-      ASSIGN_OR_RETURN(StagingBuffer * s, AcquireStaging());
+      ASSIGN_OR_RETURN(StagingBuffer * s, staging_.Acquire());
       absl::Status st = peer.CopyToHost(src, off, s->host, n);
       if (st.ok()) st = Check(cudaSetDevice(ordinal_), "cudaSetDevice");
       if (st.ok()) {
@@ -737,7 +592,7 @@ class CudaDevice final : public Device {
       }
       if (st.ok())
         st = Check(cudaEventRecord(s->done, ctx_->stream), "cudaEventRecord");
-      ReleaseStaging(s);
+      staging_.Release(s);
       RETURN_IF_ERROR(st);
     }
     return absl::OkStatus();
@@ -786,9 +641,7 @@ class CudaDevice final : public Device {
   cublasHandle_t cublas_ = nullptr;
   void* workspace_ = nullptr;
 
-  absl::Mutex staging_mu_;
-  // A deque: pointers to elements stay valid as it grows.
-  std::deque<StagingBuffer> staging_ ABSL_GUARDED_BY(staging_mu_);
+  StagingPool staging_;  // freed after the destructor synchronized
 };
 
 // Lets `a`'s kernels and copies read and write `b`'s memory, including
