@@ -15,6 +15,11 @@
 //   (f) CPU matmul GFLOP/s through the service (rand on the device, matmul;
 //       the RPC returns when the product is done) for --matmul-sizes, beside
 //       cblas_sgemm called directly in this process
+//   (g) CPU kernel throughput through the service for a --kernel-elements
+//       float32 tensor: exp, relu, add, sum, softmax over rows and a cast
+//       to float16, each run --kernel-reps times in one Execute batch (the
+//       round trip amortized), as GB/s of bytes read and written, beside
+//       memcpy of the same bytes in this process (the memory floor)
 //
 // Servers run in this process on real sockets (one tensord and one echo
 // server per transport). Prints a table, then one JSON line. Ratios are what
@@ -54,9 +59,11 @@ ABSL_FLAG(double, seconds, 3.0, "duration of each throughput measurement");
 ABSL_FLAG(std::string, sizes, "1MiB,64MiB,1GiB", "upload/fetch sizes");
 ABSL_FLAG(std::string, matmul_sizes, "256,512,1024,2048,4096",
           "square matmul sizes for (f)");
+ABSL_FLAG(int64_t, kernel_elements, int64_t{1} << 22,
+          "float32 elements of the tensor (g)'s kernels run on");
 ABSL_FLAG(std::string, only, "",
           "run only these parts, comma-separated: small (a-c), bulk (d), "
-          "matmul (f); default all");
+          "matmul (f), kernels (g); default all");
 ABSL_FLAG(bool, quick, false,
           "tiny sizes and counts: checks the benchmark runs (CI smoke test)");
 
@@ -625,6 +632,70 @@ void Matmul(Transport& t, const std::vector<int>& sizes, std::vector<Row>& rows)
   }
 }
 
+// (g): each kernel `reps` times on one input in one Execute (results not
+// kept, so each is freed as the next runs), interleaved in rounds with
+// memcpy of the bytes a kernel moves; the median round.
+void Kernels(Transport& t, int64_t elements, std::vector<Row>& rows) {
+  tensord::Client client(t.tensord_channel);
+  const int64_t cols = std::min<int64_t>(elements, 1024);
+  const int64_t rows_n = std::max<int64_t>(1, elements / cols);
+  const int64_t n = rows_n * cols;
+  auto a = client.rand({rows_n, cols}, "cpu", 1);
+  auto b = client.rand({rows_n, cols}, "cpu", 2);
+  const double f32 = 4.0 * static_cast<double>(n);
+  struct Kernel {
+    std::string name;
+    double bytes;  // read + written per run
+    std::function<void(tensord::Batch&)> record;
+  };
+  const std::vector<Kernel> kernels = {
+      {"exp", 2 * f32,
+       [&](tensord::Batch& x) { (void)x.unary(tensord::UnaryOp::kExp, a); }},
+      {"relu", 2 * f32, [&](tensord::Batch& x) { (void)x.relu(a); }},
+      {"add", 3 * f32, [&](tensord::Batch& x) { (void)x.add(a, b); }},
+      {"sum_rows", f32, [&](tensord::Batch& x) { (void)x.sum(a, 1); }},
+      {"softmax_rows", 2 * f32,
+       [&](tensord::Batch& x) { (void)x.softmax(a, 1); }},
+      {"cast_f16", 1.5 * f32,
+       [&](tensord::Batch& x) { (void)x.to(a, tensord::DType::kFloat16); }},
+  };
+  // Repetitions: about 64 MiB of traffic per kernel per round.
+  const int reps =
+      static_cast<int>(std::clamp<double>((64 << 20) / (2 * f32), 1, 64));
+  std::vector<char> src(static_cast<size_t>(2 * f32)), dst(src.size());
+  auto run = [&](const Kernel& k) {
+    auto batch = client.batch();
+    for (int r = 0; r < reps; ++r) k.record(batch);
+    (void)batch.run();
+  };
+  for (const Kernel& k : kernels) run(k);  // warm
+  std::vector<std::vector<double>> gbs(kernels.size());
+  std::vector<double> copy;
+  for (int round = 0; round < 5; ++round) {
+    auto t0 = Clock::now();
+    for (int r = 0; r < reps; ++r) {
+      std::memcpy(dst.data(), src.data(), src.size());
+    }
+    copy.push_back(2.0 * src.size() * reps / Seconds(Clock::now() - t0) / 1e9);
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      t0 = Clock::now();
+      run(kernels[i]);
+      gbs[i].push_back(kernels[i].bytes * reps / Seconds(Clock::now() - t0) /
+                       1e9);
+    }
+  }
+  std::sort(copy.begin(), copy.end());
+  const std::string size =
+      "_" + std::to_string(rows_n) + "x" + std::to_string(cols);
+  rows.push_back(
+      {"kernels", "memcpy" + size, "in-process", "GB/s", copy[2], -1, 1, ""});
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    std::sort(gbs[i].begin(), gbs[i].end());
+    rows.push_back({"kernels", kernels[i].name + size, t.name, "GB/s",
+                    gbs[i][2], -1, gbs[i][2] / copy[2], "memcpy"});
+  }
+}
+
 std::vector<uint64_t> ParseSizes(const std::string& text) {
   std::vector<uint64_t> out;
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
@@ -673,9 +744,12 @@ int main(int argc, char** argv) {
     if (absl::SimpleAtoi(part, &n) && n > 0) matmul_sizes.push_back(n);
   }
 
-  bool run_small = true, run_bulk = true, run_matmul = true;
+  const int64_t kernel_elements =
+      quick ? int64_t{1} << 14
+            : std::max<int64_t>(1, absl::GetFlag(FLAGS_kernel_elements));
+  bool run_small = true, run_bulk = true, run_matmul = true, run_kernels = true;
   if (const std::string only = absl::GetFlag(FLAGS_only); !only.empty()) {
-    run_small = run_bulk = run_matmul = false;
+    run_small = run_bulk = run_matmul = run_kernels = false;
     for (absl::string_view part : absl::StrSplit(only, ',', absl::SkipEmpty())) {
       if (part == "small") {
         run_small = true;
@@ -683,9 +757,13 @@ int main(int argc, char** argv) {
         run_bulk = true;
       } else if (part == "matmul") {
         run_matmul = true;
+      } else if (part == "kernels") {
+        run_kernels = true;
       } else {
-        std::fprintf(stderr, "tensord-bench: --only: unknown part '%s' "
-                     "(small, bulk, matmul)\n", std::string(part).c_str());
+        std::fprintf(stderr,
+                     "tensord-bench: --only: unknown part '%s' "
+                     "(small, bulk, matmul, kernels)\n",
+                     std::string(part).c_str());
         return 2;
       }
     }
@@ -704,6 +782,7 @@ int main(int argc, char** argv) {
     if (run_bulk) Bulk(*t, sizes, rows);
   }
   if (run_matmul) Matmul(*transports[0], matmul_sizes, rows);
+  if (run_kernels) Kernels(*transports[0], kernel_elements, rows);
 
   const tensord::core::BlasInfo blas = tensord::core::CurrentBlas();
   const std::string replaced = tensord::core::ReplacedBlasCore();

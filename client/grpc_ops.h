@@ -1,6 +1,7 @@
 // Internal: builds tensord.v1.Op messages for the client's Tensor methods
-// (one op through Run) and Batch (a list through Execute), so both spell
-// each op once. Not part of the public API. Thread-safety: stateless.
+// (one op through Run: every op, operators and in-place ones included, takes
+// this one route) and Batch (a list through Execute), so both spell each op
+// once. Not part of the public API. Thread-safety: stateless.
 #ifndef TENSORD_CLIENT_GRPC_OPS_H_
 #define TENSORD_CLIENT_GRPC_OPS_H_
 
@@ -65,6 +66,11 @@ v1::Op InPlaceOpMsg(v1::InPlaceOp op, v1::Operand target,
 
 // Runs `op` through the Run RPC in `t`'s session and adopts the result.
 Tensor RunOp(const Tensor& t, v1::Op op);
+// Runs the in-place `op` on `target` through the Run RPC (the one route of
+// add_, sub_, mul_, div_ and axpy_): `other` or `scalar`, alpha for AXPY_.
+// Returns `target`, whose handle and metadata the op keeps.
+Tensor& RunInPlace(Tensor& target, v1::InPlaceOp op, const Tensor* other,
+                   const Scalar* scalar, const Scalar* alpha = nullptr);
 
 }  // namespace tensord::client::internal
 

@@ -218,6 +218,20 @@ Tensor RunOp(const Tensor& t, v1::Op op) {
       state->session->MakeTensor(&v1::TensorService::Stub::Run, request));
 }
 
+Tensor& RunInPlace(Tensor& target, v1::InPlaceOp op, const Tensor* other,
+                   const Scalar* scalar, const Scalar* alpha) {
+  v1::RunRequest request;
+  const v1::Operand other_operand =
+      other != nullptr ? HandleOperand(*other) : v1::Operand();
+  *request.mutable_op() =
+      InPlaceOpMsg(op, HandleOperand(target),
+                   other != nullptr ? &other_operand : nullptr, scalar, alpha);
+  // The result is the target itself (same handle, same metadata).
+  TensorAccess::State(target)->session->Call(&v1::TensorService::Stub::Run,
+                                             std::move(request));
+  return target;
+}
+
 // A batch's recorded request and the tensors it reads (kept alive until
 // run() so that their handles stay valid).
 struct BatchState {
@@ -230,6 +244,7 @@ struct BatchState {
 }  // namespace internal
 
 using internal::HandleOperand;
+using internal::RunInPlace;
 using internal::RunOp;
 
 Tensor Tensor::binary(BinaryOp op, const Tensor& other) const {
@@ -241,6 +256,18 @@ Tensor Tensor::binary(BinaryOp op, Scalar other) const {
   return RunOp(*this, internal::BinaryOpMsg(op, HandleOperand(*this), other));
 }
 
+Tensor operator+(const Tensor& a, const Tensor& b) {
+  return a.binary(BinaryOp::kAdd, b);
+}
+Tensor operator-(const Tensor& a, const Tensor& b) {
+  return a.binary(BinaryOp::kSub, b);
+}
+Tensor operator*(const Tensor& a, const Tensor& b) {
+  return a.binary(BinaryOp::kMul, b);
+}
+Tensor operator/(const Tensor& a, const Tensor& b) {
+  return a.binary(BinaryOp::kDiv, b);
+}
 Tensor operator+(const Tensor& a, Scalar b) {
   return a.binary(BinaryOp::kAdd, b);
 }
@@ -336,34 +363,37 @@ Tensor Tensor::to(DType dtype) const {
   return RunOp(*this, internal::CastOpMsg(HandleOperand(*this), dtype));
 }
 
-Tensor& Tensor::InPlace(int op, const Tensor* other, const Scalar* scalar) {
-  v1::RunRequest request;
-  const v1::Operand other_operand =
-      other != nullptr ? HandleOperand(*other) : v1::Operand();
-  *request.mutable_op() = internal::InPlaceOpMsg(
-      static_cast<v1::InPlaceOp>(op), HandleOperand(*this),
-      other != nullptr ? &other_operand : nullptr, scalar);
-  // The result is this tensor (same handle, same metadata).
-  state_->session->Call(&v1::TensorService::Stub::Run, std::move(request));
-  return *this;
+Tensor Tensor::matmul(const Tensor& other) const {
+  return RunOp(
+      *this, internal::MatMulOpMsg(HandleOperand(*this), HandleOperand(other)));
 }
 
-Tensor& Tensor::add_(const Tensor& o) { return InPlace(v1::ADD_, &o, nullptr); }
-Tensor& Tensor::sub_(const Tensor& o) { return InPlace(v1::SUB_, &o, nullptr); }
-Tensor& Tensor::mul_(const Tensor& o) { return InPlace(v1::MUL_, &o, nullptr); }
-Tensor& Tensor::div_(const Tensor& o) { return InPlace(v1::DIV_, &o, nullptr); }
-Tensor& Tensor::add_(Scalar o) { return InPlace(v1::ADD_, nullptr, &o); }
-Tensor& Tensor::sub_(Scalar o) { return InPlace(v1::SUB_, nullptr, &o); }
-Tensor& Tensor::mul_(Scalar o) { return InPlace(v1::MUL_, nullptr, &o); }
-Tensor& Tensor::div_(Scalar o) { return InPlace(v1::DIV_, nullptr, &o); }
-
+Tensor& Tensor::add_(const Tensor& o) {
+  return RunInPlace(*this, v1::ADD_, &o, nullptr);
+}
+Tensor& Tensor::sub_(const Tensor& o) {
+  return RunInPlace(*this, v1::SUB_, &o, nullptr);
+}
+Tensor& Tensor::mul_(const Tensor& o) {
+  return RunInPlace(*this, v1::MUL_, &o, nullptr);
+}
+Tensor& Tensor::div_(const Tensor& o) {
+  return RunInPlace(*this, v1::DIV_, &o, nullptr);
+}
+Tensor& Tensor::add_(Scalar o) {
+  return RunInPlace(*this, v1::ADD_, nullptr, &o);
+}
+Tensor& Tensor::sub_(Scalar o) {
+  return RunInPlace(*this, v1::SUB_, nullptr, &o);
+}
+Tensor& Tensor::mul_(Scalar o) {
+  return RunInPlace(*this, v1::MUL_, nullptr, &o);
+}
+Tensor& Tensor::div_(Scalar o) {
+  return RunInPlace(*this, v1::DIV_, nullptr, &o);
+}
 Tensor& Tensor::axpy_(Scalar alpha, const Tensor& x) {
-  v1::RunRequest request;
-  const v1::Operand xo = HandleOperand(x);
-  *request.mutable_op() = internal::InPlaceOpMsg(
-      v1::AXPY_, HandleOperand(*this), &xo, nullptr, &alpha);
-  state_->session->Call(&v1::TensorService::Stub::Run, std::move(request));
-  return *this;
+  return RunInPlace(*this, v1::AXPY_, &x, nullptr, &alpha);
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight,

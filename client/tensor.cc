@@ -1,8 +1,13 @@
+#include <cstdint>
 #include <ostream>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "client/grpc_session.h"
+#include "client/host_copy.h"
 #include "client/tensor_repr.h"
 #include "tensord/client.h"
 
@@ -46,35 +51,32 @@ Tensor Tensor::to(const Device& device, bool copy) const {
   return Tensor(state_->session->Adopt(info));
 }
 
-Tensor Tensor::Binary(int op, const Tensor& rhs) const {
-  internal::v1::BinaryRequest request;
-  request.set_op(static_cast<internal::v1::BinaryOp>(op));
-  request.set_lhs(state_->handle);
-  request.set_rhs(rhs.state_->handle);
-  return Tensor(
-      state_->session->MakeTensor(&TensorService::Stub::Binary, request));
+template <typename T>
+std::vector<T> Tensor::fetch() const {
+  CheckElementType(kDTypeOf<T>, "fetch");
+  if constexpr (std::is_same_v<T, bool>) {  // vector<bool> is packed
+    std::string bytes = fetch_bytes();
+    std::vector<T> out(bytes.size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = bytes[i] != 0;
+    return out;
+  } else {
+    // Straight into the result: one fresh buffer, its pages mapped in one
+    // go before the zeroing resize, no intermediate string.
+    const auto n = static_cast<size_t>(numel());
+    std::vector<T> out;
+    out.reserve(n);
+    internal::PrefaultForWrite(out.data(), n * sizeof(T));
+    out.resize(n);
+    fetch_into(std::as_writable_bytes(std::span<T>(out)));
+    return out;
+  }
 }
 
-Tensor operator+(const Tensor& a, const Tensor& b) {
-  return a.Binary(internal::v1::ADD, b);
-}
-Tensor operator-(const Tensor& a, const Tensor& b) {
-  return a.Binary(internal::v1::SUB, b);
-}
-Tensor operator*(const Tensor& a, const Tensor& b) {
-  return a.Binary(internal::v1::MUL, b);
-}
-Tensor operator/(const Tensor& a, const Tensor& b) {
-  return a.Binary(internal::v1::DIV, b);
-}
-
-Tensor Tensor::matmul(const Tensor& other) const {
-  internal::v1::MatMulRequest request;
-  request.set_lhs(state_->handle);
-  request.set_rhs(other.state_->handle);
-  return Tensor(
-      state_->session->MakeTensor(&TensorService::Stub::MatMul, request));
-}
+template std::vector<float> Tensor::fetch<float>() const;
+template std::vector<double> Tensor::fetch<double>() const;
+template std::vector<int32_t> Tensor::fetch<int32_t>() const;
+template std::vector<int64_t> Tensor::fetch<int64_t>() const;
+template std::vector<bool> Tensor::fetch<bool>() const;
 
 std::string Tensor::fetch_bytes() const {
   return state_->session->Fetch(state_->handle, state_->nbytes);

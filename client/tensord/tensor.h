@@ -44,12 +44,6 @@ class Session;
 struct TensorState;
 struct BatchState;
 struct TensorAccess;
-// Maps and zeroes the whole pages of [p, p + n) in one system call
-// (MADV_POPULATE_WRITE, Linux 5.14+) instead of one fault per 4 KiB page
-// on first touch, when n is at least 2 MiB; a no-op for smaller n and where
-// the kernel lacks it. Only for memory nothing has touched yet: on
-// resident pages it costs about as much as the copy it would speed up.
-void PrefaultForWrite(void* p, size_t n);
 }  // namespace internal
 
 
@@ -232,26 +226,10 @@ class Tensor {
   void fetch_shared(const SharedMemoryRegion& region, uint64_t offset = 0) const;
 
   // The elements as T. INVALID_ARGUMENT when T is not the tensor's dtype.
+  // T is one of DTypeOf's types (float, double, int32_t, int64_t, bool);
+  // the library defines fetch for each.
   template <typename T>
-  std::vector<T> fetch() const {
-    CheckElementType(kDTypeOf<T>, "fetch");
-    if constexpr (std::is_same_v<T, bool>) {  // vector<bool> is packed
-      std::string bytes = fetch_bytes();
-      std::vector<T> out(bytes.size());
-      for (size_t i = 0; i < out.size(); ++i) out[i] = bytes[i] != 0;
-      return out;
-    } else {
-      // Straight into the result: one fresh buffer, its pages mapped in
-      // one go before the zeroing resize, no intermediate string.
-      const auto n = static_cast<size_t>(numel());
-      std::vector<T> out;
-      out.reserve(n);
-      internal::PrefaultForWrite(out.data(), n * sizeof(T));
-      out.resize(n);
-      fetch_into(std::as_writable_bytes(std::span<T>(out)));
-      return out;
-    }
-  }
+  std::vector<T> fetch() const;
 
   // The single element of a 0-d or one-element tensor as T.
   // INVALID_ARGUMENT for other sizes or when T is not the dtype.
@@ -272,13 +250,17 @@ class Tensor {
   friend class Batch;
   friend struct internal::TensorAccess;
   explicit Tensor(std::shared_ptr<const internal::TensorState> state);
-  Tensor Binary(int op, const Tensor& rhs) const;
-  Tensor& InPlace(int op, const Tensor* other, const Scalar* scalar);
   void CheckElementType(DType requested, std::string_view what) const;
   void CheckSingleElement() const;
 
   std::shared_ptr<const internal::TensorState> state_;
 };
+
+extern template std::vector<float> Tensor::fetch<float>() const;
+extern template std::vector<double> Tensor::fetch<double>() const;
+extern template std::vector<int32_t> Tensor::fetch<int32_t>() const;
+extern template std::vector<int64_t> Tensor::fetch<int64_t>() const;
+extern template std::vector<bool> Tensor::fetch<bool>() const;
 
 // nn.functional.linear: x [..., in] . weight[out, in]^T (+ bias [out]).
 Tensor linear(const Tensor& x, const Tensor& weight,
