@@ -13,8 +13,12 @@
 //       (upload_shm_*, fetch_shm_*), as ratios of the socket rows
 //   (e) (b) and (d) over TCP loopback and over a unix-domain socket
 //   (f) CPU matmul GFLOP/s through the service (rand on the device, matmul;
-//       the RPC returns when the product is done) for --matmul-sizes, beside
-//       cblas_sgemm called directly in this process
+//       the RPC returns when the product is done) for --matmul-sizes, one
+//       RPC per matmul and many in one Execute batch, beside the floor:
+//       cblas_sgemm alone in a separate process (this program re-executed
+//       with --blas_floor_child: no server, no gRPC thread alive in it),
+//       with the kernel and thread count the daemon uses, interleaved in
+//       rounds with the service measurements
 //   (g) CPU kernel throughput through the service for a --kernel-elements
 //       float32 tensor: exp, relu, add, sum, softmax over rows and a cast
 //       to float16, each run --kernel-reps times in one Execute batch (the
@@ -59,6 +63,10 @@ ABSL_FLAG(double, seconds, 3.0, "duration of each throughput measurement");
 ABSL_FLAG(std::string, sizes, "1MiB,64MiB,1GiB", "upload/fetch sizes");
 ABSL_FLAG(std::string, matmul_sizes, "256,512,1024,2048,4096",
           "square matmul sizes for (f)");
+ABSL_FLAG(std::string, blas_floor_child, "",
+          "internal: 'n,reps' — time reps n x n cblas_sgemm calls, print "
+          "GFLOP/s and exit (the honest floor of (f), run in its own "
+          "process)");
 ABSL_FLAG(int64_t, kernel_elements, int64_t{1} << 22,
           "float32 elements of the tensor (g)'s kernels run on");
 ABSL_FLAG(std::string, only, "",
@@ -580,17 +588,52 @@ void Bulk(Transport& t, const std::vector<uint64_t>& sizes, std::vector<Row>& ro
 //   service_batched: the same multiplies recorded in one Batch (one Execute
 //                    RPC; each result is freed as the next one is made, the
 //                    last is kept and released): the pipelined client
+// cblas_sgemm of n x n float32 matrices, `reps` back-to-back calls timed
+// three times: the best GFLOP/s (a floor the service must reach, so the
+// strictest). What the floor process runs (--blas_floor_child).
+double TimeSgemm(int n, int reps) {
+  std::vector<float> x(static_cast<size_t>(n) * n, 0.5f), y = x, z = x;
+  auto once = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f,
+                x.data(), n, y.data(), n, 0.0f, z.data(), n);
+  };
+  once();  // warm: threads started, pages touched
+  double best = 0;
+  for (int timing = 0; timing < 3; ++timing) {
+    const auto t0 = Clock::now();
+    for (int r = 0; r < reps; ++r) once();
+    best = std::max(best,
+                    2.0 * n * n * n * reps / Seconds(Clock::now() - t0) / 1e9);
+  }
+  return best;
+}
+
+// The floor: TimeSgemm in a fresh process of this program (same BLAS
+// kernel and thread count, nothing else alive in it). -1 on failure.
+double BlasFloor(int n, int reps) {
+  // This program's path (popen's shell would read /proc/self/exe as its
+  // own).
+  char self[4096];
+  const ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (len <= 0) return -1;
+  self[len] = '\0';
+  const std::string command = std::string("'") + self +
+                              "' --blas_floor_child=" + std::to_string(n) +
+                              "," + std::to_string(reps);
+  FILE* child = ::popen(command.c_str(), "r");
+  if (child == nullptr) return -1;
+  double gflops = -1;
+  if (std::fscanf(child, "%lf", &gflops) != 1) gflops = -1;
+  ::pclose(child);
+  return gflops;
+}
+
 void Matmul(Transport& t, const std::vector<int>& sizes, std::vector<Row>& rows) {
   tensord::Client client(t.tensord_channel);
   for (int n : sizes) {
     const double flop = 2.0 * n * n * n;
     auto a = client.rand({n, n}, "cpu", 1);
     auto b = client.rand({n, n}, "cpu", 2);
-    std::vector<float> x(static_cast<size_t>(n) * n, 0.5f), y = x, z = x;
-    auto direct_once = [&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f,
-                  x.data(), n, y.data(), n, 0.0f, z.data(), n);
-    };
     auto service_once = [&] { (void)a.matmul(b); };
     auto batched = [&](int count) {
       auto batch = client.batch();
@@ -599,36 +642,40 @@ void Matmul(Transport& t, const std::vector<int>& sizes, std::vector<Row>& rows)
       batch.keep(last);
       (void)batch.run();
     };
-    // Repetitions per timing: enough for 0.1 s of direct BLAS.
-    direct_once();
-    auto t0 = Clock::now();
-    direct_once();
-    const int reps = std::max(1, static_cast<int>(0.1 / std::max(1e-6, Seconds(Clock::now() - t0))));
+    // Repetitions per timing: about 0.2 s of service matmuls.
     service_once();  // warm
+    auto t0 = Clock::now();
+    service_once();
+    const int reps = std::clamp(
+        static_cast<int>(0.2 / std::max(1e-6, Seconds(Clock::now() - t0))), 1,
+        1000);
     batched(reps);  // warm
-    std::vector<double> direct, service, service_batched;
+    std::vector<double> floor, service, service_batched;
     for (int round = 0; round < 5; ++round) {
+      floor.push_back(BlasFloor(n, reps));
+      if (floor.back() <= 0) {
+        std::fprintf(
+            stderr, "tensord-bench: the BLAS floor process failed (n=%d)\n", n);
+        std::exit(1);
+      }
       t0 = Clock::now();
       batched(reps);
       service_batched.push_back(flop * reps / Seconds(Clock::now() - t0) / 1e9);
       t0 = Clock::now();
-      for (int r = 0; r < reps; ++r) direct_once();
-      direct.push_back(flop * reps / Seconds(Clock::now() - t0) / 1e9);
-      t0 = Clock::now();
       for (int r = 0; r < reps; ++r) service_once();
       service.push_back(flop * reps / Seconds(Clock::now() - t0) / 1e9);
     }
-    std::sort(direct.begin(), direct.end());
+    std::sort(floor.begin(), floor.end());
     std::sort(service.begin(), service.end());
     std::sort(service_batched.begin(), service_batched.end());
     const std::string size = std::to_string(n);
-    rows.push_back({"matmul", "blas_direct_n" + size, "in-process", "GFLOP/s",
-                    direct[2], -1, 1, ""});
+    rows.push_back({"matmul", "blas_own_process_n" + size, "own-process",
+                    "GFLOP/s", floor[2], -1, 1, ""});
     rows.push_back({"matmul", "service_n" + size, t.name, "GFLOP/s", service[2],
-                    -1, service[2] / direct[2], "blas_direct"});
+                    -1, service[2] / floor[2], "blas_own_process"});
     rows.push_back({"matmul", "service_batched_n" + size, t.name, "GFLOP/s",
-                    service_batched[2], -1, service_batched[2] / direct[2],
-                    "blas_direct"});
+                    service_batched[2], -1, service_batched[2] / floor[2],
+                    "blas_own_process"});
   }
 }
 
@@ -730,6 +777,17 @@ int main(int argc, char** argv) {
            "run in this process. Prints a table, then one JSON line.",
        .example = "tensord-bench --only small,matmul --matmul-sizes 512,1024",
        .flag_files = {__FILE__}});
+  if (const std::string floor = absl::GetFlag(FLAGS_blas_floor_child);
+      !floor.empty()) {
+    int n = 0, reps = 0;
+    if (std::sscanf(floor.c_str(), "%d,%d", &n, &reps) != 2 || n <= 0 ||
+        reps <= 0) {
+      std::fprintf(stderr, "tensord-bench: --blas_floor_child: want n,reps\n");
+      return 2;
+    }
+    std::printf("%.3f\n", TimeSgemm(n, reps));
+    return 0;
+  }
   const bool quick = absl::GetFlag(FLAGS_quick);
   const int iterations = quick ? 200 : std::max(10, absl::GetFlag(FLAGS_iterations));
   const int threads = std::max(1, absl::GetFlag(FLAGS_threads));
