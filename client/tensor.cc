@@ -52,6 +52,7 @@ Tensor Tensor::to(const Device& device, bool copy) const {
 }
 
 template <typename T>
+requires requires { DTypeOf<T>::value; }
 std::vector<T> Tensor::fetch() const {
   CheckElementType(kDTypeOf<T>, "fetch");
   if constexpr (std::is_same_v<T, bool>) {  // vector<bool> is packed

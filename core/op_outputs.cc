@@ -364,9 +364,14 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::CatOut(
   for (const Value& v : xs) {
     descs.push_back(OperandDesc{v.tensor->dtype, v.tensor->shape});
   }
+  // No tensors: PlanCat says so (whatever the target).
+  const Capabilities none;
+  ASSIGN_OR_RETURN(
+      CatPlan plan,
+      PlanCat(descs, dim,
+              xs.empty() ? Target{none, ""} : TargetOf(*xs[0].tensor->device)));
   const StoredTensor& first = *xs[0].tensor;
   Device& device = *first.device;
-  ASSIGN_OR_RETURN(CatPlan plan, PlanCat(descs, dim, TargetOf(device)));
   const int rank = first.shape.rank();
   const int axis = plan.axis;
   const DType dtype = plan.dtype;

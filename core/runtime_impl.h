@@ -146,6 +146,8 @@ class Runtime::Impl {
   absl::StatusOr<Output> AllocateOutput(DeviceSlot& slot, DType dtype,
                                         Shape shape);
   // `t` as `dtype`: itself, or a cast into a temporary kept in `temp`.
+  // Precondition: the plan checked the cast (PlanCast, or a Plan* function
+  // that includes it); nothing here asks the device again.
   absl::StatusOr<TensorRef> AsDType(DeviceSlot& slot, const StoredTensor& t,
                                     DType dtype, Output& temp);
 
@@ -162,6 +164,8 @@ class Runtime::Impl {
   absl::StatusOr<Value> Apply(const OpSpec& op, std::span<const Value> in);
 
   TensorPtr Stored(DeviceSlot& slot, Output out) const;
+  // The number `s` as a 0-d tensor of `dtype` (sent as NumberDType(s),
+  // cast on the device). Precondition as AsDType's.
   absl::StatusOr<Output> ScalarTensor(DeviceSlot& slot, const Scalar& s,
                                       DType dtype);
   // a (op) b, or a (op) scalar (scalar (op) a when scalar_first). With

@@ -227,8 +227,9 @@ class Tensor {
 
   // The elements as T. INVALID_ARGUMENT when T is not the tensor's dtype.
   // T is one of DTypeOf's types (float, double, int32_t, int64_t, bool);
-  // the library defines fetch for each.
+  // the library defines fetch for each (another T does not compile).
   template <typename T>
+  requires requires { DTypeOf<T>::value; }
   std::vector<T> fetch() const;
 
   // The single element of a 0-d or one-element tensor as T.

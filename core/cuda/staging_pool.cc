@@ -12,7 +12,8 @@
 namespace tensord::core::cuda {
 
 StagingPool::StagingPool(std::string device, size_t chunk_bytes)
-    : device_(std::move(device)), chunk_bytes_(chunk_bytes) {}
+    : device_(std::move(device)),
+      chunk_bytes_(std::max(chunk_bytes, kMinChunkBytes)) {}
 
 StagingPool::~StagingPool() {
   absl::MutexLock lock(&mu_);

@@ -41,6 +41,10 @@ class StagingPool {
   // Enough to keep copies of several threads in flight.
   static constexpr size_t kMaxBuffers = 16;
 
+  // Chunks are at least this large (a 0 from the options would never
+  // finish a copy).
+  static constexpr size_t kMinChunkBytes = size_t{64} << 10;
+
   // `device` names the device in error messages ("cuda:0").
   StagingPool(std::string device, size_t chunk_bytes);
   // Frees every buffer; the caller has synchronized the stream first.
