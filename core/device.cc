@@ -82,6 +82,18 @@ std::string_view ReduceOpName(ReduceOp op) {
   return "unknown";
 }
 
+Capabilities Capabilities::Common() {
+  Capabilities caps;
+  for (OpKind op : {OpKind::kFill, OpKind::kCast, OpKind::kBinary,
+                    OpKind::kUnary, OpKind::kReduce, OpKind::kWhere}) {
+    caps.AllowAll(op);
+  }
+  for (DType dtype : kEveryDType) {
+    if (dtype != DType::kBool) caps.Allow(OpKind::kMatMul, dtype);
+  }
+  return caps;
+}
+
 Capabilities& Capabilities::Allow(OpKind op, DType dtype) {
   dtypes_[static_cast<size_t>(op)] |= uint32_t{1} << static_cast<int>(dtype);
   return *this;

@@ -95,6 +95,10 @@ inline constexpr int kOpKindCount = static_cast<int>(OpKind::kWhere) + 1;
 class Capabilities {
  public:
   Capabilities() = default;  // computes nothing
+  // What every device computes: fill, cast, binary, unary, reduce and where
+  // in every dtype, matmul in all but bool. Random fills are each device's
+  // own to add.
+  static Capabilities Common();
 
   Capabilities& Allow(OpKind op, DType dtype);
   Capabilities& AllowAll(OpKind op);  // every dtype

@@ -110,14 +110,7 @@ uint64_t AvailableMemory() {
 // back, as PyTorch's CPU does) except random fills of the half and
 // non-floating types and matmul of bool.
 Capabilities CpuCapabilities() {
-  Capabilities caps;
-  for (OpKind op : {OpKind::kFill, OpKind::kCast, OpKind::kBinary,
-                    OpKind::kUnary, OpKind::kReduce, OpKind::kWhere}) {
-    caps.AllowAll(op);
-  }
-  for (DType dtype : kEveryDType) {
-    if (dtype != DType::kBool) caps.Allow(OpKind::kMatMul, dtype);
-  }
+  Capabilities caps = Capabilities::Common();
   caps.Allow(OpKind::kRandomFill, DType::kFloat32)
       .Allow(OpKind::kRandomFill, DType::kFloat64);
   return caps;

@@ -3,14 +3,9 @@
 namespace tensord::core::cuda {
 
 Capabilities CudaCapabilities() {
-  Capabilities caps;
-  for (OpKind op : {OpKind::kFill, OpKind::kCast, OpKind::kBinary,
-                    OpKind::kUnary, OpKind::kReduce, OpKind::kWhere}) {
-    caps.AllowAll(op);
-  }
+  Capabilities caps = Capabilities::Common();
   for (DType dtype : kEveryDType) {
     if (IsFloating(dtype)) caps.Allow(OpKind::kRandomFill, dtype);
-    if (dtype != DType::kBool) caps.Allow(OpKind::kMatMul, dtype);
   }
   return caps;
 }
