@@ -51,6 +51,7 @@ std::shared_ptr<Session> Session::Open(std::shared_ptr<grpc::Channel> channel,
   int64_t ttl_ms = 0;
   grpc::ClientContext context;
   grpc::Status status;
+  uint32_t max_release_handles = 0;
   if (options.session.empty()) {
     v1::OpenSessionRequest request;
     request.set_client_name("tensord-cpp-client/" + std::string(Version()));
@@ -59,6 +60,7 @@ std::shared_ptr<Session> Session::Open(std::shared_ptr<grpc::Channel> channel,
     status = stub->OpenSession(&context, request, &response);
     id = response.session();
     ttl_ms = response.ttl_ms();
+    max_release_handles = response.limits().max_release_handles();
   } else {
     v1::KeepAliveRequest request;
     request.set_session(options.session);
@@ -66,19 +68,28 @@ std::shared_ptr<Session> Session::Open(std::shared_ptr<grpc::Channel> channel,
     status = stub->KeepAlive(&context, request, &response);
     id = options.session;
     ttl_ms = response.ttl_ms();
+    if (status.ok()) {
+      grpc::ClientContext limits_context;
+      v1::Limits limits;
+      // Without the limits the client just sends each release on its own.
+      if (stub->GetLimits(&limits_context, v1::GetLimitsRequest(), &limits)
+              .ok()) {
+        max_release_handles = limits.max_release_handles();
+      }
+    }
   }
   if (!status.ok()) ThrowStatus(status);
   // make_shared cannot reach the private constructor.
-  std::shared_ptr<Session> session(
-      new Session(std::move(channel), std::move(id),
-                  std::chrono::milliseconds(ttl_ms), options.keepalive,
-                  InstanceOf(context)));
+  std::shared_ptr<Session> session(new Session(
+      std::move(channel), std::move(id), std::chrono::milliseconds(ttl_ms),
+      options.keepalive, InstanceOf(context),
+      std::min(max_release_handles, kMaxCarriedReleases)));
   return session;
 }
 
 Session::Session(std::shared_ptr<grpc::ChannelInterface> channel,
                  std::string id, std::chrono::milliseconds ttl, bool keepalive,
-                 std::string instance)
+                 std::string instance, uint32_t max_release_handles)
     : channel_(std::move(channel)),
       stub_(v1::TensorService::NewStub(channel_)),
       upload_method_("/tensord.v1.TensorService/Upload",
@@ -88,33 +99,67 @@ Session::Session(std::shared_ptr<grpc::ChannelInterface> channel,
       id_(std::move(id)),
       ttl_(ttl),
       instance_(std::move(instance)),
-      request_id_prefix_(RandomHex64()) {
-  if (keepalive && ttl_.count() > 0) keepalive_ = std::thread([this] { KeepAliveLoop(); });
+      request_id_prefix_(RandomHex64()),
+      max_release_handles_(max_release_handles) {
+  const bool send_keepalives = keepalive && ttl_.count() > 0;
+  if (send_keepalives || max_release_handles_ > 0) {
+    background_ =
+        std::thread([this, send_keepalives] { BackgroundLoop(send_keepalives); });
+  }
 }
 
-void Session::KeepAliveLoop() {
+void Session::BackgroundLoop(bool keepalive) {
+  using Clock = std::chrono::steady_clock;
   const auto period = std::max(ttl_ / 3, std::chrono::milliseconds(1));
-  std::unique_lock<std::mutex> lock(keepalive_mu_);
-  while (!keepalive_cv_.wait_for(lock, period, [this] { return stopping_; })) {
-    grpc::ClientContext context;
-    // A renewal later than the lease is useless; do not wait past it.
-    context.set_deadline(std::chrono::system_clock::now() + ttl_);
-    keepalive_call_ = &context;
-    lock.unlock();
-    v1::KeepAliveRequest request;
-    request.set_session(id_);
-    v1::KeepAliveResponse response;
-    const grpc::Status status = stub_->KeepAlive(&context, request, &response);
-    lock.lock();
-    keepalive_call_ = nullptr;
-    // The session is gone (expired, closed, or the server restarted): the
-    // next call says so; there is nothing left to keep alive.
-    if (status.error_code() == StatusCode::NOT_FOUND) break;
-    if (!instance_.empty() && !InstanceOf(context).empty() &&
-        InstanceOf(context) != instance_) {
-      break;
+  auto next_keepalive = Clock::now() + period;
+  std::unique_lock<std::mutex> lock(background_mu_);
+  while (!stopping_) {
+    std::optional<Clock::time_point> wake = flush_at_;
+    if (keepalive && (!wake || next_keepalive < *wake)) wake = next_keepalive;
+    if (wake) {
+      background_cv_.wait_until(lock, *wake);
+    } else {
+      background_cv_.wait(lock);
+    }
+    if (stopping_) break;
+    const auto now = Clock::now();
+    if (flush_at_ && now >= *flush_at_) {
+      flush_at_.reset();
+      lock.unlock();
+      FlushDropped();
+      lock.lock();
+    }
+    if (keepalive && now >= next_keepalive) {
+      lock.unlock();
+      keepalive = SendKeepAlive();
+      lock.lock();
+      next_keepalive = Clock::now() + period;
     }
   }
+}
+
+bool Session::SendKeepAlive() {
+  grpc::ClientContext context;
+  // A renewal later than the lease is useless; do not wait past it.
+  context.set_deadline(std::chrono::system_clock::now() + ttl_);
+  {
+    std::lock_guard<std::mutex> lock(background_mu_);
+    if (stopping_) return false;
+    keepalive_call_ = &context;
+  }
+  v1::KeepAliveRequest request;
+  request.set_session(id_);
+  v1::KeepAliveResponse response;
+  const grpc::Status status = stub_->KeepAlive(&context, request, &response);
+  {
+    std::lock_guard<std::mutex> lock(background_mu_);
+    keepalive_call_ = nullptr;
+  }
+  // The session is gone (expired, closed, or the server restarted): the
+  // next call says so; there is nothing left to keep alive.
+  if (status.error_code() == StatusCode::NOT_FOUND) return false;
+  return instance_.empty() || InstanceOf(context).empty() ||
+         InstanceOf(context) == instance_;
 }
 
 void Session::CheckInstance(const grpc::ClientContext& context) const {
@@ -143,12 +188,17 @@ std::string Session::NextRequestId() const {
 
 Session::~Session() {
   {
-    std::lock_guard<std::mutex> lock(keepalive_mu_);
+    std::lock_guard<std::mutex> lock(background_mu_);
     stopping_ = true;
     if (keepalive_call_ != nullptr) keepalive_call_->TryCancel();
   }
-  keepalive_cv_.notify_all();
-  if (keepalive_.joinable()) keepalive_.join();
+  background_cv_.notify_all();
+  if (background_.joinable()) background_.join();
+  {
+    // CloseSession frees them with the rest.
+    std::lock_guard<std::mutex> lock(release_mu_);
+    dropped_.clear();
+  }
   WaitForReleases();
   v1::CloseSessionRequest request;
   request.set_session(id_);
@@ -360,36 +410,100 @@ void Session::FetchInto(uint64_t handle, uint64_t nbytes,
 }
 
 void Session::ReleaseQuietly(uint64_t handle) const noexcept {
-  struct PendingRelease {
-    grpc::ClientContext context;
-    v1::ReleaseRequest request;
-    v1::ReleaseResponse response;
-  };
   try {
-    auto* call = new PendingRelease();
-    call->request.set_session(id_);
-    call->request.set_handle(handle);
-    call->context.AddMetadata(kRequestIdKey, NextRequestId());
-    call->context.set_deadline(std::chrono::system_clock::now() +
-                               std::chrono::seconds(30));
+    bool first = false;
     {
       std::lock_guard<std::mutex> lock(release_mu_);
-      ++pending_releases_;
+      if (max_release_handles_ == 0) {
+        ++pending_releases_;
+      } else {
+        first = dropped_.empty();
+        dropped_.push_back(handle);
+      }
     }
-    // `this` outlives the call: ~Session waits for pending releases.
-    stub_->async()->Release(
-        &call->context, &call->request, &call->response,
-        [this, call](const grpc::Status&) {
-          delete call;
-          std::lock_guard<std::mutex> lock(release_mu_);
-          if (--pending_releases_ == 0) release_cv_.notify_all();
-        });
+    if (max_release_handles_ == 0) {
+      try {
+        SendRelease(handle, {});
+      } catch (...) {
+        std::vector<uint64_t> counted{handle};
+        EndCarry(&counted, /*sent=*/true);
+      }
+    } else if (first) {
+      std::lock_guard<std::mutex> lock(background_mu_);
+      if (!flush_at_) {
+        flush_at_ = std::chrono::steady_clock::now() + kReleaseFlushDelay;
+      }
+      background_cv_.notify_all();
+    }
   } catch (...) {
     // The tensor dies with the session anyway.
   }
 }
 
+void Session::TakeDropped(std::vector<uint64_t>* out) const {
+  std::lock_guard<std::mutex> lock(release_mu_);
+  const size_t n = std::min<size_t>(dropped_.size(), max_release_handles_);
+  out->assign(dropped_.begin(), dropped_.begin() + n);
+  dropped_.erase(dropped_.begin(), dropped_.begin() + n);
+  if (n != 0) ++pending_releases_;
+}
+
+void Session::EndCarry(std::vector<uint64_t>* taken, bool sent) const noexcept {
+  if (taken->empty()) return;
+  std::lock_guard<std::mutex> lock(release_mu_);
+  if (!sent) {
+    try {
+      dropped_.insert(dropped_.begin(), taken->begin(), taken->end());
+    } catch (...) {
+      // The tensors die with the session anyway.
+    }
+  }
+  taken->clear();
+  if (--pending_releases_ == 0) release_cv_.notify_all();
+}
+
+void Session::FlushDropped() const noexcept {
+  for (;;) {
+    std::vector<uint64_t> batch;
+    try {
+      TakeDropped(&batch);
+      if (batch.empty()) return;
+      SendRelease(0, batch);
+    } catch (...) {
+      // The tensors die with the session anyway.
+      EndCarry(&batch, /*sent=*/true);
+      return;
+    }
+  }
+}
+
+void Session::SendRelease(uint64_t handle, std::vector<uint64_t> listed) const {
+  struct PendingRelease {
+    grpc::ClientContext context;
+    v1::ReleaseRequest request;
+    v1::ReleaseResponse response;
+  };
+  auto call = std::make_unique<PendingRelease>();
+  call->request.set_session(id_);
+  call->request.set_handle(handle);
+  call->request.mutable_release()->Add(listed.begin(), listed.end());
+  call->context.AddMetadata(kRequestIdKey, NextRequestId());
+  call->context.set_deadline(std::chrono::system_clock::now() +
+                             std::chrono::seconds(30));
+  PendingRelease* raw = call.release();
+  // `this` outlives the call: ~Session waits for pending releases.
+  stub_->async()->Release(&raw->context, &raw->request, &raw->response,
+                          [this, raw](const grpc::Status&) {
+                            delete raw;
+                            std::lock_guard<std::mutex> lock(release_mu_);
+                            if (--pending_releases_ == 0) {
+                              release_cv_.notify_all();
+                            }
+                          });
+}
+
 bool Session::WaitForReleases() const {
+  FlushDropped();
   std::unique_lock<std::mutex> lock(release_mu_);
   if (pending_releases_ == 0) return false;
   release_cv_.wait(lock, [this] { return pending_releases_ == 0; });

@@ -10,7 +10,8 @@
 // Not part of the public API: only the library's .cc files include it (it
 // pulls in the generated protobuf headers that client.h keeps out).
 // Leases: while a Session lives, a background thread sends KeepAlive every
-// third of the lease; the destructor stops and joins it before closing the
+// third of the lease (and the releases no request carried, see
+// ReleaseQuietly); the destructor stops and joins it before closing the
 // session. Every reply's `tensord-instance` metadata is compared with the
 // one the session first saw: a change means the server restarted, and the
 // call throws FAILED_PRECONDITION "server restarted ...".
@@ -34,11 +35,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "tensord/client.h"
 #include "tensord/v1/tensord.grpc.pb.h"
@@ -108,6 +111,13 @@ class Session : public std::enable_shared_from_this<Session> {
                            std::is_same_v<Request, v1::ListSessionsRequest> ||
                            std::is_same_v<Request, v1::ListAllTensorsRequest>;
     if constexpr (kView) WaitForReleases();
+    // Tensors dropped since the last request ride this one (see
+    // ReleaseQuietly); if it fails they wait for the next (the server
+    // ignores a handle it already released).
+    DroppedHandles carried(*this);
+    if constexpr (requires { request.mutable_release(); }) {
+      carried.TakeInto(request.mutable_release());
+    }
     const std::string request_id = kMutating ? NextRequestId() : "";
     bool waited_for_releases = false;
     for (int attempt = 0;; ++attempt) {
@@ -117,14 +127,21 @@ class Session : public std::enable_shared_from_this<Session> {
       grpc::Status status =
           (stub_.get()->*method)(&context, request, &response);
       CheckInstance(context);
-      if (status.ok()) return response;
+      if (status.ok()) {
+        carried.Sent();
+        return response;
+      }
       // Out of memory while releases of this client are still in flight:
       // the memory they free may be what this call needs. Wait, try again.
+      // (What this request carried goes again with the others; the server
+      // skips any it released already.)
       if (kMutating && !waited_for_releases &&
-          status.error_code() == StatusCode::RESOURCE_EXHAUSTED &&
-          WaitForReleases()) {
-        waited_for_releases = true;
-        continue;
+          status.error_code() == StatusCode::RESOURCE_EXHAUSTED) {
+        carried.GiveBack();
+        if (WaitForReleases()) {
+          waited_for_releases = true;
+          continue;
+        }
       }
       if (!kRetryable || !ShouldRetry(status, attempt)) ThrowStatus(status);
     }
@@ -189,13 +206,42 @@ class Session : public std::enable_shared_from_this<Session> {
   bool HasAutoRegion() const;
   static constexpr size_t kSharedMemoryMinBytes = kUploadChunkBytes;
 
-  // Releases `handle` without waiting for the reply (destructors should not
-  // pay a round trip); failures are ignored. Later listings, an
-  // out-of-memory retry and the session's close wait for releases in flight.
+  // Releases `handle` without waiting (destructors should not pay a round
+  // trip); failures are ignored. With a server that takes release lists
+  // (Limits.max_release_handles > 0) the handle rides the session's next
+  // Create, To, Run or Execute, or goes in a Release of its own after
+  // kReleaseFlushDelay, whichever comes first; with an older server it goes
+  // at once in its own Release. Later listings and an out-of-memory retry
+  // send what is left and wait for the releases in flight.
   void ReleaseQuietly(uint64_t handle) const noexcept;
-  // Blocks until every release sent so far has been answered. Returns true
-  // if there was one to wait for.
+  static constexpr std::chrono::milliseconds kReleaseFlushDelay{2};
+  // Sends every dropped handle not yet sent, then blocks until every
+  // release sent so far has been answered. Returns true if there was one
+  // to send or wait for.
   bool WaitForReleases() const;
+
+  // The handles one request carries (Call): taken from the dropped list and
+  // counted as a release in flight until Sent() (the server has released
+  // them) or the destructor (the request failed: they go back to the list
+  // for the next one).
+  class DroppedHandles {
+   public:
+    explicit DroppedHandles(const Session& session) : session_(session) {}
+    ~DroppedHandles() { session_.EndCarry(&taken_, /*sent=*/false); }
+    DroppedHandles(const DroppedHandles&) = delete;
+    DroppedHandles& operator=(const DroppedHandles&) = delete;
+    template <typename Repeated>
+    void TakeInto(Repeated* release) {
+      session_.TakeDropped(&taken_);
+      release->Add(taken_.begin(), taken_.end());
+    }
+    void Sent() { session_.EndCarry(&taken_, /*sent=*/true); }
+    void GiveBack() { session_.EndCarry(&taken_, /*sent=*/false); }
+
+   private:
+    const Session& session_;
+    std::vector<uint64_t> taken_;
+  };
 
   // Wraps the metadata of a tensor this session just made in shared state
   // whose destruction releases it. Throws Error(INTERNAL) for a dtype this
@@ -214,9 +260,27 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   Session(std::shared_ptr<grpc::ChannelInterface> channel, std::string id,
-          std::chrono::milliseconds ttl, bool keepalive, std::string instance);
-  // The keepalive thread's body.
-  void KeepAliveLoop();
+          std::chrono::milliseconds ttl, bool keepalive, std::string instance,
+          uint32_t max_release_handles);
+  // The background thread's body: KeepAlive every third of the lease (when
+  // asked for), and the dropped handles no request carried within
+  // kReleaseFlushDelay.
+  void BackgroundLoop(bool keepalive);
+  // Sends one KeepAlive. False when there is nothing left to keep alive
+  // (the session is gone or the server restarted).
+  bool SendKeepAlive();
+  // Moves up to max_release_handles_ dropped handles into `out` (empty:
+  // none are waiting) and, if it took any, counts one release in flight.
+  void TakeDropped(std::vector<uint64_t>* out) const;
+  // Ends what TakeDropped began for `taken` (nothing when it is empty): the
+  // release in flight is over; unless `sent`, the handles go back to the
+  // front of the list. Leaves `taken` empty.
+  void EndCarry(std::vector<uint64_t>* taken, bool sent) const noexcept;
+  // Sends every dropped handle in Release calls without waiting for them.
+  void FlushDropped() const noexcept;
+  // An asynchronous Release of `handle` (0: none) and `listed`; the caller
+  // has counted it in pending_releases_, and its answer uncounts it.
+  void SendRelease(uint64_t handle, std::vector<uint64_t> listed) const;
 
   const std::shared_ptr<grpc::ChannelInterface> channel_;
   std::unique_ptr<v1::TensorService::Stub> stub_;
@@ -235,15 +299,23 @@ class Session : public std::enable_shared_from_this<Session> {
   mutable std::mutex shm_mu_;
   mutable std::shared_ptr<SharedMemoryRegion> auto_region_;
 
+  // Handles one request may list (the server's Limits, capped at
+  // kMaxCarriedReleases); 0: the server takes no lists.
+  static constexpr uint32_t kMaxCarriedReleases = 1024;
+  const uint32_t max_release_handles_;
   mutable std::mutex release_mu_;
   mutable std::condition_variable release_cv_;
-  mutable int pending_releases_ = 0;  // guarded by release_mu_
+  mutable int pending_releases_ = 0;      // guarded by release_mu_
+  mutable std::vector<uint64_t> dropped_;  // guarded by release_mu_
 
-  std::mutex keepalive_mu_;
-  std::condition_variable keepalive_cv_;
-  bool stopping_ = false;                          // guarded by keepalive_mu_
-  grpc::ClientContext* keepalive_call_ = nullptr;  // guarded by keepalive_mu_
-  std::thread keepalive_;  // last: started once the rest is set
+  mutable std::mutex background_mu_;
+  mutable std::condition_variable background_cv_;
+  bool stopping_ = false;  // guarded by background_mu_
+  // When the background thread sends the dropped handles; guarded by
+  // background_mu_.
+  mutable std::optional<std::chrono::steady_clock::time_point> flush_at_;
+  grpc::ClientContext* keepalive_call_ = nullptr;  // guarded by background_mu_
+  std::thread background_;  // last: started once the rest is set
 };
 
 // What a Tensor (and all its copies) share: the session that owns the

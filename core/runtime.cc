@@ -390,6 +390,18 @@ absl::Status Runtime::Release(std::string_view session, uint64_t handle) {
   return absl::OkStatus();
 }
 
+size_t Runtime::ReleaseIfPresent(std::string_view session,
+                                 std::span<const uint64_t> handles) {
+  std::vector<HandleEntry> entries;
+  for (uint64_t handle : handles) {
+    absl::StatusOr<HandleEntry> entry = impl_->table().Remove(session, handle);
+    if (entry.ok()) entries.push_back(*std::move(entry));
+  }
+  const size_t released = entries.size();
+  if (released != 0) impl_->Forget(std::move(entries));
+  return released;
+}
+
 absl::StatusOr<std::unique_ptr<Runtime::CallScope>> Runtime::BeginCall(
     std::string_view session) {
   struct Scope final : CallScope {

@@ -303,6 +303,12 @@ class Runtime {
                                        uint64_t handle);
   absl::StatusOr<std::vector<TensorMeta>> ListTensors(std::string_view session);
   absl::Status Release(std::string_view session, uint64_t handle);
+  // Releases each of `handles` that `session` still has; the others
+  // (already released, never its own) are skipped, since a client lists
+  // tensors it let go of and may list one twice when it retries. Returns
+  // how many were released (0 as well for an unknown session).
+  size_t ReleaseIfPresent(std::string_view session,
+                          std::span<const uint64_t> handles);
 
   // --- Reading back ---------------------------------------------------------
   // A snapshot of one tensor for fetching: it keeps the tensor's memory alive

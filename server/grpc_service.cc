@@ -178,9 +178,27 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Mutating(
   Resp resp;
   return Serve(ctx, method, *raw_req, &req, raw_resp, resp, [&] {
     const auto pinned = PinSession(req);
+    RETURN_IF_ERROR(ReleaseListed(req));
     return Deduplicated(*ctx, req.session(), &resp,
                         [&] { return (this->*handler)(ctx, req, &resp); });
   });
+}
+
+template <typename Req>
+absl::Status TensorServiceImpl::ReleaseListed(const Req& req) {
+  if constexpr (requires { req.release(); }) {
+    if (req.release_size() > static_cast<int>(kMaxReleaseHandles)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "release lists ", req.release_size(), " handles; at most ",
+          kMaxReleaseHandles, " per request (Limits.max_release_handles)"));
+    }
+    if (!req.release().empty()) {
+      runtime_->ReleaseIfPresent(
+          req.session(), std::span<const uint64_t>(req.release().data(),
+                                                   req.release().size()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 template <typename Req>
@@ -385,6 +403,7 @@ v1::Limits TensorServiceImpl::Limits() const {
   limits.set_max_rank(core::kMaxRank);
   limits.set_max_shared_memory_regions(core.session_max_regions);
   limits.set_max_list_page_size(kMaxListPageSize);
+  limits.set_max_release_handles(kMaxReleaseHandles);
   return limits;
 }
 
@@ -825,6 +844,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* TensorServiceImpl::Fetch(
 absl::Status TensorServiceImpl::ReleaseImpl(grpc::CallbackServerContext* ctx,
                                             const v1::ReleaseRequest& req,
                                             v1::ReleaseResponse* resp) {
+  // The listed handles went first (Mutating); handle 0 asks for nothing
+  // more.
+  if (req.handle() == 0 && !req.release().empty()) return absl::OkStatus();
   return runtime_->Release(req.session(), req.handle());
 }
 

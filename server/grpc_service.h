@@ -36,6 +36,9 @@ inline constexpr uint32_t kDefaultFetchChunkBytes = 1 << 20;
 // of room for the rest of the reply (the tensor's metadata, offset, CRC),
 // so that every reply fits a default gRPC client's 4 MiB receive limit.
 inline constexpr uint32_t kMaxFetchChunkBytes = (4 << 20) - (64 << 10);
+// The most handles one request's `release` list may name
+// (Limits.max_release_handles).
+inline constexpr uint32_t kMaxReleaseHandles = 1024;
 // gRPC's default receive limit, which every reply fits.
 inline constexpr uint64_t kDefaultClientReceiveBytes = 4 << 20;
 // Metadata keys: the server instance id on every reply (trailing), and the
@@ -237,10 +240,11 @@ class TensorServiceImpl final : public TensorServiceBase {
                                   const grpc::ByteBuffer* raw_req,
                                   grpc::ByteBuffer* raw_resp,
                                   Handler<Req, Resp> handler);
-  // Unary() for a mutating RPC (Req has a `session`): with a request id in
-  // the metadata, a remembered response of that id in the session is
-  // returned without running `handler`, and a successful response is
-  // remembered.
+  // Unary() for a mutating RPC (Req has a `session`): the handles in the
+  // request's `release` list, if it has one, are released first (see
+  // ReleaseRequest in tensord.proto); then, with a request id in the
+  // metadata, a remembered response of that id in the session is returned
+  // without running `handler`, and a successful response is remembered.
   template <typename Req, typename Resp>
   grpc::ServerUnaryReactor* Mutating(grpc::CallbackServerContext* ctx,
                                      const char* method,
@@ -262,6 +266,10 @@ class TensorServiceImpl final : public TensorServiceBase {
   // unknown one (the handler reports that).
   template <typename Req>
   std::unique_ptr<core::Runtime::CallScope> PinSession(const Req& req);
+  // Releases what a request's `release` list names (Mutating);
+  // INVALID_ARGUMENT past kMaxReleaseHandles, before anything is released.
+  template <typename Req>
+  absl::Status ReleaseListed(const Req& req);
   // Runs `body` under the request-id dedupe of `session` (see Mutating).
   absl::Status Deduplicated(const grpc::CallbackServerContext& ctx,
                             const std::string& session,

@@ -241,5 +241,81 @@ TEST(SessionClientTest, RetriedCreateAfterALostReplyMakesOneTensor) {
   EXPECT_EQ(x.fetch<float>(), (std::vector<float>{1, 2, 3}));
 }
 
+// Counts the calls of one method the client makes.
+class CountCalls : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  CountCalls(std::string method, std::atomic<int>* calls)
+      : method_("/tensord.v1.TensorService/" + std::move(method)),
+        calls_(calls) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* info) override {
+    if (info->method() == method_) ++*calls_;
+    return nullptr;
+  }
+
+ private:
+  const std::string method_;
+  std::atomic<int>* calls_;
+};
+
+std::shared_ptr<grpc::Channel> DialCounting(const server::Server& s,
+                                            const std::string& method,
+                                            std::atomic<int>* calls) {
+  std::vector<
+      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(std::make_unique<CountCalls>(method, calls));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      s.address(), grpc::InsecureChannelCredentials(),
+      grpc::ChannelArguments(), std::move(interceptors));
+}
+
+TEST(SessionClientTest, DroppedTensorsRideTheNextCallInsteadOfAReleaseEach) {
+  auto server = StartServer("127.0.0.1:0");
+  std::atomic<int> releases{0};
+  Client client(DialCounting(*server, "Release", &releases));
+  Tensor a = client.ones({64});
+  Tensor b = client.ones({64});
+  constexpr int kSteps = 50;
+  for (int i = 0; i < kSteps; ++i) (void)(a + b);  // each result dropped
+  // Each dropped result went with the next add; one the machine was too
+  // slow to carry within the flush delay may have gone on its own.
+  EXPECT_LT(releases.load(), kSteps / 5);
+  EXPECT_EQ(client.tensors().size(), 2u);  // the last one, sent now
+  EXPECT_EQ(Held(*server), 2u * 256);
+}
+
+TEST(SessionClientTest, ADroppedTensorIsReleasedSoonWithoutAnotherCall) {
+  auto server = StartServer("127.0.0.1:0");
+  std::atomic<int> releases{0};
+  Client client(DialCounting(*server, "Release", &releases));
+  { Tensor x = client.zeros({1024}); }
+  // Freed by the client's background Release, not by a listing or a call.
+  const auto deadline = std::chrono::steady_clock::now() + milliseconds(5000);
+  while (Held(*server) != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  EXPECT_EQ(Held(*server), 0u);
+  EXPECT_EQ(releases.load(), 1);
+}
+
+TEST(SessionClientTest, DroppedTensorsMakeRoomUnderAQuota) {
+  server::ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.runtime.host_memory_budget = 64 << 20;
+  options.runtime.session_max_bytes = 3 << 20;
+  auto s = server::Server::Start(std::move(options));
+  ASSERT_TRUE(s.ok()) << s.status();
+  Client client(Dial(**s));
+  Tensor keep = client.zeros({1 << 19});  // 2 MiB of the 3 MiB quota
+  for (int i = 0; i < 20; ++i) {
+    // Each 1 MiB result fits only once the previous one is freed: a Run
+    // carries it (or the retry after RESOURCE_EXHAUSTED sends it).
+    Tensor t = client.zeros({1 << 18});
+    (void)t;
+  }
+  EXPECT_EQ(client.tensors().size(), 1u);
+}
+
 }  // namespace
 }  // namespace tensord

@@ -403,6 +403,7 @@ TEST_F(OutsideClientTest, LimitsAreReportedAndMatchWhatIsEnforced) {
   EXPECT_EQ(limits.max_rank(), 8u);
   EXPECT_EQ(limits.max_shared_memory_regions(), 16u);
   EXPECT_EQ(limits.max_list_page_size(), 1000u);
+  EXPECT_EQ(limits.max_release_handles(), 1024u);
 
   // OpenSession's reply carries the same.
   grpc::ClientContext open_ctx;
@@ -502,6 +503,101 @@ TEST_F(OutsideClientTest, ListingsArePaginated) {
   v1::ListSessionsResponse bad;
   EXPECT_EQ(stub_->ListSessions(&bad_ctx, list, &bad).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace tensord::server
+
+namespace tensord::server {
+namespace {
+
+// Releases that ride a request (ReleaseRequest in tensord.proto): the
+// listed handles go before the request's own work, unknown ones are
+// skipped, a list past Limits.max_release_handles is refused before
+// anything is released.
+TEST_F(OutsideClientTest, ReleasesRideTheNextRequest) {
+  Start();
+  const std::string session = Open();
+  const v1::TensorInfo a = Zeros(session, 1024);
+  const v1::TensorInfo b = Zeros(session, 1024);
+  const v1::TensorInfo c = Zeros(session, 1024);
+  ASSERT_EQ(Held(), 3u * 4096);
+
+  // Too long a list: INVALID_ARGUMENT naming the bound; nothing released,
+  // nothing made.
+  v1::CreateRequest create;
+  create.set_session(session);
+  create.set_dtype(v1::FLOAT32);
+  create.add_shape(1024);
+  create.mutable_fill()->set_kind(v1::Fill::ZEROS);
+  for (int i = 0; i < 1025; ++i) create.add_release(a.handle());
+  grpc::Status s = Create(create);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              AllOf(HasSubstr("1025"), HasSubstr("at most 1024"),
+                    HasSubstr("max_release_handles")));
+  EXPECT_EQ(Held(), 3u * 4096);
+
+  // A Run that lists `a` (twice) and a handle never issued: `a` is freed
+  // before the op's result is made, and the op runs.
+  v1::RunRequest run;
+  run.set_session(session);
+  v1::UnaryArgs* neg = run.mutable_op()->mutable_unary();
+  neg->set_op(v1::NEG);
+  neg->mutable_x()->set_handle(b.handle());
+  run.add_release(a.handle());
+  run.add_release(a.handle());
+  run.add_release(c.handle() + 1000);
+  {
+    grpc::ClientContext ctx;
+    v1::TensorResponse resp;
+    s = stub_->Run(&ctx, run, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_EQ(Held(), 3u * 4096);  // b, c and the result
+
+  // The listed handles go even when the request's own work fails.
+  run.clear_release();
+  run.add_release(c.handle());
+  run.mutable_op()->mutable_unary()->mutable_x()->set_handle(a.handle());
+  {
+    grpc::ClientContext ctx;
+    v1::TensorResponse resp;
+    s = stub_->Run(&ctx, run, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);  // a is gone
+  }
+  EXPECT_EQ(Held(), 2u * 4096);
+
+  // A Release of handle 0 with a list frees just the list; handle 0 alone
+  // is still NOT_FOUND.
+  v1::ReleaseRequest release;
+  release.set_session(session);
+  release.add_release(b.handle());
+  {
+    grpc::ClientContext ctx;
+    v1::ReleaseResponse resp;
+    s = stub_->Release(&ctx, release, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_EQ(Held(), 4096u);
+  release.clear_release();
+  {
+    grpc::ClientContext ctx;
+    v1::ReleaseResponse resp;
+    EXPECT_EQ(stub_->Release(&ctx, release, &resp).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+
+  // Another session's handles are not this one's to release.
+  const std::string other = Open();
+  const v1::TensorInfo theirs = Zeros(other, 1024);
+  release.add_release(theirs.handle());
+  {
+    grpc::ClientContext ctx;
+    v1::ReleaseResponse resp;
+    EXPECT_TRUE(stub_->Release(&ctx, release, &resp).ok());
+  }
+  EXPECT_EQ(Held(), 2u * 4096);
 }
 
 }  // namespace
