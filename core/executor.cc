@@ -1,16 +1,9 @@
+#include "core/op_plan.h"
 #include "core/planner.h"
 #include "core/runtime_impl.h"
 
 namespace tensord::core {
 namespace {
-
-absl::Status SameDevice(const StoredTensor& a, const StoredTensor& b) {
-  if (a.device == b.device) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "Expected all tensors to be on the same device, but found at least two "
-      "devices, ",
-      a.device->name(), " and ", b.device->name(), "!"));
-}
 
 std::string Describe(const StoredTensor& t) {
   return absl::StrCat(t.shape.ToString(), " ", ToAbsl(DTypeName(t.dtype)));
@@ -37,10 +30,7 @@ absl::Status Runtime::Impl::InPlace(const OpSpec& op, const StoredTensor& self,
       bop = BinaryOp::kDiv;
       break;
     case InPlaceOp::kAxpy: {
-      if (other == nullptr) {
-        return absl::InvalidArgumentError("axpy_ needs a tensor operand x");
-      }
-      RETURN_IF_ERROR(CheckAxpyAlpha(other->dtype, op.alpha));
+      // PlanOp has checked that `other` is there and alpha suits it.
       ASSIGN_OR_RETURN(Output t, BinaryOut(BinaryOp::kMul, *other, nullptr,
                                            &op.alpha, false, nullptr));
       scaled = Stored(SlotOf(other->device), std::move(t));
@@ -55,55 +45,21 @@ absl::Status Runtime::Impl::InPlace(const OpSpec& op, const StoredTensor& self,
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
     const OpSpec& op, std::span<const Value> in) {
-  const std::string name = OpName(op);
-  auto arity = [&](size_t lo, size_t hi) -> absl::Status {
-    if (in.size() >= lo && in.size() <= hi) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, " takes ",
-        lo == hi ? absl::StrCat(lo) : absl::StrCat(lo, " to ", hi),
-        " tensor operand", hi == 1 ? "" : "s", ", got ", in.size()));
-  };
+  // Arity, the same-device rule and the op's own rules, in one place with
+  // the eager client (core/op_plan.h); the *Out methods below then plan
+  // their kernels.
+  std::vector<OpInput> inputs;
+  inputs.reserve(in.size());
+  for (const Value& v : in) {
+    inputs.push_back(
+        OpInput{v.tensor->dtype, v.tensor->shape, v.tensor->device->name()});
+  }
+  const Capabilities none;  // no operand: PlanOp reports the arity first
+  RETURN_IF_ERROR(PlanOp(op, inputs,
+                         in.empty() ? Target{none, ""}
+                                    : TargetOf(*in[0].tensor->device))
+                      .status());
   const bool with_scalar = op.scalar.has_value();
-  switch (op.kind) {
-    case OpSpec::Kind::kBinary:
-    case OpSpec::Kind::kInPlace:
-      RETURN_IF_ERROR(with_scalar && op.in_place != InPlaceOp::kAxpy
-                          ? arity(1, 1)
-                          : arity(2, 2));
-      break;
-    case OpSpec::Kind::kMatMul:
-      RETURN_IF_ERROR(arity(2, 2));
-      break;
-    case OpSpec::Kind::kLinear:
-      RETURN_IF_ERROR(arity(2, 3));
-      break;
-    case OpSpec::Kind::kCat:
-      RETURN_IF_ERROR(arity(1, 1024));
-      break;
-    case OpSpec::Kind::kClamp:
-    case OpSpec::Kind::kWhere: {
-      using Kind = OpSpec::Bound::Kind;
-      const bool clamp = op.kind == OpSpec::Kind::kClamp;
-      size_t n = 1;
-      for (const OpSpec::Bound* b : {clamp ? &op.clamp_min : &op.where_input,
-                                     clamp ? &op.clamp_max : &op.where_other}) {
-        if (b->kind == Kind::kTensor) ++n;
-      }
-      RETURN_IF_ERROR(arity(n, n));
-      if (!clamp && (op.where_input.kind == Kind::kNone ||
-                     op.where_other.kind == Kind::kNone)) {
-        return absl::InvalidArgumentError(
-            "where takes an input and an other (each a tensor or a number)");
-      }
-      break;
-    }
-    default:
-      RETURN_IF_ERROR(arity(1, 1));
-      break;
-  }
-  for (size_t i = 1; i < in.size(); ++i) {
-    RETURN_IF_ERROR(SameDevice(*in[0].tensor, *in[i].tensor));
-  }
   const StoredTensor& x = *in[0].tensor;
   const StoredTensor* second = in.size() > 1 ? in[1].tensor.get() : nullptr;
   absl::StatusOr<Output> out;

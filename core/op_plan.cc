@@ -1,0 +1,286 @@
+#include "core/op_plan.h"
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
+#include "core/op_checks.h"
+#include "core/status.h"
+
+namespace tensord::core {
+namespace {
+
+using Bound = OpSpec::Bound;
+
+// The number of tensor operands `op` takes: [lo, hi].
+absl::Status CheckArity(const OpSpec& op, size_t n) {
+  size_t lo = 1, hi = 1;
+  const bool with_scalar = op.scalar.has_value();
+  switch (op.kind) {
+    case OpSpec::Kind::kBinary:
+    case OpSpec::Kind::kInPlace:
+      lo = hi = with_scalar && op.in_place != InPlaceOp::kAxpy ? 1 : 2;
+      break;
+    case OpSpec::Kind::kMatMul:
+      lo = hi = 2;
+      break;
+    case OpSpec::Kind::kLinear:
+      lo = 2;
+      hi = 3;
+      break;
+    case OpSpec::Kind::kCat:
+      hi = 1024;
+      break;
+    case OpSpec::Kind::kClamp:
+    case OpSpec::Kind::kWhere: {
+      const bool clamp = op.kind == OpSpec::Kind::kClamp;
+      for (const Bound* b : {clamp ? &op.clamp_min : &op.where_input,
+                             clamp ? &op.clamp_max : &op.where_other}) {
+        if (b->kind == Bound::Kind::kTensor) ++lo;
+      }
+      hi = lo;
+      break;
+    }
+    default:
+      break;
+  }
+  if (n < lo || n > hi) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        OpName(op), " takes ",
+        lo == hi ? absl::StrCat(lo) : absl::StrCat(lo, " to ", hi),
+        " tensor operand", hi == 1 ? "" : "s", ", got ", n));
+  }
+  if (op.kind == OpSpec::Kind::kWhere &&
+      (op.where_input.kind == Bound::Kind::kNone ||
+       op.where_other.kind == Bound::Kind::kNone)) {
+    return absl::InvalidArgumentError(
+        "where takes an input and an other (each a tensor or a number)");
+  }
+  return absl::OkStatus();
+}
+
+OperandDesc Desc(const OpInput& x) { return OperandDesc{x.dtype, x.shape}; }
+
+absl::StatusOr<OpResult> Result(DType dtype, Shape shape) {
+  return OpResult{dtype, std::move(shape), false};
+}
+
+absl::StatusOr<OpResult> PlanInPlace(const OpSpec& op,
+                                     std::span<const OpInput> in,
+                                     const Target& target) {
+  const OperandDesc self = Desc(in[0]);
+  std::optional<OperandDesc> other;
+  if (in.size() > 1) other.emplace(Desc(in[1]));
+  const Scalar* scalar =
+      !other && op.scalar.has_value() ? &*op.scalar : nullptr;
+  BinaryOp bop = BinaryOp::kAdd;
+  std::optional<Shape> scaled_shape;  // kAxpy: alpha * other
+  switch (op.in_place) {
+    case InPlaceOp::kAdd:
+      break;
+    case InPlaceOp::kSub:
+      bop = BinaryOp::kSub;
+      break;
+    case InPlaceOp::kMul:
+      bop = BinaryOp::kMul;
+      break;
+    case InPlaceOp::kDiv:
+      bop = BinaryOp::kDiv;
+      break;
+    case InPlaceOp::kAxpy: {
+      if (!other) {
+        return absl::InvalidArgumentError("axpy_ needs a tensor operand x");
+      }
+      RETURN_IF_ERROR(CheckAxpyAlpha(other->dtype, op.alpha));
+      ASSIGN_OR_RETURN(BinaryPlan scaled,
+                       PlanBinary(BinaryOp::kMul, *other, nullptr, &op.alpha,
+                                  nullptr, target));
+      scaled_shape.emplace(std::move(scaled.out));
+      other.emplace(OperandDesc{scaled.out_dtype, *scaled_shape});
+      break;
+    }
+  }
+  RETURN_IF_ERROR(PlanBinary(bop, self, other ? &*other : nullptr, scalar,
+                             &self, target)
+                      .status());
+  return OpResult{in[0].dtype, in[0].shape, true};
+}
+
+absl::StatusOr<OpResult> PlanLinear(std::span<const OpInput> in,
+                                    const Target& target) {
+  const OpInput& x = in[0];
+  const OpInput& w = in[1];
+  RETURN_IF_ERROR(CheckLinearShapes(x.shape, w.shape));
+  const int64_t wt_dims[] = {w.shape.dim(1), w.shape.dim(0)};
+  ASSIGN_OR_RETURN(Shape wt, Shape::Make(wt_dims));
+  ASSIGN_OR_RETURN(MatMulPlan y,
+                   PlanMatMul(x.dtype, x.shape, w.dtype, wt, target));
+  if (in.size() < 3) return Result(y.dtype, std::move(y.out));
+  const OperandDesc bias = Desc(in[2]);
+  ASSIGN_OR_RETURN(BinaryPlan sum,
+                   PlanBinary(BinaryOp::kAdd, OperandDesc{y.dtype, y.out},
+                              &bias, nullptr, nullptr, target));
+  return Result(sum.out_dtype, std::move(sum.out));
+}
+
+absl::StatusOr<OpResult> PlanClampOp(const OpSpec& op,
+                                     std::span<const OpInput> in,
+                                     const Target& target) {
+  const bool min_tensor = op.clamp_min.kind == Bound::Kind::kTensor;
+  const bool max_tensor = op.clamp_max.kind == Bound::Kind::kTensor;
+  std::optional<OperandDesc> lo, hi;
+  if (min_tensor) lo.emplace(Desc(in[1]));
+  if (max_tensor) hi.emplace(Desc(in[min_tensor ? 2 : 1]));
+  const Scalar* lo_number =
+      op.clamp_min.kind == Bound::Kind::kScalar ? &op.clamp_min.scalar : nullptr;
+  const Scalar* hi_number =
+      op.clamp_max.kind == Bound::Kind::kScalar ? &op.clamp_max.scalar : nullptr;
+  ASSIGN_OR_RETURN(const DType dtype,
+                   PlanClamp(Desc(in[0]), lo ? &*lo : nullptr, lo_number,
+                             hi ? &*hi : nullptr, hi_number));
+  // As the executor runs it: every tensor in the result dtype, then
+  // maximum(x, min), then minimum(that, max).
+  for (const OpInput& t : in) RETURN_IF_ERROR(PlanCast(t.dtype, dtype, target));
+  Shape out = in[0].shape;
+  auto step = [&](BinaryOp bop, const std::optional<OperandDesc>& bound,
+                  const Scalar* number) -> absl::Status {
+    std::optional<OperandDesc> b;
+    if (bound) b.emplace(OperandDesc{dtype, bound->shape});
+    ASSIGN_OR_RETURN(BinaryPlan plan,
+                     PlanBinary(bop, OperandDesc{dtype, out},
+                                b ? &*b : nullptr, b ? nullptr : number,
+                                nullptr, target));
+    out = std::move(plan.out);
+    return absl::OkStatus();
+  };
+  if (op.clamp_min.kind != Bound::Kind::kNone) {
+    RETURN_IF_ERROR(step(BinaryOp::kMaximum, lo, lo_number));
+  }
+  if (op.clamp_max.kind != Bound::Kind::kNone) {
+    RETURN_IF_ERROR(step(BinaryOp::kMinimum, hi, hi_number));
+  }
+  return Result(dtype, std::move(out));
+}
+
+absl::StatusOr<OpResult> PlanWhereOp(const OpSpec& op,
+                                     std::span<const OpInput> in,
+                                     const Target& target) {
+  size_t next = 1;
+  std::optional<OperandDesc> x, y;
+  if (op.where_input.kind == Bound::Kind::kTensor) x.emplace(Desc(in[next++]));
+  if (op.where_other.kind == Bound::Kind::kTensor) y.emplace(Desc(in[next++]));
+  ASSIGN_OR_RETURN(
+      WherePlan plan,
+      PlanWhere(Desc(in[0]), x ? &*x : nullptr,
+                x ? nullptr : &op.where_input.scalar, y ? &*y : nullptr,
+                y ? nullptr : &op.where_other.scalar, target));
+  return Result(plan.dtype, std::move(plan.out));
+}
+
+absl::StatusOr<OpResult> PlanReduceOp(const OpSpec& op, const OpInput& x,
+                                      const Target& target) {
+  std::span<const int64_t> dims = op.reduce_dims;
+  if (dims.empty() && op.dim.has_value()) dims = std::span(&*op.dim, 1);
+  ASSIGN_OR_RETURN(ReducePlan plan, PlanReduce(op.reduce, x.dtype, x.shape,
+                                               dims, op.keepdim, target));
+  return Result(plan.out_dtype, std::move(plan.out));
+}
+
+absl::StatusOr<OpResult> PlanTranspose(const OpSpec& op, const OpInput& x) {
+  const int rank = x.shape.rank();
+  ASSIGN_OR_RETURN(const int d0, WrapDim(op.dim.value_or(0), rank));
+  ASSIGN_OR_RETURN(const int d1, WrapDim(op.dim1, rank));
+  std::vector<int64_t> perm(rank);
+  for (int i = 0; i < rank; ++i) perm[i] = i;
+  if (rank > 0) std::swap(perm[d0], perm[d1]);
+  ASSIGN_OR_RETURN(PermutePlan plan, PlanPermute(x.shape, perm));
+  return Result(x.dtype, std::move(plan.out));
+}
+
+}  // namespace
+
+absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
+                                std::span<const OpInput> in,
+                                const Target& target) {
+  RETURN_IF_ERROR(CheckArity(op, in.size()));
+  for (size_t i = 1; i < in.size(); ++i) {
+    if (in[i].device != in[0].device) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Expected all tensors to be on the same device, but found at least "
+          "two devices, ",
+          ToAbsl(in[0].device), " and ", ToAbsl(in[i].device), "!"));
+    }
+  }
+  const OpInput& x = in[0];
+  switch (op.kind) {
+    case OpSpec::Kind::kBinary: {
+      std::optional<OperandDesc> b;
+      if (in.size() > 1) b.emplace(Desc(in[1]));
+      ASSIGN_OR_RETURN(
+          BinaryPlan plan,
+          PlanBinary(op.binary, Desc(x), b ? &*b : nullptr,
+                     b ? nullptr : &*op.scalar, nullptr, target));
+      return Result(plan.out_dtype, std::move(plan.out));
+    }
+    case OpSpec::Kind::kInPlace:
+      return PlanInPlace(op, in, target);
+    case OpSpec::Kind::kUnary: {
+      ASSIGN_OR_RETURN(const DType dtype, PlanUnary(op.unary, x.dtype, target));
+      return Result(dtype, x.shape);
+    }
+    case OpSpec::Kind::kMatMul: {
+      ASSIGN_OR_RETURN(MatMulPlan plan, PlanMatMul(x.dtype, x.shape, in[1].dtype,
+                                                   in[1].shape, target));
+      return Result(plan.dtype, std::move(plan.out));
+    }
+    case OpSpec::Kind::kLinear:
+      return PlanLinear(in, target);
+    case OpSpec::Kind::kReduce:
+      return PlanReduceOp(op, x, target);
+    case OpSpec::Kind::kSoftmax:
+      RETURN_IF_ERROR(
+          PlanSoftmax(x.dtype, x.shape, op.dim.value_or(-1), op.log).status());
+      return Result(x.dtype, x.shape);
+    case OpSpec::Kind::kClamp:
+      return PlanClampOp(op, in, target);
+    case OpSpec::Kind::kWhere:
+      return PlanWhereOp(op, in, target);
+    case OpSpec::Kind::kPermute: {
+      ASSIGN_OR_RETURN(PermutePlan plan, PlanPermute(x.shape, op.dims));
+      return Result(x.dtype, std::move(plan.out));
+    }
+    case OpSpec::Kind::kTranspose:
+      return PlanTranspose(op, x);
+    case OpSpec::Kind::kReshape: {
+      ASSIGN_OR_RETURN(Shape shape, PlanReshape(x.shape, op.dims));
+      return Result(x.dtype, std::move(shape));
+    }
+    case OpSpec::Kind::kNarrow:
+    case OpSpec::Kind::kSelect: {
+      ASSIGN_OR_RETURN(
+          SlicePlan plan,
+          op.kind == OpSpec::Kind::kSelect
+              ? PlanSelect(x.shape, op.dim.value_or(0), op.start)
+              : PlanNarrow(x.shape, op.dim.value_or(0), op.start, op.length));
+      return Result(x.dtype, std::move(plan.out));
+    }
+    case OpSpec::Kind::kCat: {
+      std::vector<OperandDesc> descs;
+      descs.reserve(in.size());
+      for (const OpInput& t : in) descs.push_back(Desc(t));
+      ASSIGN_OR_RETURN(CatPlan plan,
+                       PlanCat(descs, op.dim.value_or(0), target));
+      return Result(plan.dtype, std::move(plan.out));
+    }
+    case OpSpec::Kind::kCast:
+      RETURN_IF_ERROR(ValidateDType(op.dtype));
+      RETURN_IF_ERROR(PlanCast(x.dtype, op.dtype, target));
+      return Result(op.dtype, x.shape);
+  }
+  return absl::InternalError(absl::StrCat("PlanOp: unknown op kind ",
+                                          static_cast<int>(op.kind)));
+}
+
+}  // namespace tensord::core

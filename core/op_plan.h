@@ -1,0 +1,57 @@
+// What a whole op will produce, known before anything runs: the one
+// function the server's executor and the eager client (issue 17) both ask,
+// so an op's result metadata and its errors are the same on either side.
+//
+// PlanOp checks, in this order: the op's tensor arity and required fields,
+// PyTorch's same-device rule, then the op's own rules through the family
+// planners of core/planner.h on the target device's capability table. It
+// returns the result's dtype and shape (on the inputs' device), or the error
+// with PyTorch's message and the code the server answers with.
+//
+// Composite ops (softmax, clamp, linear) are checked by their leading
+// kernels' plans; the intermediate kernels they launch run in dtypes every
+// device supports for the op's own dtype (core/device.cc's common table).
+//
+// Thread-safety: a pure function.
+#ifndef TENSORD_CORE_OP_PLAN_H_
+#define TENSORD_CORE_OP_PLAN_H_
+
+#include <span>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "core/dtype.h"
+#include "core/ops.h"
+#include "core/planner.h"
+#include "core/shape.h"
+
+namespace tensord::core {
+
+// One tensor operand of an op, in the order of OpSpec::inputs. The shape
+// and the device name are borrowed for the call.
+struct OpInput {
+  DType dtype;
+  const Shape& shape;
+  std::string_view device;
+};
+
+struct OpResult {
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  // The op updates inputs[0] in place (kInPlace): the result is that tensor.
+  bool in_place = false;
+};
+
+// INVALID_ARGUMENT "<op> takes 2 tensor operands, got 1" for a wrong
+// number of tensors (and for where without both branches);
+// FAILED_PRECONDITION "Expected all tensors to be on the same device, but
+// found at least two devices, cuda:0 and cpu!" for operands on different
+// devices; otherwise the op's plan's own errors. `target` is the device of
+// inputs[0].
+absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
+                                std::span<const OpInput> inputs,
+                                const Target& target);
+
+}  // namespace tensord::core
+
+#endif  // TENSORD_CORE_OP_PLAN_H_

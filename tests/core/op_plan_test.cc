@@ -1,0 +1,303 @@
+// PlanOp (core/op_plan.h): a whole op's result metadata or error, before
+// anything runs. First its own rules (arity, the same-device rule, in-place
+// results); then that it agrees with what the Runtime does, op by op and
+// operand by operand, on the CPU device: the same dtype and shape, or the
+// same code and message. The eager client relies on that agreement.
+#include "core/op_plan.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/runtime.h"
+
+namespace tensord::core {
+namespace {
+
+Shape S(std::vector<int64_t> dims) { return *Shape::Make(dims); }
+
+Capabilities Everything() {
+  Capabilities caps;
+  for (int op = 0; op < kOpKindCount; ++op) {
+    caps.AllowAll(static_cast<OpKind>(op));
+  }
+  return caps;
+}
+const Capabilities kEverything = Everything();
+const Target kAnyDevice{kEverything, "cpu"};
+
+OpSpec Binary(BinaryOp op) {
+  OpSpec spec;
+  spec.kind = OpSpec::Kind::kBinary;
+  spec.binary = op;
+  return spec;
+}
+
+TEST(OpPlanTest, ArityAndTheSameDeviceRule) {
+  const Shape s = S({2, 3});
+  const OpInput cpu{DType::kFloat32, s, "cpu"};
+  const OpInput gpu{DType::kFloat32, s, "cuda:0"};
+  OpSpec add = Binary(BinaryOp::kAdd);
+  auto one = PlanOp(add, std::vector<OpInput>{cpu}, kAnyDevice);
+  EXPECT_EQ(one.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(one.status().message(), "add takes 2 tensor operands, got 1");
+  auto two = PlanOp(add, std::vector<OpInput>{gpu, cpu}, kAnyDevice);
+  EXPECT_EQ(two.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(two.status().message(),
+            "Expected all tensors to be on the same device, but found at "
+            "least two devices, cuda:0 and cpu!");
+  // Arity comes first: no operand at all.
+  auto none = PlanOp(add, std::vector<OpInput>{}, kAnyDevice);
+  EXPECT_EQ(none.status().message(), "add takes 2 tensor operands, got 0");
+
+  OpSpec where;
+  where.kind = OpSpec::Kind::kWhere;
+  where.where_input.kind = OpSpec::Bound::Kind::kScalar;
+  const Shape b = S({3});
+  auto w = PlanOp(where, std::vector<OpInput>{{DType::kBool, b, "cpu"}},
+                  kAnyDevice);
+  EXPECT_EQ(w.status().message(),
+            "where takes an input and an other (each a tensor or a number)");
+}
+
+TEST(OpPlanTest, ResultsOfEachFamily) {
+  const Shape m23 = S({2, 3}), m34 = S({3, 4}), v3 = S({3}), m53 = S({5, 3});
+  const OpInput x{DType::kInt64, m23, "cpu"};
+  const OpInput y{DType::kFloat32, v3, "cpu"};
+  // Broadcast and promotion.
+  auto add = PlanOp(Binary(BinaryOp::kAdd), std::vector<OpInput>{x, y},
+                    kAnyDevice);
+  ASSERT_TRUE(add.ok()) << add.status();
+  EXPECT_EQ(add->dtype, DType::kFloat32);
+  EXPECT_EQ(add->shape, m23);
+  EXPECT_FALSE(add->in_place);
+  // Comparisons give bool.
+  auto lt = PlanOp(Binary(BinaryOp::kLt), std::vector<OpInput>{x, y},
+                   kAnyDevice);
+  EXPECT_EQ(lt->dtype, DType::kBool);
+  // matmul and linear (x [2,3] . W[5,3]^T + b[5]).
+  OpSpec mm;
+  mm.kind = OpSpec::Kind::kMatMul;
+  const OpInput f23{DType::kFloat32, m23, "cpu"};
+  auto p = PlanOp(mm, std::vector<OpInput>{f23, {DType::kFloat32, m34, "cpu"}},
+                  kAnyDevice);
+  EXPECT_EQ(p->shape, S({2, 4}));
+  OpSpec linear;
+  linear.kind = OpSpec::Kind::kLinear;
+  const Shape b5 = S({5});
+  auto l = PlanOp(linear,
+                  std::vector<OpInput>{f23,
+                                       {DType::kFloat32, m53, "cpu"},
+                                       {DType::kFloat32, b5, "cpu"}},
+                  kAnyDevice);
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->shape, S({2, 5}));
+  // In place: the target, unchanged; a float into an int64 is refused.
+  OpSpec add_;
+  add_.kind = OpSpec::Kind::kInPlace;
+  add_.in_place = InPlaceOp::kAdd;
+  auto ip = PlanOp(add_, std::vector<OpInput>{f23, y}, kAnyDevice);
+  ASSERT_TRUE(ip.ok()) << ip.status();
+  EXPECT_TRUE(ip->in_place);
+  EXPECT_EQ(ip->dtype, DType::kFloat32);
+  EXPECT_EQ(ip->shape, m23);
+  EXPECT_EQ(PlanOp(add_, std::vector<OpInput>{x, y}, kAnyDevice).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // transpose, reduce with keepdim, cast.
+  OpSpec t;
+  t.kind = OpSpec::Kind::kTranspose;
+  t.dim = 0;
+  t.dim1 = -1;
+  EXPECT_EQ(PlanOp(t, std::vector<OpInput>{x}, kAnyDevice)->shape, S({3, 2}));
+  OpSpec mean;
+  mean.kind = OpSpec::Kind::kReduce;
+  mean.reduce = ReduceOp::kMean;
+  mean.dim = 1;
+  mean.keepdim = true;
+  auto r = PlanOp(mean, std::vector<OpInput>{f23}, kAnyDevice);
+  EXPECT_EQ(r->shape, S({2, 1}));
+  EXPECT_EQ(PlanOp(mean, std::vector<OpInput>{x}, kAnyDevice).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // mean of int64
+  OpSpec cast;
+  cast.kind = OpSpec::Kind::kCast;
+  cast.dtype = DType::kFloat16;
+  EXPECT_EQ(PlanOp(cast, std::vector<OpInput>{x}, kAnyDevice)->dtype,
+            DType::kFloat16);
+}
+
+// What the runtime answers for `op` on the tensors `handles`: the result's
+// dtype and shape, or the status.
+struct Outcome {
+  absl::Status status;
+  DType dtype = DType::kFloat32;
+  Shape shape;
+};
+
+class OpPlanAgreesWithTheRuntime : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    RuntimeOptions options;
+    options.host_memory_budget = 64 << 20;
+    rt_ = Runtime::Create(std::move(options)).value();
+    session_ = rt_->OpenSession("test").value();
+    device_ = rt_->FindDevice("cpu").value();
+  }
+
+  TensorMeta Make(DType dtype, const std::vector<int64_t>& dims) {
+    return rt_->CreateFilled(session_, "cpu", dtype, dims, FillSpec{}, 0, "")
+        .value();
+  }
+
+  // Runs `op` on `tensors` both ways and compares.
+  void Check(OpSpec op, const std::vector<TensorMeta>& tensors) {
+    std::vector<OpInput> inputs;
+    op.inputs.clear();
+    for (const TensorMeta& t : tensors) {
+      inputs.push_back(OpInput{t.dtype, t.shape, t.device});
+      op.inputs.push_back(Operand::Handle(t.handle));
+    }
+    const absl::StatusOr<OpResult> planned =
+        PlanOp(op, inputs, TargetOf(*device_));
+    const absl::StatusOr<TensorMeta> ran = rt_->Run(session_, op);
+    std::string what = OpName(op);
+    for (const TensorMeta& t : tensors) {
+      what.append(" ").append(t.shape.ToString()).append(":");
+      what.append(DTypeName(t.dtype));
+    }
+    ++checked_;
+    if (!ran.ok()) {
+      ASSERT_FALSE(planned.ok()) << what << ": the runtime said "
+                                 << ran.status() << ", the plan "
+                                 << planned->shape.ToString();
+      EXPECT_EQ(planned.status(), ran.status()) << what;
+      return;
+    }
+    ASSERT_TRUE(planned.ok()) << what << ": " << planned.status();
+    EXPECT_EQ(planned->dtype, ran->dtype) << what;
+    EXPECT_EQ(planned->shape, ran->shape) << what;
+    EXPECT_EQ(planned->in_place, ran->handle == tensors[0].handle) << what;
+    if (ran->handle != tensors[0].handle) {
+      ASSERT_TRUE(rt_->Release(session_, ran->handle).ok());
+    }
+  }
+
+  std::unique_ptr<Runtime> rt_;
+  std::string session_;
+  Device* device_ = nullptr;
+  int checked_ = 0;
+};
+
+TEST_F(OpPlanAgreesWithTheRuntime, OnEveryOpFamilyAndOperandMix) {
+  const std::vector<DType> dtypes = {DType::kFloat32, DType::kFloat64,
+                                     DType::kInt64, DType::kBool,
+                                     DType::kFloat16};
+  const std::vector<std::vector<int64_t>> shapes = {
+      {2, 3}, {3}, {}, {3, 2}, {1, 3}, {0, 3}};
+  std::vector<TensorMeta> pool;
+  for (DType d : dtypes) {
+    for (const auto& s : shapes) pool.push_back(Make(d, s));
+  }
+
+  std::vector<OpSpec> unary_ops, binary_ops;
+  for (UnaryOp u : {UnaryOp::kNeg, UnaryOp::kExp, UnaryOp::kRelu,
+                    UnaryOp::kSigmoid}) {
+    OpSpec op;
+    op.kind = OpSpec::Kind::kUnary;
+    op.unary = u;
+    unary_ops.push_back(op);
+  }
+  for (ReduceOp r : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax}) {
+    OpSpec op;
+    op.kind = OpSpec::Kind::kReduce;
+    op.reduce = r;
+    unary_ops.push_back(op);
+    op.dim = -1;
+    unary_ops.push_back(op);
+    op.dim = 2;  // out of range for most
+    unary_ops.push_back(op);
+  }
+  {
+    OpSpec op;
+    op.kind = OpSpec::Kind::kSoftmax;
+    op.dim = 0;
+    unary_ops.push_back(op);
+    op.kind = OpSpec::Kind::kTranspose;
+    op.dim = 0;
+    op.dim1 = 1;
+    unary_ops.push_back(op);
+    op.kind = OpSpec::Kind::kReshape;
+    op.dims = {-1};
+    unary_ops.push_back(op);
+    op.dims = {3, -1};
+    unary_ops.push_back(op);
+    op.kind = OpSpec::Kind::kPermute;
+    op.dims = {1, 0};
+    unary_ops.push_back(op);
+    op.kind = OpSpec::Kind::kNarrow;
+    op.dim = 0;
+    op.start = 0;
+    op.length = 1;
+    unary_ops.push_back(op);
+    op.kind = OpSpec::Kind::kSelect;
+    op.start = 1;
+    unary_ops.push_back(op);
+    op.kind = OpSpec::Kind::kCast;
+    op.dtype = DType::kInt32;
+    unary_ops.push_back(op);
+    op.kind = OpSpec::Kind::kClamp;
+    op.clamp_min = {OpSpec::Bound::Kind::kScalar, Scalar::Float(0.5)};
+    unary_ops.push_back(op);
+    op = Binary(BinaryOp::kMul);
+    op.scalar = Scalar::Float(2.5);
+    unary_ops.push_back(op);
+    op.kind = OpSpec::Kind::kInPlace;
+    op.in_place = InPlaceOp::kDiv;
+    unary_ops.push_back(op);
+  }
+  for (BinaryOp b : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kDiv,
+                     BinaryOp::kPow, BinaryOp::kEq}) {
+    binary_ops.push_back(Binary(b));
+  }
+  {
+    OpSpec op;
+    op.kind = OpSpec::Kind::kMatMul;
+    binary_ops.push_back(op);
+    op.kind = OpSpec::Kind::kLinear;
+    binary_ops.push_back(op);
+    op.kind = OpSpec::Kind::kCat;
+    op.dim = 0;
+    binary_ops.push_back(op);
+    op.kind = OpSpec::Kind::kInPlace;
+    op.in_place = InPlaceOp::kSub;
+    binary_ops.push_back(op);
+    op.in_place = InPlaceOp::kAxpy;
+    op.alpha = Scalar::Float(0.5);
+    binary_ops.push_back(op);
+    op.kind = OpSpec::Kind::kClamp;
+    op.clamp_min = {OpSpec::Bound::Kind::kTensor, {}};
+    binary_ops.push_back(op);
+    op.kind = OpSpec::Kind::kWhere;
+    op.where_input = {OpSpec::Bound::Kind::kTensor, {}};
+    op.where_other = {OpSpec::Bound::Kind::kScalar, Scalar::Int(3)};
+    binary_ops.push_back(op);
+  }
+
+  for (const OpSpec& op : unary_ops) {
+    for (const TensorMeta& x : pool) Check(op, {x});
+  }
+  for (const OpSpec& op : binary_ops) {
+    for (const TensorMeta& a : pool) {
+      for (const TensorMeta& b : pool) Check(op, {a, b});
+    }
+  }
+  // Wrong arity and mixed devices need no second device to plan; the
+  // runtime's same-device case is in runtime_test.
+  Check(Binary(BinaryOp::kAdd), {pool[0]});
+  EXPECT_GT(checked_, 2000);
+}
+
+}  // namespace
+}  // namespace tensord::core
