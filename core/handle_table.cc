@@ -406,6 +406,28 @@ absl::StatusOr<HandleEntry> HandleTable::Remove(std::string_view session,
   return entry;
 }
 
+absl::Status HandleTable::Rename(std::string_view session, uint64_t from,
+                                 uint64_t to) {
+  if (to < kFirstClientHandle) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "result handle ", to, " is not one a client may choose: those are ",
+        kFirstClientHandle, " (2^63) and above"));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));
+  absl::MutexLock lock(&s->mu);
+  auto it = s->entries.find(from);
+  if (it == s->entries.end()) return UnknownHandle(from);
+  if (s->entries.contains(to)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "result handle ", to, " is already in use in this session"));
+  }
+  HandleEntry entry = std::move(it->second);
+  s->entries.erase(it);
+  entry.handle = to;
+  s->entries.emplace(to, std::move(entry));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint64_t> HandleTable::AddRegion(
     std::string_view session, std::shared_ptr<SharedMemoryMapping> region) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));

@@ -41,6 +41,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/session_bound.h"
 #include "core/shape.h"
 
 namespace tensord::core {
@@ -66,19 +67,6 @@ struct HandleEntry {
   Clock::time_point last_used;
 };
 
-// Something an open stream of a session holds (an upload's memory, a
-// reader's tensor) that must be let go when the session ends. See
-// HandleTable::Bind.
-class SessionBound {
- public:
-  virtual ~SessionBound() = default;
-  // The session ended; `why` says how (NOT_FOUND: closed or its lease ran
-  // out; UNAVAILABLE: the server is shutting down). Called at most once, on
-  // the thread that ended the session, with no lock of the table held; must
-  // not call back into the table.
-  virtual void OnSessionEnded(const absl::Status& why) = 0;
-};
-
 // One session as an operator sees it; never carries the full session id
 // (which is the session's only credential).
 struct SessionSummary {
@@ -90,6 +78,10 @@ struct SessionSummary {
   HandleEntry::Clock::time_point created;
   std::vector<HandleEntry> entries;  // filled when asked for
 };
+
+// Handles at or above this one are chosen by clients (HandleTable::Rename);
+// the table issues handles below it.
+inline constexpr uint64_t kFirstClientHandle = uint64_t{1} << 63;
 
 // Request ids (exactly-once retries) are 1 to this many printable bytes.
 inline constexpr size_t kMaxRequestIdBytes = 64;
@@ -201,6 +193,12 @@ class HandleTable {
   absl::StatusOr<std::vector<HandleEntry>> List(std::string_view session) const;
   // Removes one entry and returns it. NOT_FOUND as Lookup.
   absl::StatusOr<HandleEntry> Remove(std::string_view session, uint64_t handle);
+  // Gives entry `from` the handle `to`, a handle the client chose (the
+  // session's ordered stream names results itself). `to` must lie in
+  // [kFirstClientHandle, 2^64) — the counter never reaches there, so a
+  // client's choice never meets a handle the table issued — and not be in
+  // use in the session: INVALID_ARGUMENT otherwise. NOT_FOUND as Lookup.
+  absl::Status Rename(std::string_view session, uint64_t from, uint64_t to);
 
   // Shared-memory regions of a session (see core/shared_memory.h). Region
   // ids come from the handle counter, so one session's id is NOT_FOUND in

@@ -130,6 +130,7 @@ std::vector<DeviceStatus> Runtime::Impl::ListDevices() const {
     s.budget_bytes = slot->budget;
     s.live_tensors = slot->live_tensors.load();
     s.allocation_failures = slot->allocation_failures.load();
+    s.capabilities = slot->device->capabilities();
     out.push_back(std::move(s));
   }
   return out;
@@ -388,6 +389,16 @@ absl::Status Runtime::Release(std::string_view session, uint64_t handle) {
   entries.push_back(std::move(entry));
   impl_->Forget(std::move(entries));
   return absl::OkStatus();
+}
+
+absl::Status Runtime::RenameHandle(std::string_view session, uint64_t from,
+                                   uint64_t to) {
+  return impl_->table().Rename(session, from, to);
+}
+
+absl::Status Runtime::BindToSession(std::string_view session,
+                                    std::weak_ptr<SessionBound> bound) {
+  return impl_->table().Bind(session, std::move(bound));
 }
 
 size_t Runtime::ReleaseIfPresent(std::string_view session,

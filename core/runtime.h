@@ -37,6 +37,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/ops.h"
+#include "core/session_bound.h"
 #include "core/shape.h"
 
 namespace tensord::core {
@@ -70,6 +71,7 @@ struct DeviceStatus {
   uint64_t live_tensors = 0;
   // Allocations refused by the budget or by the device, since start.
   uint64_t allocation_failures = 0;
+  Capabilities capabilities;  // what it computes (the planner's table)
 };
 
 // An open session, for operators (tensorctl sessions). The id is shortened:
@@ -191,6 +193,11 @@ class Runtime {
   };
   absl::StatusOr<std::unique_ptr<CallScope>> BeginCall(
       std::string_view session);
+  // Ties `bound` to the session: its OnSessionEnded runs when the session
+  // ends (closed, its lease ran out, shutdown) if `bound` is still alive.
+  // NOT_FOUND for an unknown session.
+  absl::Status BindToSession(std::string_view session,
+                             std::weak_ptr<SessionBound> bound);
   // Closes every session whose lease has run out now (the reaper does this
   // periodically); returns how many.
   size_t ReapExpiredSessions();
@@ -303,6 +310,10 @@ class Runtime {
                                        uint64_t handle);
   absl::StatusOr<std::vector<TensorMeta>> ListTensors(std::string_view session);
   absl::Status Release(std::string_view session, uint64_t handle);
+  // Gives tensor `from` the client-chosen handle `to` (see
+  // HandleTable::Rename for the rules and codes).
+  absl::Status RenameHandle(std::string_view session, uint64_t from,
+                            uint64_t to);
   // Releases each of `handles` that `session` still has; the others
   // (already released, never its own) are skipped, since a client lists
   // tensors it let go of and may list one twice when it retries. Returns

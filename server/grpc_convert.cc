@@ -358,6 +358,28 @@ void ToProto(const core::TensorMeta& meta, v1::TensorInfo* out) {
   out->set_idle_ms(meta.idle_ms);
 }
 
+v1::OpFamily ToProto(core::OpKind kind) {
+  switch (kind) {
+    case core::OpKind::kFill:
+      return v1::FILL;
+    case core::OpKind::kRandomFill:
+      return v1::RANDOM_FILL;
+    case core::OpKind::kCast:
+      return v1::CAST;
+    case core::OpKind::kBinary:
+      return v1::BINARY_FAMILY;
+    case core::OpKind::kMatMul:
+      return v1::MATMUL_FAMILY;
+    case core::OpKind::kUnary:
+      return v1::UNARY_FAMILY;
+    case core::OpKind::kReduce:
+      return v1::REDUCE_FAMILY;
+    case core::OpKind::kWhere:
+      return v1::WHERE_FAMILY;
+  }
+  return v1::OP_FAMILY_UNSPECIFIED;
+}
+
 void ToProto(const core::DeviceStatus& device, v1::DeviceInfo* out) {
   out->set_name(device.name);
   out->set_kind(std::string(core::DeviceKindName(device.kind)));
@@ -370,6 +392,18 @@ void ToProto(const core::DeviceStatus& device, v1::DeviceInfo* out) {
   out->set_compute_capability_minor(device.properties.compute_capability_minor);
   out->set_multiprocessor_count(device.properties.multiprocessor_count);
   out->set_live_tensors(device.live_tensors);
+  for (int op = 0; op < core::kOpKindCount; ++op) {
+    uint32_t dtypes = 0;
+    for (core::DType d : core::kEveryDType) {
+      if (device.capabilities.Has(static_cast<core::OpKind>(op), d)) {
+        dtypes |= uint32_t{1} << static_cast<int>(d);
+      }
+    }
+    if (dtypes == 0) continue;
+    v1::Capability* cap = out->add_capabilities();
+    cap->set_family(ToProto(static_cast<core::OpKind>(op)));
+    cap->set_dtypes(dtypes);
+  }
 }
 
 }  // namespace tensord::server

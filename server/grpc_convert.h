@@ -32,6 +32,7 @@ absl::StatusOr<core::FillSpec> FromProto(const v1::Fill& fill);
 
 void ToProto(const core::TensorMeta& meta, v1::TensorInfo* out);
 void ToProto(const core::DeviceStatus& device, v1::DeviceInfo* out);
+v1::OpFamily ToProto(core::OpKind kind);
 
 // The repeated int64 shape field as a span (no copy).
 inline std::span<const int64_t> Dims(

@@ -20,6 +20,7 @@
 #include "proto/wire/bulk.h"
 #include "proto/wire/parse_error.h"
 #include "server/grpc_convert.h"
+#include "server/grpc_rpc.h"
 #include "server/grpc_status.h"
 #include "server/list_page.h"
 
@@ -47,46 +48,6 @@ std::string NewInstanceId() {
   return absl::StrFormat("%016x", id);
 }
 
-// Parses a raw request into `req`. A request that is not one is
-// INVALID_ARGUMENT saying what is wrong with it (DESIGN.md: a malformed
-// request), and so is a call without a request message.
-absl::Status ParseRequest(const grpc::ByteBuffer& raw,
-                          google::protobuf::Message* req) {
-  const google::protobuf::Descriptor& type = *req->GetDescriptor();
-  if (!raw.Valid()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the call carries no ", type.full_name(),
-                     " (a unary RPC takes exactly one request message)"));
-  }
-  grpc::ByteBuffer copy(raw);  // shares the slices; the reader needs non-const
-  grpc::ProtoBufferReader reader(&copy);
-  if (reader.status().ok() && req->ParseFromZeroCopyStream(&reader)) {
-    return absl::OkStatus();
-  }
-  // The slow path, for bad requests only: the bytes in one piece.
-  grpc::Slice flat;
-  if (!raw.DumpToSingleSlice(&flat).ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the ", type.full_name(), " message cannot be read"));
-  }
-  return absl::InvalidArgumentError(wire::DescribeParseError(
-      type, std::string_view(reinterpret_cast<const char*>(flat.begin()),
-                             flat.size())));
-}
-
-// Serializes a reply into the raw response.
-absl::Status SerializeReply(const google::protobuf::Message& resp,
-                            grpc::ByteBuffer* raw) {
-  bool own_buffer = false;
-  const grpc::Status status =
-      grpc::SerializationTraits<google::protobuf::Message>::Serialize(
-          resp, raw, &own_buffer);
-  if (status.ok()) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat("the ", resp.GetTypeName(),
-                   " reply does not serialize: ", status.error_message()));
-}
-
 }  // namespace
 
 TensorServiceImpl::TensorServiceImpl(core::Runtime* runtime, Metrics* metrics,
@@ -95,42 +56,6 @@ TensorServiceImpl::TensorServiceImpl(core::Runtime* runtime, Metrics* metrics,
       metrics_(metrics),
       auth_(auth),
       instance_id_(NewInstanceId()) {}
-
-// One RPC's bookkeeping: its request id, its start time, the in-flight
-// count that graceful shutdown waits on, the instance id every reply
-// carries, and the one exit through which its status is mapped, logged and
-// counted.
-class RpcScope {
- public:
-  RpcScope(TensorServiceImpl* service, grpc::CallbackServerContext* ctx,
-           const char* method)
-      : service_(service),
-        method_(method),
-        request_id_(service->NextRequestId()),
-        start_(std::chrono::steady_clock::now()) {
-    service_->in_flight_.fetch_add(1);
-    ctx->AddTrailingMetadata(kInstanceMetadataKey, service_->instance_id_);
-  }
-  ~RpcScope() { service_->in_flight_.fetch_sub(1); }
-  RpcScope(const RpcScope&) = delete;
-  RpcScope& operator=(const RpcScope&) = delete;
-
-  grpc::Status Finish(const absl::Status& status) {
-    grpc::Status mapped = FinishRpc(method_, request_id_, status);
-    const double seconds = std::chrono::duration<double>(
-                               std::chrono::steady_clock::now() - start_)
-                               .count();
-    service_->metrics_->RecordRpc(
-        method_, absl::StatusCodeToString(status.code()), seconds);
-    return mapped;
-  }
-
- private:
-  TensorServiceImpl* service_;  // borrowed
-  const char* method_;
-  const uint64_t request_id_;
-  const std::chrono::steady_clock::time_point start_;
-};
 
 absl::Status TensorServiceImpl::CheckServing(
     const grpc::CallbackServerContext* ctx) const {
@@ -236,6 +161,16 @@ absl::Status TensorServiceImpl::Deduplicated(
   }
   return status;
 }
+
+// The requests with a `release` list (the stream runs them too).
+template absl::Status TensorServiceImpl::ReleaseListed(
+    const v1::CreateRequest& req);
+template absl::Status TensorServiceImpl::ReleaseListed(
+    const v1::ToRequest& req);
+template absl::Status TensorServiceImpl::ReleaseListed(
+    const v1::RunRequest& req);
+template absl::Status TensorServiceImpl::ReleaseListed(
+    const v1::ReleaseRequest& req);
 
 // The unary RPCs: each one line through the adapter to its typed handler.
 grpc::ServerUnaryReactor* TensorServiceImpl::ListDevices(
@@ -404,6 +339,8 @@ v1::Limits TensorServiceImpl::Limits() const {
   limits.set_max_shared_memory_regions(core.session_max_regions);
   limits.set_max_list_page_size(kMaxListPageSize);
   limits.set_max_release_handles(kMaxReleaseHandles);
+  limits.set_max_stream_commands(kMaxStreamCommands);
+  limits.set_max_stream_unacknowledged(kMaxStreamUnacknowledged);
   return limits;
 }
 

@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "core/runtime.h"
 #include "server/auth.h"
+#include "server/grpc_stream.h"
 #include "server/metrics.h"
 #include "tensord/v1/tensord.grpc.pb.h"
 
@@ -39,6 +40,11 @@ inline constexpr uint32_t kMaxFetchChunkBytes = (4 << 20) - (64 << 10);
 // The most handles one request's `release` list may name
 // (Limits.max_release_handles).
 inline constexpr uint32_t kMaxReleaseHandles = 1024;
+// Commands in one StreamRequest, and replies a session's stream keeps for
+// a client that has not acknowledged them (Limits.max_stream_commands,
+// max_stream_unacknowledged).
+inline constexpr uint32_t kMaxStreamCommands = 1024;
+inline constexpr uint32_t kMaxStreamUnacknowledged = 16384;
 // gRPC's default receive limit, which every reply fits.
 inline constexpr uint64_t kDefaultClientReceiveBytes = 4 << 20;
 // Metadata keys: the server instance id on every reply (trailing), and the
@@ -98,7 +104,8 @@ using TensorServiceBase = internal::Nest<
     v1::TensorService::WithRawCallbackMethod_RegisterSharedMemory,
     v1::TensorService::WithRawCallbackMethod_UnregisterSharedMemory,
     v1::TensorService::WithRawCallbackMethod_UploadFromSharedMemory,
-    v1::TensorService::WithRawCallbackMethod_FetchToSharedMemory>::type;
+    v1::TensorService::WithRawCallbackMethod_FetchToSharedMemory,
+    v1::TensorService::WithRawCallbackMethod_Stream>::type;
 
 class TensorServiceImpl final : public TensorServiceBase {
  public:
@@ -222,6 +229,11 @@ class TensorServiceImpl final : public TensorServiceBase {
   using TensorServiceBase::Fetch;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Fetch(
       grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req) override;
+  // Raw: tensord.v1.StreamRequest messages in, tensord.v1.StreamResponse
+  // messages out (server/grpc_stream.h).
+  using TensorServiceBase::Stream;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Stream(
+      grpc::CallbackServerContext* ctx) override;
 
  private:
   // A typed handler: validates `req`, calls the Runtime, fills `resp`.
@@ -359,8 +371,11 @@ class TensorServiceImpl final : public TensorServiceBase {
   uint64_t max_message_bytes_ = 0;
   const std::chrono::steady_clock::time_point started_ =
       std::chrono::steady_clock::now();
+  StreamLogs stream_logs_;  // each session's command stream state
 
   friend class RpcScope;
+  friend class CommandRunner;
+  friend class StreamReactor;
   friend class UploadReactor;
   friend class FetchReactor;
 };

@@ -1,0 +1,58 @@
+// Internal to the server: what every RPC handler of TensorServiceImpl
+// shares, whichever file it lives in — parsing a raw request, serializing
+// a reply, and RpcScope, each RPC's bookkeeping.
+// Thread-safety: ParseRequest and SerializeReply are pure; an RpcScope
+// belongs to its one RPC.
+#ifndef TENSORD_SERVER_GRPC_RPC_H_
+#define TENSORD_SERVER_GRPC_RPC_H_
+
+#include <google/protobuf/message.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace tensord::server {
+
+class TensorServiceImpl;
+
+// Parses a raw request into `req`. A request that is not one is
+// INVALID_ARGUMENT saying what is wrong with it (DESIGN.md: a malformed
+// request), and so is a call without a request message.
+absl::Status ParseRequest(const grpc::ByteBuffer& raw,
+                          google::protobuf::Message* req);
+
+// Serializes a reply into the raw response (INTERNAL if it cannot be).
+absl::Status SerializeReply(const google::protobuf::Message& resp,
+                            grpc::ByteBuffer* raw);
+
+// One RPC's bookkeeping: its request id, its start time, the in-flight
+// count that graceful shutdown waits on, the instance id every reply
+// carries, and the one exit through which its status is mapped, logged and
+// counted.
+class RpcScope {
+ public:
+  // `service` is borrowed and outlives the scope.
+  RpcScope(TensorServiceImpl* service, grpc::CallbackServerContext* ctx,
+           const char* method);
+  ~RpcScope();
+  RpcScope(const RpcScope&) = delete;
+  RpcScope& operator=(const RpcScope&) = delete;
+
+  // The gRPC status for `status` (mapped and logged once, server/
+  // grpc_status.h), with the RPC's duration counted in the metrics.
+  grpc::Status Finish(const absl::Status& status);
+  uint64_t request_id() const { return request_id_; }
+
+ private:
+  TensorServiceImpl* service_;  // borrowed
+  const char* method_;
+  const uint64_t request_id_;
+  const std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace tensord::server
+
+#endif  // TENSORD_SERVER_GRPC_RPC_H_

@@ -1,0 +1,99 @@
+// The session's ordered command stream (tensord.proto: "The session's
+// ordered command stream"): a client's creates, moves, ops, small reads
+// and releases, run in order, exactly once, answered asynchronously.
+//
+// A StreamLog is what a session's stream keeps across connections: the
+// highest seq it has run, the failed command that stopped it, the replies
+// the client has not acknowledged and the connection (StreamReactor, in
+// grpc_stream.cc) that runs its commands now. StreamLogs finds a session's
+// log, making it the first time; a log ends with its session (it is tied
+// to it: SessionBound), ending the connection attached to it.
+//
+// Thread-safety: StreamLogs and StreamLog are thread-safe. A log's mutex
+// is taken before the attached connection's own, never after.
+#ifndef TENSORD_SERVER_GRPC_STREAM_H_
+#define TENSORD_SERVER_GRPC_STREAM_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/runtime.h"
+#include "core/session_bound.h"
+#include "tensord/v1/tensord.pb.h"
+
+namespace tensord::server {
+
+class StreamReactor;
+
+class StreamLog final : public core::SessionBound {
+ public:
+  // Makes `connection` the one that runs the session's commands, ending
+  // the one before it (ABORTED: another stream took over). Fills `opened`
+  // with where the log stands and the kept replies after
+  // `received_through`. NOT_FOUND once the session has ended.
+  absl::Status Attach(StreamReactor* connection, uint64_t received_through,
+                      v1::StreamResponse* opened);
+  // Undoes Attach if `connection` is still the attached one.
+  void Detach(StreamReactor* connection);
+
+  // Runs the commands of `request` that the log has not run yet, in seq
+  // order, through `run` (which executes one command and returns its
+  // reply), appending each reply to `out`. Commands other than release,
+  // sync and clear_error after a failed one are refused, not run.
+  // INVALID_ARGUMENT for a seq gap; RESOURCE_EXHAUSTED past
+  // `max_unacknowledged` kept replies; ABORTED when `connection` is no
+  // longer the attached one.
+  using RunCommand = std::function<v1::CommandReply(const v1::Command&)>;
+  absl::Status Run(StreamReactor* connection, const v1::StreamRequest& request,
+                   uint32_t max_unacknowledged, const RunCommand& run,
+                   v1::StreamResponse* out);
+
+  // core::SessionBound: ends the attached connection with `why` and lets
+  // the kept replies go.
+  void OnSessionEnded(const absl::Status& why) override;
+  bool ended() const;
+
+ private:
+  // Forgets the kept replies up to `received_through`.
+  void Trim(uint64_t received_through) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status end_status_ ABSL_GUARDED_BY(mu_);
+  uint64_t executed_through_ ABSL_GUARDED_BY(mu_) = 0;
+  struct Failure {
+    uint64_t seq = 0;
+    std::string what;  // the command: "run matmul"
+    std::string why;   // "<code>: <message>"
+  };
+  std::optional<Failure> failed_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::CommandReply> kept_ ABSL_GUARDED_BY(mu_);
+  StreamReactor* attached_ ABSL_GUARDED_BY(mu_) = nullptr;  // borrowed
+};
+
+class StreamLogs {
+ public:
+  // `session`'s log, made and tied to the session the first time (through
+  // `runtime`, borrowed). NOT_FOUND for an unknown session. Logs of ended
+  // sessions are dropped on the way.
+  absl::StatusOr<std::shared_ptr<StreamLog>> For(core::Runtime& runtime,
+                                                 const std::string& session);
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<StreamLog>> logs_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tensord::server
+
+#endif  // TENSORD_SERVER_GRPC_STREAM_H_

@@ -1,0 +1,342 @@
+// The session's ordered command stream (tensord.proto, Stream) over a real
+// loopback server through raw generated stubs: commands run in order under
+// handles the client chose, a failure stops the stream until cleared, a
+// reconnect replays and runs nothing twice, and the stream's bounds, its
+// takeover and its session's end.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/server.h"
+#include "tensord/v1/tensord.grpc.pb.h"
+
+namespace tensord::server {
+namespace {
+
+using ::testing::HasSubstr;
+using std::chrono::milliseconds;
+
+constexpr uint64_t kMine = uint64_t{1} << 63;  // the first client handle
+
+class StreamServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start({}); }
+
+  void Start(ServerOptions options) {
+    options.listen = "127.0.0.1:0";
+    if (options.runtime.host_memory_budget == 0) {
+      options.runtime.host_memory_budget = 64 << 20;
+    }
+    options.runtime.reap_interval = milliseconds(10);
+    server_.reset();
+    auto server = Server::Start(std::move(options));
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    stub_ = v1::TensorService::NewStub(grpc::CreateChannel(
+        server_->address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    v1::OpenSessionResponse opened;
+    ASSERT_TRUE(stub_->OpenSession(&ctx, {}, &opened).ok());
+    session_ = opened.session();
+  }
+
+  struct Connection {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::StreamRequest,
+                                             v1::StreamResponse>>
+        rw;
+  };
+  std::unique_ptr<Connection> Connect() {
+    auto c = std::make_unique<Connection>();
+    c->rw = stub_->Stream(&c->ctx);
+    return c;
+  }
+
+  // Sends `commands` (the first message of a connection opens it) and
+  // reads replies until every command's has come.
+  std::vector<v1::CommandReply> Send(Connection& c,
+                                     std::vector<v1::Command> commands,
+                                     bool open = false,
+                                     uint64_t received_through = 0,
+                                     v1::StreamOpened* opened = nullptr) {
+    v1::StreamRequest req;
+    if (open) req.mutable_open()->set_session(session_);
+    req.set_received_through(received_through);
+    for (auto& cmd : commands) *req.add_commands() = cmd;
+    EXPECT_TRUE(c.rw->Write(req));
+    std::vector<v1::CommandReply> replies;
+    uint64_t last = commands.empty() ? 0 : commands.back().seq();
+    while (replies.empty() || replies.back().seq() < last) {
+      v1::StreamResponse resp;
+      if (!c.rw->Read(&resp)) break;
+      if (resp.has_opened() && opened != nullptr) *opened = resp.opened();
+      for (const auto& r : resp.replies()) replies.push_back(r);
+      if (commands.empty()) break;
+    }
+    return replies;
+  }
+
+  grpc::Status Close(Connection& c) {
+    c.rw->WritesDone();
+    v1::StreamResponse ignored;
+    while (c.rw->Read(&ignored)) {
+    }
+    return c.rw->Finish();
+  }
+
+  static v1::Command Create(uint64_t seq, uint64_t result,
+                            std::vector<float> values) {
+    v1::Command cmd;
+    cmd.set_seq(seq);
+    cmd.set_result(result);
+    v1::CreateRequest* c = cmd.mutable_create();
+    c->set_dtype(v1::FLOAT32);
+    c->add_shape(static_cast<int64_t>(values.size()));
+    c->set_data(std::string(reinterpret_cast<const char*>(values.data()),
+                            values.size() * sizeof(float)));
+    return cmd;
+  }
+  static v1::Command Zeros(uint64_t seq, uint64_t result, int64_t n) {
+    v1::Command cmd;
+    cmd.set_seq(seq);
+    cmd.set_result(result);
+    v1::CreateRequest* c = cmd.mutable_create();
+    c->set_dtype(v1::FLOAT32);
+    c->add_shape(n);
+    c->mutable_fill()->set_kind(v1::Fill::ZEROS);
+    return cmd;
+  }
+  static v1::Command Add(uint64_t seq, uint64_t result, uint64_t a,
+                         uint64_t b) {
+    v1::Command cmd;
+    cmd.set_seq(seq);
+    cmd.set_result(result);
+    v1::BinaryArgs* add = cmd.mutable_run()->mutable_op()->mutable_binary();
+    add->set_op(v1::ADD);
+    add->mutable_lhs()->set_handle(a);
+    add->mutable_rhs()->set_handle(b);
+    return cmd;
+  }
+  static v1::Command Read(uint64_t seq, uint64_t handle) {
+    v1::Command cmd;
+    cmd.set_seq(seq);
+    cmd.mutable_read()->set_handle(handle);
+    return cmd;
+  }
+  static v1::Command Release(uint64_t seq, std::vector<uint64_t> handles) {
+    v1::Command cmd;
+    cmd.set_seq(seq);
+    for (uint64_t h : handles) cmd.mutable_release()->add_release(h);
+    return cmd;
+  }
+  static std::vector<float> Floats(const v1::CommandReply& r) {
+    std::vector<float> out(r.chunk().data().size() / sizeof(float));
+    std::memcpy(out.data(), r.chunk().data().data(), r.chunk().data().size());
+    return out;
+  }
+
+  std::vector<uint64_t> Handles() {
+    grpc::ClientContext ctx;
+    v1::ListTensorsRequest req;
+    req.set_session(session_);
+    v1::ListTensorsResponse resp;
+    EXPECT_TRUE(stub_->ListTensors(&ctx, req, &resp).ok());
+    std::vector<uint64_t> out;
+    for (const auto& t : resp.tensors()) out.push_back(t.handle());
+    return out;
+  }
+
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<v1::TensorService::Stub> stub_;
+  std::string session_;
+};
+
+TEST_F(StreamServiceTest, CommandsRunInOrderUnderTheClientsHandles) {
+  auto c = Connect();
+  v1::StreamOpened opened;
+  // One message: two creates, an add of their results, a read of its
+  // result and a release, none waiting for another's answer.
+  auto replies = Send(*c,
+                      {Create(1, kMine + 1, {1, 2, 3}),
+                       Create(2, kMine + 2, {10, 20, 30}),
+                       Add(3, kMine + 3, kMine + 1, kMine + 2),
+                       Read(4, kMine + 3), Release(5, {kMine + 1})},
+                      /*open=*/true, 0, &opened);
+  EXPECT_EQ(opened.executed_through(), 0u);
+  ASSERT_EQ(replies.size(), 5u);
+  for (uint64_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(replies[i].seq(), i + 1);
+    EXPECT_EQ(replies[i].code(), 0) << replies[i].message();
+  }
+  EXPECT_EQ(replies[2].tensor().handle(), kMine + 3);
+  EXPECT_THAT(replies[2].tensor().shape(), ::testing::ElementsAre(3));
+  EXPECT_EQ(Floats(replies[3]), (std::vector<float>{11, 22, 33}));
+  // The unary RPCs see the same tensors under the same handles.
+  EXPECT_THAT(Handles(), ::testing::ElementsAre(kMine + 2, kMine + 3));
+  EXPECT_TRUE(Close(*c).ok());
+}
+
+TEST_F(StreamServiceTest, AFailureStopsTheStreamUntilCleared) {
+  auto c = Connect();
+  // 2 is 128 MiB, past the 64 MiB budget: only the server can know.
+  auto replies = Send(*c,
+                      {Zeros(1, kMine + 1, 4), Zeros(2, kMine + 2, 32 << 20),
+                       Add(3, kMine + 3, kMine + 1, kMine + 1),
+                       Release(4, {kMine + 1})},
+                      true);
+  ASSERT_EQ(replies.size(), 4u);
+  EXPECT_EQ(replies[0].code(), 0);
+  EXPECT_EQ(replies[1].code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(replies[2].code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(replies[2].message(),
+              HasSubstr("not run: command 2 (create) failed: "
+                        "RESOURCE_EXHAUSTED: "));
+  EXPECT_THAT(replies[2].message(), HasSubstr("send clear_error"));
+  EXPECT_EQ(replies[3].code(), 0);  // releases still run
+  EXPECT_TRUE(Handles().empty());
+
+  v1::Command wrong;
+  wrong.set_seq(5);
+  wrong.mutable_clear_error()->set_seq(3);
+  v1::Command clear;
+  clear.set_seq(6);
+  clear.mutable_clear_error()->set_seq(2);
+  replies = Send(*c, {wrong, clear, Zeros(7, kMine + 7, 4)});
+  ASSERT_EQ(replies.size(), 3u);
+  EXPECT_EQ(replies[0].code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(replies[0].message(),
+              HasSubstr("names command 3 but the stream stopped at command 2"));
+  EXPECT_EQ(replies[1].code(), 0);
+  EXPECT_EQ(replies[2].code(), 0) << replies[2].message();
+  EXPECT_THAT(Handles(), ::testing::ElementsAre(kMine + 7));
+  EXPECT_TRUE(Close(*c).ok());
+}
+
+TEST_F(StreamServiceTest, AReconnectReplaysAndRunsNothingTwice) {
+  auto first = Connect();
+  auto replies = Send(*first,
+                      {Create(1, kMine + 1, {1, 2}), Create(2, kMine + 2, {3, 4}),
+                       Add(3, kMine + 3, kMine + 1, kMine + 2)},
+                      true);
+  ASSERT_EQ(replies.size(), 3u);
+  first->ctx.TryCancel();  // the connection drops; the client holds reply 1
+  (void)first->rw->Finish();
+
+  auto second = Connect();
+  v1::StreamOpened opened;
+  // Resend everything after what the client holds, plus one more.
+  replies = Send(*second,
+                 {Create(2, kMine + 2, {3, 4}),
+                  Add(3, kMine + 3, kMine + 1, kMine + 2), Read(4, kMine + 3)},
+                 true, /*received_through=*/1, &opened);
+  EXPECT_EQ(opened.executed_through(), 3u);
+  // The replayed replies of 2 and 3 (kept: unacknowledged), then 4's.
+  ASSERT_EQ(replies.size(), 3u);
+  EXPECT_EQ(replies[0].seq(), 2u);
+  EXPECT_EQ(replies[0].code(), 0);
+  EXPECT_EQ(replies[1].seq(), 3u);
+  EXPECT_EQ(replies[2].seq(), 4u);
+  EXPECT_EQ(Floats(replies[2]), (std::vector<float>{4, 6}));
+  // Ran once: three tensors, not five (and no "already in use" errors).
+  EXPECT_EQ(Handles().size(), 3u);
+  EXPECT_TRUE(Close(*second).ok());
+}
+
+TEST_F(StreamServiceTest, BadSeqsHandlesAndSizesAreRefused) {
+  auto c = Connect();
+  // A handle a client may not choose, and one in use: the command fails
+  // (and stops the stream); the tensor it made is not kept.
+  auto replies = Send(*c, {Zeros(1, kMine + 1, 4), Zeros(2, 5, 4)}, true);
+  ASSERT_EQ(replies.size(), 2u);
+  EXPECT_EQ(replies[1].code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(replies[1].message(), HasSubstr("2^63"));
+  v1::Command clear;
+  clear.set_seq(3);
+  clear.mutable_clear_error()->set_seq(2);
+  replies = Send(*c, {clear, Zeros(4, kMine + 1, 4)});
+  ASSERT_EQ(replies.size(), 2u);
+  EXPECT_EQ(replies[1].code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(replies[1].message(), HasSubstr("already in use"));
+  EXPECT_EQ(Handles().size(), 1u);
+
+  // A gap in the seqs ends the stream.
+  v1::StreamRequest req;
+  *req.add_commands() = Zeros(9, kMine + 9, 4);
+  ASSERT_TRUE(c->rw->Write(req));
+  grpc::Status s = Close(*c);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("command seq 9 follows 4"));
+
+  // So does a first message without `open`, and one with too many
+  // commands.
+  auto d = Connect();
+  ASSERT_TRUE(d->rw->Write(v1::StreamRequest()));
+  s = Close(*d);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("must carry `open`"));
+  auto e = Connect();
+  req.Clear();
+  req.mutable_open()->set_session(session_);
+  for (uint64_t i = 0; i < 1025; ++i) {
+    v1::Command* sync = req.add_commands();
+    sync->set_seq(5 + i);
+    sync->mutable_sync();
+  }
+  ASSERT_TRUE(e->rw->Write(req));
+  s = Close(*e);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("at most 1024"));
+}
+
+TEST_F(StreamServiceTest, ANewStreamTakesOverAndTheSessionsEndEndsIt) {
+  auto first = Connect();
+  ASSERT_EQ(Send(*first, {Zeros(1, kMine + 1, 4)}, true).size(), 1u);
+  auto second = Connect();
+  ASSERT_EQ(Send(*second, {Zeros(2, kMine + 2, 4)}, true, 1).size(), 1u);
+  grpc::Status s = Close(*first);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("took over"));
+
+  // Closing the session ends its open stream, idle as it is.
+  grpc::ClientContext ctx;
+  v1::CloseSessionRequest close;
+  close.set_session(session_);
+  v1::CloseSessionResponse closed;
+  ASSERT_TRUE(stub_->CloseSession(&ctx, close, &closed).ok());
+  EXPECT_EQ(closed.released_tensors(), 2u);
+  v1::StreamResponse ignored;
+  EXPECT_FALSE(second->rw->Read(&ignored));
+  s = second->rw->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(StreamServiceTest, LimitsAndCapabilitiesAreReported) {
+  grpc::ClientContext ctx;
+  v1::Limits limits;
+  ASSERT_TRUE(stub_->GetLimits(&ctx, {}, &limits).ok());
+  EXPECT_EQ(limits.max_stream_commands(), 1024u);
+  EXPECT_EQ(limits.max_stream_unacknowledged(), 16384u);
+
+  grpc::ClientContext devices_ctx;
+  v1::ListDevicesResponse devices;
+  ASSERT_TRUE(stub_->ListDevices(&devices_ctx, {}, &devices).ok());
+  ASSERT_FALSE(devices.devices().empty());
+  uint32_t matmul = 0, random = 0;
+  for (const v1::Capability& c : devices.devices(0).capabilities()) {
+    if (c.family() == v1::MATMUL_FAMILY) matmul = c.dtypes();
+    if (c.family() == v1::RANDOM_FILL) random = c.dtypes();
+  }
+  EXPECT_TRUE(matmul & (1u << v1::FLOAT32));
+  EXPECT_FALSE(matmul & (1u << v1::BOOL));  // no bool matmul on the CPU
+  EXPECT_EQ(random, (1u << v1::FLOAT32) | (1u << v1::FLOAT64));
+}
+
+}  // namespace
+}  // namespace tensord::server
