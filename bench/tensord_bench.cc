@@ -389,6 +389,7 @@ void SmallOps(Transport& t, int iterations, int threads, double seconds,
       c = std::make_unique<tensord::Client>(t.tensord_channel);
       a = std::make_unique<tensord::Tensor>(c->tensor<int64_t>({1, 2, 3}));
       b = std::make_unique<tensord::Tensor>(c->tensor<int64_t>({5, 8, 1}));
+      c->synchronize();  // made, before the raw stub names them
     }
     grpc::ClientContext ctx;
     v1::BinaryRequest req;

@@ -119,6 +119,17 @@ std::vector<Device> Client::try_all_gpus() const {
 
 Tensor Client::FromBytes(DType dtype, std::vector<int64_t> shape,
                          std::string_view bytes, const Device& device) const {
+  if (bytes.size() <= internal::Session::kInlineCreateBytes) {
+    v1::CreateRequest request;
+    request.set_device(device.str());
+    request.set_dtype(internal::DTypeToProto(dtype));
+    request.mutable_shape()->Add(shape.begin(), shape.end());
+    request.set_data(bytes.data(), bytes.size());
+    std::shared_ptr<const internal::TensorState> made;
+    if (session_->CreateOnStream(std::move(request), &made)) {
+      return Tensor(std::move(made));
+    }
+  }
   return Tensor(session_->Adopt(session_->CreateFromBytes(
       internal::DTypeToProto(dtype), shape, bytes, device.str())));
 }
@@ -130,6 +141,15 @@ void Client::ThrowRaggedRows() {
 }
 
 namespace {
+
+// A create on the session's command stream when it can go there, else the
+// unary Create.
+std::shared_ptr<const internal::TensorState> Make(
+    const internal::Session& session, v1::CreateRequest request) {
+  std::shared_ptr<const internal::TensorState> made;
+  if (session.CreateOnStream(request, &made)) return made;
+  return session.MakeTensor(&TensorService::Stub::Create, std::move(request));
+}
 
 v1::CreateRequest FillRequest(const std::vector<int64_t>& shape, DType dtype,
                               const Device& device, v1::Fill::Kind kind) {
@@ -146,22 +166,20 @@ v1::CreateRequest FillRequest(const std::vector<int64_t>& shape, DType dtype,
 Tensor Client::zeros(std::vector<int64_t> shape, DType dtype,
                      Device device) const {
   return Tensor(
-      session_->MakeTensor(&TensorService::Stub::Create,
-                           FillRequest(shape, dtype, device, v1::Fill::ZEROS)));
+      Make(*session_, FillRequest(shape, dtype, device, v1::Fill::ZEROS)));
 }
 
 Tensor Client::ones(std::vector<int64_t> shape, DType dtype,
                     Device device) const {
   return Tensor(
-      session_->MakeTensor(&TensorService::Stub::Create,
-                           FillRequest(shape, dtype, device, v1::Fill::ONES)));
+      Make(*session_, FillRequest(shape, dtype, device, v1::Fill::ONES)));
 }
 
 Tensor Client::full(std::vector<int64_t> shape, double value, DType dtype,
                     Device device) const {
   v1::CreateRequest request = FillRequest(shape, dtype, device, v1::Fill::FULL);
   request.mutable_fill()->set_value(value);
-  return Tensor(session_->MakeTensor(&TensorService::Stub::Create, request));
+  return Tensor(Make(*session_, std::move(request)));
 }
 
 Tensor Client::arange(double start, double end, double step, DType dtype,
@@ -170,7 +188,7 @@ Tensor Client::arange(double start, double end, double step, DType dtype,
   request.mutable_fill()->set_start(start);
   request.mutable_fill()->set_end(end);
   request.mutable_fill()->set_step(step);
-  return Tensor(session_->MakeTensor(&TensorService::Stub::Create, request));
+  return Tensor(Make(*session_, std::move(request)));
 }
 
 Tensor Client::rand(std::vector<int64_t> shape, Device device,
@@ -178,7 +196,7 @@ Tensor Client::rand(std::vector<int64_t> shape, Device device,
   v1::CreateRequest request =
       FillRequest(shape, DType::kFloat32, device, v1::Fill::RAND);
   if (seed) request.mutable_fill()->set_seed(*seed);
-  return Tensor(session_->MakeTensor(&TensorService::Stub::Create, request));
+  return Tensor(Make(*session_, std::move(request)));
 }
 
 Tensor Client::randn(std::vector<int64_t> shape, Device device,
@@ -186,8 +204,10 @@ Tensor Client::randn(std::vector<int64_t> shape, Device device,
   v1::CreateRequest request =
       FillRequest(shape, DType::kFloat32, device, v1::Fill::RANDN);
   if (seed) request.mutable_fill()->set_seed(*seed);
-  return Tensor(session_->MakeTensor(&TensorService::Stub::Create, request));
+  return Tensor(Make(*session_, std::move(request)));
 }
+
+void Client::synchronize() const { session_->DrainStream(); }
 
 std::vector<TensorInfo> Client::tensors() const {
   std::vector<TensorInfo> out;

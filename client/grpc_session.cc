@@ -84,6 +84,7 @@ std::shared_ptr<Session> Session::Open(std::shared_ptr<grpc::Channel> channel,
       std::move(channel), std::move(id), std::chrono::milliseconds(ttl_ms),
       options.keepalive, InstanceOf(context),
       std::min(max_release_handles, kMaxCarriedReleases)));
+  if (options.pipeline) session->LoadDevices();
   return session;
 }
 
@@ -200,6 +201,9 @@ Session::~Session() {
     dropped_.clear();
   }
   WaitForReleases();
+  // Commands without a reply yet need not run: the close frees everything.
+  started_.store(nullptr);
+  stream_.reset();
   v1::CloseSessionRequest request;
   request.set_session(id_);
   grpc::ClientContext context;
@@ -263,6 +267,11 @@ v1::TensorInfo Session::CreateFromBytes(v1::DType dtype,
 }
 
 std::string Session::Fetch(uint64_t handle, uint64_t nbytes) const {
+  if (std::optional<std::string> bytes = ReadOnStream(handle, nbytes)) {
+    return *std::move(bytes);
+  }
+  CheckAlive(handle);
+  DrainStream();
   if (nbytes > kSharedMemoryMinBytes) {
     std::lock_guard<std::mutex> lock(shm_mu_);
     if (auto_region_ != nullptr && nbytes <= auto_region_->size()) {
@@ -277,33 +286,50 @@ std::string Session::Fetch(uint64_t handle, uint64_t nbytes) const {
   if (nbytes <= kUploadChunkBytes) {
     v1::ReadRequest request;
     request.set_handle(handle);
-    v1::FetchChunk chunk =
-        Call(&v1::TensorService::Stub::Read, std::move(request));
-    std::string data = std::move(*chunk.mutable_data());
-    const uint32_t crc = crc32_gzip_refl(
-        0, reinterpret_cast<const unsigned char*>(data.data()), data.size());
-    if (crc != chunk.crc32() || data.size() != chunk.tensor().nbytes()) {
-      throw Error(StatusCode::DATA_LOSS,
-                  "Read of tensor " + std::to_string(handle) + ": " +
-                      std::to_string(data.size()) + " bytes (tensor has " +
-                      std::to_string(chunk.tensor().nbytes()) +
-                      ") with CRC-32 " + std::to_string(crc) + " (sent " +
-                      std::to_string(chunk.crc32()) + ")");
-    }
-    return data;
+    return CheckedData(
+        handle, Call(&v1::TensorService::Stub::Read, std::move(request)));
   }
   std::string bytes;
   bytes.reserve(nbytes);
   {
     const PrefaultAhead prefault(bytes.data(), nbytes);  // joined before return
-    Stream(handle, nbytes, [&](const uint8_t* data, size_t n) {
+    StreamBytes(handle, nbytes, [&](const uint8_t* data, size_t n) {
       bytes.append(reinterpret_cast<const char*>(data), n);
     });
   }
   return bytes;
 }
 
-void Session::Stream(
+std::string Session::CheckedData(uint64_t handle, v1::FetchChunk chunk) {
+  std::string data = std::move(*chunk.mutable_data());
+  const uint32_t crc = crc32_gzip_refl(
+      0, reinterpret_cast<const unsigned char*>(data.data()), data.size());
+  if (crc != chunk.crc32() || data.size() != chunk.tensor().nbytes()) {
+    throw Error(StatusCode::DATA_LOSS,
+                "Read of tensor " + std::to_string(handle) + ": " +
+                    std::to_string(data.size()) + " bytes (tensor has " +
+                    std::to_string(chunk.tensor().nbytes()) +
+                    ") with CRC-32 " + std::to_string(crc) + " (sent " +
+                    std::to_string(chunk.crc32()) + ")");
+  }
+  return data;
+}
+
+std::optional<std::string> Session::ReadOnStream(uint64_t handle,
+                                                 uint64_t nbytes) const {
+  CommandStream* stream = started_.load();
+  if (stream == nullptr || nbytes > kUploadChunkBytes) return std::nullopt;
+  CheckAlive(handle);
+  v1::Command cmd;
+  cmd.mutable_read()->set_handle(handle);
+  v1::CommandReply reply = stream->Wait(stream->Send(std::move(cmd), true));
+  if (reply.code() != 0) {
+    throw Error(static_cast<StatusCode>(reply.code()), reply.message());
+  }
+  return CheckedData(handle, std::move(*reply.mutable_chunk()));
+}
+
+void Session::StreamBytes(
     uint64_t handle, uint64_t nbytes,
     const std::function<void(const uint8_t*, size_t)>& append) const {
   constexpr int kMaxResumes = 3;
@@ -389,6 +415,12 @@ void Session::FetchInto(uint64_t handle, uint64_t nbytes,
                     " bytes but tensor " + std::to_string(handle) + " has " +
                     std::to_string(nbytes));
   }
+  if (std::optional<std::string> bytes = ReadOnStream(handle, nbytes)) {
+    if (nbytes != 0) std::memcpy(dst.data(), bytes->data(), nbytes);
+    return;
+  }
+  CheckAlive(handle);
+  DrainStream();
   if (nbytes > kSharedMemoryMinBytes) {
     std::lock_guard<std::mutex> lock(shm_mu_);
     if (auto_region_ != nullptr && nbytes <= auto_region_->size()) {
@@ -403,7 +435,7 @@ void Session::FetchInto(uint64_t handle, uint64_t nbytes,
     return;
   }
   size_t at = 0;  // Stream() checks that the pieces add up to nbytes
-  Stream(handle, nbytes, [&](const uint8_t* data, size_t n) {
+  StreamBytes(handle, nbytes, [&](const uint8_t* data, size_t n) {
     std::memcpy(dst.data() + at, data, n);
     at += n;
   });
@@ -468,6 +500,19 @@ void Session::FlushDropped() const noexcept {
     try {
       TakeDropped(&batch);
       if (batch.empty()) return;
+      if (CommandStream* stream = started_.load()) {
+        // In order with the commands that used them, no RPC of its own.
+        v1::Command release;
+        release.mutable_release()->mutable_release()->Add(batch.begin(),
+                                                          batch.end());
+        try {
+          stream->Send(std::move(release));
+        } catch (const Error&) {
+          // A broken stream: the session's end frees them.
+        }
+        EndCarry(&batch, /*sent=*/true);
+        continue;
+      }
       SendRelease(0, batch);
     } catch (...) {
       // The tensors die with the session anyway.
@@ -519,11 +564,14 @@ std::shared_ptr<const TensorState> Session::Adopt(
   state->dtype = DTypeFromProto(info.dtype());
   state->shape.assign(info.shape().begin(), info.shape().end());
   state->nbytes = info.nbytes();
+  Register(state.get());
   return state;
 }
 
 TensorState::~TensorState() {
-  if (session != nullptr) session->ReleaseQuietly(handle);
+  if (session == nullptr) return;
+  session->Unregister(handle);
+  session->ReleaseQuietly(handle);
 }
 
 v1::DType DTypeToProto(DType dtype) { return ToProto(dtype); }

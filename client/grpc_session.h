@@ -41,8 +41,11 @@
 #include <string_view>
 #include <thread>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
+#include "client/command_stream.h"
+#include "core/device.h"
 #include "tensord/client.h"
 #include "tensord/v1/tensord.grpc.pb.h"
 #include "tensord/v1/tensord.pb.h"
@@ -111,6 +114,12 @@ class Session : public std::enable_shared_from_this<Session> {
                            std::is_same_v<Request, v1::ListSessionsRequest> ||
                            std::is_same_v<Request, v1::ListAllTensorsRequest>;
     if constexpr (kView) WaitForReleases();
+    // A unary call sees everything the stream was given before it (and
+    // is a sync point: a failure of a streamed command is thrown here).
+    if constexpr (!std::is_same_v<Request, v1::OpenSessionRequest> &&
+                  !std::is_same_v<Request, v1::CloseSessionRequest>) {
+      DrainStream();
+    }
     // Tensors dropped since the last request ride this one (see
     // ReleaseQuietly); if it fails they wait for the next (the server
     // ignores a handle it already released).
@@ -180,8 +189,17 @@ class Session : public std::enable_shared_from_this<Session> {
   // The streamed path of Fetch: hands the `nbytes` bytes of tensor `handle`
   // to `append` in order, piece by piece as they lie in the received
   // slices (one copy: the caller's), resuming a broken stream a few times.
-  void Stream(uint64_t handle, uint64_t nbytes,
-              const std::function<void(const uint8_t*, size_t)>& append) const;
+  void StreamBytes(
+      uint64_t handle, uint64_t nbytes,
+      const std::function<void(const uint8_t*, size_t)>& append) const;
+  // A small fetch (at most kUploadChunkBytes) as a read on the command
+  // stream, in order with what was sent before it: nullopt when there is
+  // no stream or the tensor is larger (then drain and fetch unary).
+  std::optional<std::string> ReadOnStream(uint64_t handle,
+                                          uint64_t nbytes) const;
+  // A Read's bytes once their size and CRC-32 check out (DATA_LOSS
+  // otherwise).
+  static std::string CheckedData(uint64_t handle, v1::FetchChunk chunk);
   // Fetch into `dst` (exactly `nbytes` long): through the automatic region
   // when it applies, else streamed straight into `dst`.
   void FetchInto(uint64_t handle, uint64_t nbytes,
@@ -248,6 +266,36 @@ class Session : public std::enable_shared_from_this<Session> {
   // client does not know (after releasing the tensor).
   std::shared_ptr<const TensorState> Adopt(const v1::TensorInfo& info) const;
 
+  // --- The pipelined path (issue 17; client/command_stream.h) ---
+  // Ops, creates, moves, small reads and releases go on the session's
+  // command stream without waiting; their results' metadata is planned
+  // here with the server's own planner (core/op_plan.h) and each device's
+  // capability table, so PyTorch's errors are thrown by the call that
+  // causes them. Each *OnStream method returns false when the call is not
+  // for the stream (pipelining off or unsupported by the server, a device
+  // name or an argument the server should judge, an operand this client
+  // has no metadata for): the caller then makes the unary call, whose
+  // answer — error included — is the server's own.
+  bool pipelined() const { return pipelined_; }
+  // `op` on the stream. `*result`: the new tensor, or nullptr for an
+  // in-place op (the result is its target).
+  bool RunOnStream(const v1::Op& op,
+                   std::shared_ptr<const TensorState>* result) const;
+  // A fill (not arange) or inline data on the stream.
+  bool CreateOnStream(v1::CreateRequest request,
+                      std::shared_ptr<const TensorState>* result) const;
+  // x.to(device, copy) on the stream; `*result` is null when x is already
+  // there and no copy is asked for (x itself is the result).
+  bool ToOnStream(const TensorState& x, const std::string& device, bool copy,
+                  std::shared_ptr<const TensorState>* result) const;
+  // Waits until every streamed command has run; throws the first failure
+  // not yet reported. A no-op without a stream.
+  void DrainStream() const;
+
+  // The metadata of live tensors by handle (TensorState registers itself).
+  void Register(const TensorState* state) const;
+  void Unregister(uint64_t handle) const;
+
   // Call() for an RPC that makes a tensor, then Adopt() of the result.
   template <typename Request>
   std::shared_ptr<const TensorState> MakeTensor(
@@ -262,6 +310,30 @@ class Session : public std::enable_shared_from_this<Session> {
   Session(std::shared_ptr<grpc::ChannelInterface> channel, std::string id,
           std::chrono::milliseconds ttl, bool keepalive, std::string instance,
           uint32_t max_release_handles);
+  // What the pipelined path knows of each device (from ListDevices).
+  struct DeviceEntry {
+    std::string name;  // canonical
+    std::string kind;  // "cpu", "cuda"
+    core::Capabilities caps;
+  };
+  // Turns pipelining on when the server reports capability tables (a
+  // server with the command stream).
+  void LoadDevices();
+  // The device `device` names, or nullptr when the server should judge the
+  // name (malformed, unknown).
+  const DeviceEntry* FindDevice(const std::string& device) const;
+  // The command stream, started on first use. Null when it cannot start.
+  CommandStream* Stream() const;
+  // Sends `cmd` on the stream, with the dropped handles riding in the
+  // `release` list of the request inside it.
+  uint64_t SendCommand(v1::Command cmd, bool want_reply = false) const;
+  // A registered TensorState for a streamed result.
+  std::shared_ptr<const TensorState> NewState(uint64_t handle,
+                                              const DeviceEntry& device,
+                                              DType dtype,
+                                              std::vector<int64_t> shape) const;
+  // Throws why tensor `handle` does not exist, if the stream says so.
+  void CheckAlive(uint64_t handle) const;
   // The background thread's body: KeepAlive every third of the lease (when
   // asked for), and the dropped handles no request carried within
   // kReleaseFlushDelay.
@@ -307,6 +379,14 @@ class Session : public std::enable_shared_from_this<Session> {
   mutable std::condition_variable release_cv_;
   mutable int pending_releases_ = 0;      // guarded by release_mu_
   mutable std::vector<uint64_t> dropped_;  // guarded by release_mu_
+
+  bool pipelined_ = false;            // set once, by LoadDevices
+  std::vector<DeviceEntry> devices_;  // set once, by LoadDevices
+  mutable std::once_flag stream_once_;
+  mutable std::unique_ptr<CommandStream> stream_;  // set once, in Stream()
+  mutable std::atomic<CommandStream*> started_{nullptr};  // stream_, once set
+  mutable std::mutex registry_mu_;
+  mutable std::unordered_map<uint64_t, const TensorState*> registry_;
 
   mutable std::mutex background_mu_;
   mutable std::condition_variable background_cv_;

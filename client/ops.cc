@@ -212,6 +212,10 @@ v1::Op InPlaceOpMsg(v1::InPlaceOp op, v1::Operand target,
 
 Tensor RunOp(const Tensor& t, v1::Op op) {
   const std::shared_ptr<const TensorState>& state = TensorAccess::State(t);
+  std::shared_ptr<const TensorState> result;
+  if (state->session->RunOnStream(op, &result)) {
+    return TensorAccess::Make(std::move(result));
+  }
   v1::RunRequest request;
   *request.mutable_op() = std::move(op);
   return TensorAccess::Make(
@@ -227,8 +231,12 @@ Tensor& RunInPlace(Tensor& target, v1::InPlaceOp op, const Tensor* other,
       InPlaceOpMsg(op, HandleOperand(target),
                    other != nullptr ? &other_operand : nullptr, scalar, alpha);
   // The result is the target itself (same handle, same metadata).
-  TensorAccess::State(target)->session->Call(&v1::TensorService::Stub::Run,
-                                             std::move(request));
+  const std::shared_ptr<const Session>& session =
+      TensorAccess::State(target)->session;
+  std::shared_ptr<const TensorState> unused;
+  if (!session->RunOnStream(request.op(), &unused)) {
+    session->Call(&v1::TensorService::Stub::Run, std::move(request));
+  }
   return target;
 }
 

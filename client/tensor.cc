@@ -38,6 +38,10 @@ bool Tensor::is(const Tensor& other) const {
 }
 
 Tensor Tensor::to(const Device& device, bool copy) const {
+  std::shared_ptr<const internal::TensorState> moved;
+  if (state_->session->ToOnStream(*state_, device.str(), copy, &moved)) {
+    return moved == nullptr ? *this : Tensor(std::move(moved));
+  }
   internal::v1::ToRequest request;
   request.set_handle(state_->handle);
   request.set_device(device.str());

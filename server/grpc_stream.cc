@@ -57,6 +57,9 @@ class StreamReactor final
  public:
   StreamReactor(TensorServiceImpl* service, grpc::CallbackServerContext* ctx)
       : service_(service), ctx_(ctx), scope_(service, ctx, "Stream") {
+    // The instance up front too (with the first reply): a reconnecting
+    // client learns at once that the server restarted.
+    ctx->AddInitialMetadata(kInstanceMetadataKey, service_->instance_id_);
     const absl::Status serving = service_->CheckServing(ctx);
     if (!serving.ok()) {
       End(serving);
@@ -67,19 +70,20 @@ class StreamReactor final
     StartRead(&in_);
   }
 
+  // `reading_` stays set until the message is handled: OnWriteDone must not
+  // start the next read into `in_` meanwhile.
   void OnReadDone(bool ok) override {
-    {
+    if (!ok) {  // the client half-closed, or the call ended
       absl::MutexLock lock(&mu_);
       reading_ = false;
-    }
-    if (!ok) {  // the client half-closed, or the call ended
-      End(absl::OkStatus());
+      EndLocked(absl::OkStatus());
       return;
     }
     v1::StreamResponse out;
     const absl::Status status = Handle(&out);
     in_.Clear();
     absl::MutexLock lock(&mu_);
+    reading_ = false;
     if (out.has_opened() || out.replies_size() != 0) Queue(std::move(out));
     if (!status.ok()) {
       EndLocked(status);
@@ -93,8 +97,13 @@ class StreamReactor final
     writing_ = false;
     if (!ok) {  // the call broke: nothing more can be sent
       pending_.Clear();
+      has_pending_ = false;
       unsent_ = 0;
-      EndLocked(absl::CancelledError("the client went away"));
+      if (!ending_) {
+        ending_ = true;
+        end_status_ = absl::CancelledError("the client went away");
+      }
+      WriteOrFinishLocked();  // finishes: nothing is pending
       return;
     }
     WriteOrFinishLocked();
@@ -126,8 +135,9 @@ class StreamReactor final
             "the first Stream message must carry `open` naming the session");
       }
       session_ = request.open().session();
-      ASSIGN_OR_RETURN(log_,
-                       service_->stream_logs_.For(*service_->runtime_, session_));
+      ASSIGN_OR_RETURN(log_, service_->stream_logs_.For(
+                                 *service_->runtime_, session_,
+                                 request.open().stream()));
       RETURN_IF_ERROR(log_->Attach(this, request.received_through(), out));
     } else if (request.has_open()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -324,7 +334,7 @@ absl::Status StreamLog::Attach(StreamReactor* connection,
   if (ended_) return end_status_;
   if (attached_ != nullptr && attached_ != connection) {
     attached_->End(absl::AbortedError(
-        "another stream of this session took over its commands"));
+        "another connection took over this stream"));
   }
   attached_ = connection;
   Trim(received_through);
@@ -347,7 +357,7 @@ absl::Status StreamLog::Run(StreamReactor* connection,
   if (ended_) return end_status_;
   if (attached_ != connection) {
     return absl::AbortedError(
-        "another stream of this session took over its commands");
+        "another connection took over this stream");
   }
   Trim(request.received_through());
   for (const v1::Command& cmd : request.commands()) {
@@ -419,7 +429,8 @@ bool StreamLog::ended() const {
 // --- StreamLogs --------------------------------------------------------------
 
 absl::StatusOr<std::shared_ptr<StreamLog>> StreamLogs::For(
-    core::Runtime& runtime, const std::string& session) {
+    core::Runtime& runtime, const std::string& session, uint64_t stream) {
+  const std::string key = absl::StrCat(session, "/", stream);
   absl::MutexLock lock(&mu_);
   for (auto it = logs_.begin(); it != logs_.end();) {
     if (it->second->ended()) {
@@ -428,10 +439,10 @@ absl::StatusOr<std::shared_ptr<StreamLog>> StreamLogs::For(
       ++it;
     }
   }
-  if (auto it = logs_.find(session); it != logs_.end()) return it->second;
+  if (auto it = logs_.find(key); it != logs_.end()) return it->second;
   auto log = std::make_shared<StreamLog>();
   RETURN_IF_ERROR(runtime.BindToSession(session, log));
-  logs_.emplace(session, log);
+  logs_.emplace(key, log);
   return log;
 }
 

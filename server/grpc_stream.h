@@ -2,7 +2,9 @@
 // ordered command stream"): a client's creates, moves, ops, small reads
 // and releases, run in order, exactly once, answered asynchronously.
 //
-// A StreamLog is what a session's stream keeps across connections: the
+// A session may have several streams (one per attached client, each named
+// by the id its client chose). A StreamLog is what one stream keeps across
+// connections: the
 // highest seq it has run, the failed command that stopped it, the replies
 // the client has not acknowledged and the connection (StreamReactor, in
 // grpc_stream.cc) that runs its commands now. StreamLogs finds a session's
@@ -82,11 +84,12 @@ class StreamLog final : public core::SessionBound {
 
 class StreamLogs {
  public:
-  // `session`'s log, made and tied to the session the first time (through
-  // `runtime`, borrowed). NOT_FOUND for an unknown session. Logs of ended
-  // sessions are dropped on the way.
+  // The log of stream `stream` of `session`, made and tied to the session
+  // the first time (through `runtime`, borrowed). NOT_FOUND for an unknown
+  // session. Logs of ended sessions are dropped on the way.
   absl::StatusOr<std::shared_ptr<StreamLog>> For(core::Runtime& runtime,
-                                                 const std::string& session);
+                                                 const std::string& session,
+                                                 uint64_t stream);
 
  private:
   absl::Mutex mu_;

@@ -95,6 +95,15 @@ struct ClientOptions {
   // Keep the session alive in the background (a KeepAlive every third of
   // the lease) while the Client or any of its Tensors lives.
   bool keepalive = true;
+  // Eager ops at the speed of one round trip: creates, moves, ops, small
+  // fetches and releases stream to the server without waiting for each
+  // answer; results' shapes and dtypes are planned here, so PyTorch's
+  // errors are thrown by the line that causes them. Errors only the server
+  // can know (out of memory, a quota) are thrown at the next sync point —
+  // a fetch, item(), printing, a listing, any other call — naming the op
+  // that caused them. Off: every op is its own unary call, as with a
+  // server that has no command stream.
+  bool pipeline = true;
 };
 
 // A session on a tensord server. Constructing one opens the session (throws
@@ -203,6 +212,12 @@ class Client {
 
   // The session's live tensors (what is held, and where).
   std::vector<TensorInfo> tensors() const;
+
+  // Waits until everything this client has sent has run on the server, as
+  // torch.cuda.synchronize() (see ClientOptions::pipeline); throws the
+  // first error of a streamed op not yet reported. Needed only before
+  // naming this client's tensors in calls made outside it (another stub).
+  void synchronize() const;
 
   // ---- Shared memory (same host only; see SharedMemoryRegion).
   // A new region with `bytes` of data area, registered in the session.

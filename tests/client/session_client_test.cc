@@ -65,6 +65,8 @@ TEST(SessionClientTest, WithoutKeepAliveTheLeaseRunsOutAndMemoryIsFreed) {
   options.keepalive = false;
   Client client(Dial(*server), options);
   Tensor x = client.zeros({1024});
+  // The create streamed without waiting; a listing is a sync point.
+  EXPECT_EQ(client.tensors().size(), 1u);
   EXPECT_EQ(Held(*server), 4096u);
   // The reaper frees it one lease (200 ms) after the last call; poll so a
   // loaded machine's late reaper thread is not a failure.
@@ -233,7 +235,11 @@ TEST(SessionClientTest, RetriedCreateAfterALostReplyMakesOneTensor) {
   auto channel = grpc::experimental::CreateCustomChannelWithInterceptors(
       server->address(), grpc::InsecureChannelCredentials(),
       grpc::ChannelArguments(), std::move(interceptors));
-  Client client(channel);
+  // The unary Create's retries (a streamed create resends on reconnect:
+  // stream_client_test).
+  ClientOptions unary;
+  unary.pipeline = false;
+  Client client(channel, unary);
   Tensor x = client.tensor<float>({1, 2, 3});  // two lost replies, retried
   EXPECT_LE(drops.load(), 0);
   EXPECT_EQ(client.tensors().size(), 1u);  // done once, not three times
@@ -273,7 +279,9 @@ std::shared_ptr<grpc::Channel> DialCounting(const server::Server& s,
 TEST(SessionClientTest, DroppedTensorsRideTheNextCallInsteadOfAReleaseEach) {
   auto server = StartServer("127.0.0.1:0");
   std::atomic<int> releases{0};
-  Client client(DialCounting(*server, "Release", &releases));
+  ClientOptions unary;  // the unary calls' release lists
+  unary.pipeline = false;
+  Client client(DialCounting(*server, "Release", &releases), unary);
   Tensor a = client.ones({64});
   Tensor b = client.ones({64});
   constexpr int kSteps = 50;
@@ -286,17 +294,26 @@ TEST(SessionClientTest, DroppedTensorsRideTheNextCallInsteadOfAReleaseEach) {
 }
 
 TEST(SessionClientTest, ADroppedTensorIsReleasedSoonWithoutAnotherCall) {
-  auto server = StartServer("127.0.0.1:0");
-  std::atomic<int> releases{0};
-  Client client(DialCounting(*server, "Release", &releases));
-  { Tensor x = client.zeros({1024}); }
-  // Freed by the client's background Release, not by a listing or a call.
-  const auto deadline = std::chrono::steady_clock::now() + milliseconds(5000);
-  while (Held(*server) != 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(1));
+  for (bool pipeline : {false, true}) {
+    SCOPED_TRACE(pipeline ? "pipelined" : "unary");
+    auto server = StartServer("127.0.0.1:0");
+    std::atomic<int> releases{0};
+    ClientOptions options;
+    options.pipeline = pipeline;
+    Client client(DialCounting(*server, "Release", &releases), options);
+    {
+      Tensor x = client.zeros({1024});
+      EXPECT_EQ(client.tensors().size(), 1u);
+    }
+    // Freed by the client's background release — a Release RPC, or a
+    // release command on the session's stream — not by a listing or a call.
+    const auto deadline = std::chrono::steady_clock::now() + milliseconds(5000);
+    while (Held(*server) != 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    EXPECT_EQ(Held(*server), 0u);
+    EXPECT_EQ(releases.load(), pipeline ? 0 : 1);
   }
-  EXPECT_EQ(Held(*server), 0u);
-  EXPECT_EQ(releases.load(), 1);
 }
 
 TEST(SessionClientTest, DroppedTensorsMakeRoomUnderAQuota) {

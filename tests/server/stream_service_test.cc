@@ -304,13 +304,27 @@ TEST_F(StreamServiceTest, ANewStreamTakesOverAndTheSessionsEndEndsIt) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED);
   EXPECT_THAT(s.error_message(), HasSubstr("took over"));
 
+  // Another stream of the session (another client attached to it) has its
+  // own seqs and runs beside it.
+  auto other = Connect();
+  v1::StreamRequest open;
+  open.mutable_open()->set_session(session_);
+  open.mutable_open()->set_stream(7);
+  *open.add_commands() = Zeros(1, kMine + 100, 4);
+  ASSERT_TRUE(other->rw->Write(open));
+  v1::StreamResponse answer;
+  while (answer.replies_size() == 0) ASSERT_TRUE(other->rw->Read(&answer));
+  EXPECT_EQ(answer.replies(0).code(), 0) << answer.replies(0).message();
+  EXPECT_EQ(Handles().size(), 3u);
+  EXPECT_TRUE(Close(*other).ok());
+
   // Closing the session ends its open stream, idle as it is.
   grpc::ClientContext ctx;
   v1::CloseSessionRequest close;
   close.set_session(session_);
   v1::CloseSessionResponse closed;
   ASSERT_TRUE(stub_->CloseSession(&ctx, close, &closed).ok());
-  EXPECT_EQ(closed.released_tensors(), 2u);
+  EXPECT_EQ(closed.released_tensors(), 3u);
   v1::StreamResponse ignored;
   EXPECT_FALSE(second->rw->Read(&ignored));
   s = second->rw->Finish();

@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
     tensord::Client client(address);
     tensord::Tensor kept =
         client.ones({256 * 1024}, tensord::client::DType::kFloat32, "cpu:0");
+    client.synchronize();  // made, before the raw stub below names it
     Say("session " + client.session());
     auto stub = v1::TensorService::NewStub(
         grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
     if (mode == "fetch") {
       tensord::Tensor big =
           client.ones({8 << 20}, tensord::client::DType::kFloat32, "cpu:0");
+      client.synchronize();
       grpc::ClientContext ctx;
       v1::FetchRequest req;
       req.set_session(client.session());

@@ -1,0 +1,293 @@
+#include "client/command_stream.h"
+
+#include <google/protobuf/descriptor.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <utility>
+
+namespace tensord::client::internal {
+namespace {
+
+constexpr char kInstanceKey[] = "tensord-instance";
+constexpr int kMaxReconnects = 4;
+
+uint64_t Random64() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+// The server instance `context`'s call reached ("" if it did not say).
+std::string InstanceOf(const grpc::ClientContext& context) {
+  for (const auto* meta : {&context.GetServerInitialMetadata(),
+                           &context.GetServerTrailingMetadata()}) {
+    auto it = meta->find(kInstanceKey);
+    if (it != meta->end()) return std::string(it->second.data(), it->second.size());
+  }
+  return "";
+}
+
+bool IsRefusal(const v1::CommandReply& reply) {
+  return reply.code() == static_cast<int>(StatusCode::FAILED_PRECONDITION) &&
+         reply.message().rfind("not run: command ", 0) == 0;
+}
+
+}  // namespace
+
+CommandStream::CommandStream(std::shared_ptr<grpc::ChannelInterface> channel,
+                             std::string session, std::string instance)
+    : channel_(std::move(channel)),
+      stub_(v1::TensorService::NewStub(channel_)),
+      session_(std::move(session)),
+      instance_(std::move(instance)),
+      stream_id_(Random64()),
+      next_handle_((uint64_t{1} << 63) | (Random64() >> 2)) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    ConnectLocked(lock);
+  }
+  reader_ = std::thread([this] { ReaderLoop(); });
+}
+
+CommandStream::~CommandStream() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    stopping_ = true;
+    cv_.notify_all();
+    if (context_ != nullptr) context_->TryCancel();
+  }
+  if (reader_.joinable()) reader_.join();
+}
+
+std::string CommandStream::Describe(const v1::Command& cmd) {
+  const google::protobuf::FieldDescriptor* kind =
+      v1::Command::descriptor()->FindFieldByNumber(cmd.kind_case());
+  std::string what = kind == nullptr ? "command" : std::string(kind->name());
+  if (cmd.has_run()) {
+    const google::protobuf::FieldDescriptor* op =
+        v1::Op::descriptor()->FindFieldByNumber(cmd.run().op().kind_case());
+    if (op != nullptr) what.append(" ").append(op->name());
+  }
+  std::string out = "command ";
+  out.append(std::to_string(cmd.seq())).append(" (").append(what);
+  if (cmd.result() != 0) {
+    out.append(", result ").append(std::to_string(cmd.result()));
+  }
+  return out.append(")");
+}
+
+void CommandStream::ConnectLocked(std::unique_lock<std::mutex>& lock) {
+  context_ = std::make_unique<grpc::ClientContext>();
+  rw_ = stub_->Stream(context_.get());
+  // Everything without a reply goes again (the server skips what it ran
+  // and replays its replies); the outbox is part of it.
+  outbox_.clear();
+  std::vector<v1::StreamRequest> messages(1);
+  messages[0].mutable_open()->set_session(session_);
+  messages[0].mutable_open()->set_stream(stream_id_);
+  messages[0].set_received_through(received_through_);
+  for (const v1::Command& cmd : in_flight_) {
+    if (messages.back().commands_size() == kMaxCommandsPerMessage) {
+      messages.emplace_back().set_received_through(received_through_);
+    }
+    *messages.back().add_commands() = cmd;
+  }
+  ReaderWriter* rw = rw_.get();
+  writing_ = true;
+  lock.unlock();
+  for (const v1::StreamRequest& m : messages) {
+    if (!rw->Write(m)) break;  // the reader learns why
+  }
+  lock.lock();
+  writing_ = false;
+  cv_.notify_all();
+}
+
+uint64_t CommandStream::Send(v1::Command cmd, bool want_reply) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] {
+    return broken_.has_value() || in_flight_.size() < kMaxInFlight;
+  });
+  if (broken_.has_value()) throw *broken_;
+  const uint64_t seq = ++next_seq_;
+  cmd.set_seq(seq);
+  if (want_reply) wanted_.emplace(seq, std::nullopt);
+  in_flight_.push_back(cmd);
+  outbox_.push_back(std::move(cmd));
+  FlushLocked(lock);
+  return seq;
+}
+
+void CommandStream::FlushLocked(std::unique_lock<std::mutex>& lock) {
+  if (writing_) return;  // the write in progress takes it
+  writing_ = true;
+  while (!outbox_.empty() && !broken_.has_value() && !stopping_) {
+    v1::StreamRequest request;
+    request.set_received_through(received_through_);
+    const size_t n =
+        std::min(outbox_.size(), static_cast<size_t>(kMaxCommandsPerMessage));
+    for (size_t i = 0; i < n; ++i) {
+      *request.add_commands() = std::move(outbox_[i]);
+    }
+    outbox_.erase(outbox_.begin(), outbox_.begin() + n);
+    ReaderWriter* rw = rw_.get();
+    lock.unlock();
+    const bool ok = rw->Write(request);
+    lock.lock();
+    // A broken connection: the reader reconnects and sends everything
+    // without a reply again.
+    if (!ok) break;
+  }
+  writing_ = false;
+  cv_.notify_all();
+}
+
+void CommandStream::ReaderLoop() {
+  int reconnects = 0;
+  for (;;) {
+    ReaderWriter* rw;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      rw = rw_.get();
+    }
+    v1::StreamResponse response;
+    if (rw->Read(&response)) {
+      reconnects = 0;
+      Take(response);
+      continue;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return !writing_; });
+    const grpc::Status status = rw_->Finish();
+    if (stopping_) break;
+    // Another server instance answered: this session's tensors are gone.
+    const std::string now = InstanceOf(*context_);
+    if (!instance_.empty() && !now.empty() && now != instance_) {
+      broken_ = Error(StatusCode::FAILED_PRECONDITION,
+                      "server restarted (instance " + instance_ + " → " +
+                          now + "): this session's tensors are gone");
+      cv_.notify_all();
+      break;
+    }
+    // A dropped connection, or a server going away (it may come back).
+    const bool transient = status.error_code() == StatusCode::UNAVAILABLE ||
+                           status.error_code() == StatusCode::CANCELLED;
+    if (transient && reconnects < kMaxReconnects) {
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(25 << reconnects));
+      lock.lock();
+      ++reconnects;
+      if (stopping_) break;
+      ConnectLocked(lock);
+      FlushLocked(lock);  // what was sent while it connected
+      continue;
+    }
+    broken_ = Error(status.ok() ? StatusCode::UNAVAILABLE : status.error_code(),
+                    status.ok() ? "the session's command stream ended"
+                                : status.error_message());
+    cv_.notify_all();
+    break;
+  }
+}
+
+void CommandStream::Take(const v1::StreamResponse& response) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const v1::CommandReply& reply : response.replies()) {
+    if (reply.seq() <= received_through_) continue;  // a replay we hold
+    received_through_ = reply.seq();
+    v1::Command cmd;
+    while (!in_flight_.empty() && in_flight_.front().seq() <= reply.seq()) {
+      if (in_flight_.front().seq() == reply.seq()) {
+        cmd = std::move(in_flight_.front());
+      }
+      in_flight_.pop_front();
+    }
+    if (reply.code() != 0) {
+      const StatusCode code = static_cast<StatusCode>(reply.code());
+      if (!IsRefusal(reply) && !failure_.has_value()) {
+        failure_ = Failure{reply.seq(),
+                           Error(code, Describe(cmd) + " failed: " +
+                                           reply.message())};
+      }
+      if (cmd.result() != 0) {
+        dead_.emplace(cmd.result(),
+                      failure_.has_value() ? failure_->error
+                                           : Error(code, reply.message()));
+      }
+    }
+    auto it = wanted_.find(reply.seq());
+    if (it != wanted_.end()) it->second = reply;
+  }
+  cv_.notify_all();
+}
+
+void CommandStream::ThrowFailureLocked(std::unique_lock<std::mutex>& lock,
+                                       uint64_t seq) {
+  if (!failure_.has_value() || failure_->seq > seq) return;
+  Error error = failure_->error;
+  const uint64_t failed = failure_->seq;
+  failure_.reset();
+  // Acknowledged: commands run again from here on.
+  if (!broken_.has_value()) {
+    v1::Command clear;
+    clear.set_seq(++next_seq_);
+    clear.mutable_clear_error()->set_seq(failed);
+    in_flight_.push_back(clear);
+    outbox_.push_back(std::move(clear));
+    FlushLocked(lock);
+  }
+  throw error;
+}
+
+v1::CommandReply CommandStream::Wait(uint64_t seq) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!wanted_.contains(seq)) {
+    throw Error(StatusCode::INTERNAL,
+                "no reply is kept for command " + std::to_string(seq));
+  }
+  // Looked up again on each wake: other threads' Sends may rehash.
+  cv_.wait(lock, [&] {
+    return broken_.has_value() || wanted_.find(seq)->second.has_value();
+  });
+  auto it = wanted_.find(seq);
+  if (!it->second.has_value()) {
+    wanted_.erase(it);
+    throw *broken_;
+  }
+  v1::CommandReply reply = std::move(*it->second);
+  wanted_.erase(it);
+  ThrowFailureLocked(lock, seq);
+  return reply;
+}
+
+void CommandStream::Drain() {
+  uint64_t last = 0;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (in_flight_.empty()) {
+      ThrowFailureLocked(lock, next_seq_);
+      return;
+    }
+    last = next_seq_;
+    cv_.wait(lock, [&] {
+      return broken_.has_value() || received_through_ >= last;
+    });
+    if (received_through_ < last) throw *broken_;
+    ThrowFailureLocked(lock, last);
+  }
+}
+
+uint64_t CommandStream::NewHandle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_handle_++;
+}
+
+std::optional<Error> CommandStream::Dead(uint64_t handle) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = dead_.find(handle);
+  if (it == dead_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace tensord::client::internal
