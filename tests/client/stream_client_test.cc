@@ -1,0 +1,299 @@
+// The pipelined client (issue 17) against a real server: ops go on the
+// session's command stream without a round trip each, PyTorch's errors are
+// still thrown by the causing line, errors only the server knows come at
+// the next sync point naming the op, and a connection cut anywhere in a
+// scripted sequence loses nothing and runs nothing twice.
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/client_interceptor.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/server.h"
+#include "tensord/client.h"
+
+namespace tensord {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using std::chrono::milliseconds;
+
+std::unique_ptr<server::Server> StartServer(uint64_t budget = 64 << 20,
+                                            int host_devices = 1) {
+  server::ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.runtime.host_memory_budget = budget;
+  options.runtime.host_devices = host_devices;
+  auto s = server::Server::Start(std::move(options));
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+template <typename F>
+Error ErrorOf(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  return Error(StatusCode::OK, "");
+}
+
+// Counts the client's calls per method.
+class CountCalls : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit CountCalls(std::map<std::string, int>* calls, std::mutex* mu)
+      : calls_(calls), mu_(mu) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* info) override {
+    std::lock_guard<std::mutex> lock(*mu_);
+    ++(*calls_)[info->method()];
+    return nullptr;
+  }
+
+ private:
+  std::map<std::string, int>* calls_;
+  std::mutex* mu_;
+};
+
+TEST(StreamClientTest, AChainOfOpsIsOneStreamAndNoUnaryCalls) {
+  auto server = StartServer();
+  std::map<std::string, int> calls;
+  std::mutex mu;
+  std::vector<std::unique_ptr<
+      grpc::experimental::ClientInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(std::make_unique<CountCalls>(&calls, &mu));
+  Client client(grpc::experimental::CreateCustomChannelWithInterceptors(
+      server->address(), grpc::InsecureChannelCredentials(),
+      grpc::ChannelArguments(), std::move(interceptors)));
+  Tensor x = client.tensor<float>({1, 2, 3});
+  Tensor y = client.ones({3});
+  for (int i = 0; i < 100; ++i) x = x + y;  // each known before it runs
+  EXPECT_THAT(x.shape(), ElementsAre(3));
+  EXPECT_EQ(x.dtype(), DType::kFloat32);
+  EXPECT_EQ(x.fetch<float>(), (std::vector<float>{101, 102, 103}));
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(calls["/tensord.v1.TensorService/Stream"], 1);
+  EXPECT_EQ(calls["/tensord.v1.TensorService/Create"], 0);
+  EXPECT_EQ(calls["/tensord.v1.TensorService/Run"], 0);
+  EXPECT_EQ(calls["/tensord.v1.TensorService/Read"], 0);
+  EXPECT_EQ(calls["/tensord.v1.TensorService/Release"], 0);
+}
+
+TEST(StreamClientTest, ErrorsKnownBeforeLaunchAreThrownByTheCausingLine) {
+  auto server = StartServer(64 << 20, /*host_devices=*/2);
+  Client client(server->InProcessChannel());
+  Tensor a = client.ones({2, 3});
+  Tensor b = client.ones({4, 5});
+  Error shapes = ErrorOf([&] { (void)a.matmul(b); });
+  EXPECT_EQ(shapes.code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(shapes.message(), HasSubstr("[2, 3]"));
+  Tensor c = client.ones({2, 3}, DType::kFloat32, "cpu:1");
+  Error devices = ErrorOf([&] { (void)(a + c); });
+  EXPECT_EQ(devices.code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(devices.message(),
+            "Expected all tensors to be on the same device, but found at "
+            "least two devices, cpu:0 and cpu:1!");
+  Tensor flags = client.tensor<bool>({true, false});
+  Error dtype = ErrorOf([&] { (void)flags.matmul(flags); });
+  EXPECT_EQ(dtype.code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(dtype.message(), HasSubstr("not implemented for 'bool'"));
+  // Nothing was sent for them: the stream has no failure to report.
+  EXPECT_EQ((a + a).sum().item<float>(), 12);
+}
+
+TEST(StreamClientTest, ServerOnlyErrorsComeAtTheNextSyncNamingTheOp) {
+  auto server = StartServer(/*budget=*/1 << 20);
+  Client client(server->InProcessChannel());
+  Tensor small = client.ones({4});
+  Tensor big = client.zeros({1 << 20});  // 4 MiB past the 1 MiB budget
+  Tensor after = big + 1;                // planned, refused by the server
+  Tensor also = small * 2;               // refused too: after the failure
+  Error e = ErrorOf([&] { (void)also.fetch<float>(); });
+  EXPECT_EQ(e.code(), StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(e.message(), HasSubstr("(create, result " +
+                                     std::to_string(big.handle()) + ")"));
+  // Reported once: the session goes on.
+  EXPECT_EQ((small * 3).fetch<float>(), (std::vector<float>(4, 3)));
+  // The tensors that were never made say why, at once.
+  Error dead = ErrorOf([&] { (void)(after + 1); });
+  EXPECT_EQ(dead.code(), StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(dead.message(), HasSubstr("was never made"));
+  EXPECT_EQ(ErrorOf([&] { (void)also.fetch<float>(); }).code(),
+            StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(client.tensors().size(), 1u);  // small: the rest were never made
+}
+
+TEST(StreamClientTest, MovesAndInPlaceOpsKeepPyTorchsIdentity) {
+  auto server = StartServer(64 << 20, 2);
+  Client client(server->InProcessChannel());
+  Tensor x = client.tensor<float>({1, 2});
+  EXPECT_TRUE(x.to("cpu:0").is(x));  // already there: x itself
+  Tensor y = x.to("cpu:1");
+  EXPECT_EQ(y.device(), Device("cpu:1"));
+  y.add_(1);
+  y.mul_(2);
+  EXPECT_EQ(y.fetch<float>(), (std::vector<float>{4, 6}));
+  EXPECT_EQ(x.fetch<float>(), (std::vector<float>{1, 2}));
+  // An unknown device is the server's to judge, at the call.
+  EXPECT_EQ(ErrorOf([&] { (void)x.to("cuda:3"); }).code(),
+            StatusCode::NOT_FOUND);
+}
+
+// A TCP proxy whose connections can be cut at will.
+class CuttableProxy {
+ public:
+  explicit CuttableProxy(int target_port) : target_port_(target_port) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&addr),
+                     sizeof(addr)),
+              0);
+    EXPECT_EQ(::listen(listener_, 16), 0);
+    socklen_t len = sizeof(addr);
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    acceptor_ = std::thread([this] { Accept(); });
+  }
+  ~CuttableProxy() {
+    stop_ = true;
+    ::shutdown(listener_, SHUT_RDWR);
+    Cut();
+    acceptor_.join();
+    ::close(listener_);
+    for (std::thread& t : pumps_) t.join();
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // Closes every connection open now; new ones are accepted as before.
+  void Cut() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int fd : open_) ::shutdown(fd, SHUT_RDWR);
+    ++cuts_;
+  }
+
+ private:
+  void Accept() {
+    while (!stop_) {
+      const int client = ::accept(listener_, nullptr, nullptr);
+      if (client < 0) return;
+      const int server = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(static_cast<uint16_t>(target_port_));
+      if (::connect(server, reinterpret_cast<sockaddr*>(&addr),
+                    sizeof(addr)) != 0) {
+        ::close(client);
+        ::close(server);
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      open_.push_back(client);
+      open_.push_back(server);
+      pumps_.emplace_back([client, server] { Pump(client, server); });
+    }
+  }
+  static void Pump(int a, int b) {
+    pollfd fds[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+    char buf[1 << 16];
+    for (;;) {
+      if (::poll(fds, 2, 200) < 0) break;
+      bool done = false;
+      for (int i = 0; i < 2 && !done; ++i) {
+        if (fds[i].revents == 0) continue;
+        const ssize_t n = ::read(fds[i].fd, buf, sizeof(buf));
+        if (n <= 0) {
+          done = true;
+          break;
+        }
+        ssize_t at = 0;
+        while (at < n) {
+          const ssize_t w =
+              ::send(fds[1 - i].fd, buf + at, n - at, MSG_NOSIGNAL);
+          if (w <= 0) {
+            done = true;
+            break;
+          }
+          at += w;
+        }
+      }
+      if (done) break;
+    }
+    ::shutdown(a, SHUT_RDWR);
+    ::shutdown(b, SHUT_RDWR);
+    ::close(a);
+    ::close(b);
+  }
+
+  const int target_port_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::vector<int> open_;
+  std::vector<std::thread> pumps_;
+  int cuts_ = 0;
+  std::thread acceptor_;
+};
+
+// A scripted sequence with the connection cut after its k-th line, for
+// every k: the results are right, and every create ran exactly once (a
+// rerun would have failed on its handle, or left a second tensor).
+TEST(StreamClientTest, ACutConnectionAnywhereLosesNothingAndRunsNothingTwice) {
+  auto server = StartServer();
+  CuttableProxy proxy(server->port());
+  constexpr int kLines = 8;
+  for (int cut = 0; cut <= kLines; ++cut) {
+    SCOPED_TRACE("cut after line " + std::to_string(cut));
+    std::map<std::string, int> calls;
+    std::mutex mu;
+    std::vector<std::unique_ptr<
+        grpc::experimental::ClientInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(std::make_unique<CountCalls>(&calls, &mu));
+    Client client(grpc::experimental::CreateCustomChannelWithInterceptors(
+        proxy.address(), grpc::InsecureChannelCredentials(),
+        grpc::ChannelArguments(), std::move(interceptors)));
+    std::vector<Tensor> keep;
+    int line = 0;
+    auto step = [&](Tensor t) {
+      keep.push_back(std::move(t));
+      if (++line == cut) proxy.Cut();
+    };
+    step(client.tensor<float>({1, 2, 3}));
+    step(client.tensor<float>({10, 20, 30}));
+    step(keep[0] + keep[1]);
+    step(keep[2] * 2);
+    step(keep[3].sum());
+    step(client.ones({3}));
+    step(keep[5] - keep[0]);
+    step(keep[6].to(DType::kInt64));
+    EXPECT_EQ(keep[3].fetch<float>(), (std::vector<float>{22, 44, 66}));
+    EXPECT_EQ(keep[4].item<float>(), 132);
+    EXPECT_EQ(keep[7].fetch<int64_t>(), (std::vector<int64_t>{0, -1, -2}));
+    EXPECT_EQ(client.tensors().size(), static_cast<size_t>(kLines));
+    // The cut was real: the stream reconnected.
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(calls["/tensord.v1.TensorService/Stream"] > 1, cut > 0);
+  }
+}
+
+}  // namespace
+}  // namespace tensord
