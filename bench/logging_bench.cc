@@ -1,10 +1,13 @@
 // logging_bench: the d2l logging exercise as a benchmark.
 //
 // `steps` matmuls of size x size float32 matrices, logging the Frobenius norm
-// of each product: one round trip per step (matmul, norm, fetch of the norm,
-// plus the releases of the temporaries) against one Execute that keeps the
-// log on the device and fetches it once. Each mode runs --repeats times
-// after a warm-up; the best time counts. Prints a table and one JSON line.
+// of each product, four ways: with a unary client, a call per op and a
+// fetch per step (unary_fetch_per_step); with the pipelined client, a fetch
+// per step (eager_fetch_per_step: one round trip a step) and without one
+// (eager_no_per_step_fetch: the naive loop keeping the log on the device,
+// one round trip in all); and one Execute (one_execute). Each mode runs
+// --repeats times after a warm-up, interleaved; the best time counts, and
+// each is shown as a ratio of one_execute. Prints a table and a JSON line.
 // By default the server runs in this process on a loopback TCP port;
 // --address measures an external tensord.
 //
@@ -12,8 +15,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
 #include "examples/logging_common.h"
@@ -58,38 +65,70 @@ int main(int argc, char** argv) {
     address = server->address();
   }
   try {
+    // The pipelined client (the default) and one with a unary call per op
+    // (the path before issue 17), each with its own copy of the inputs.
     tensord::Client client(address);
+    tensord::ClientOptions unary_options;
+    unary_options.pipeline = false;
+    tensord::Client unary(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()),
+        unary_options);
     const tensord::Device dev = client.try_gpu();
     auto a = client.randn({size, size}, dev, 1);
     auto b = client.randn({size, size}, dev, 2);
-    tensord::examples::LogPerStep(a, b, std::min(steps, 50));  // warm-up
-    tensord::examples::LogBatched(client, a, b, std::min(steps, 50));
-    double per_step = 1e30, batched = 1e30;
-    float max_diff = 0;
+    auto ua = unary.randn({size, size}, dev, 1);
+    auto ub = unary.randn({size, size}, dev, 2);
+    using tensord::examples::LoggingRun;
+    struct Mode {
+      Mode(const char* n, std::function<LoggingRun(int)> r)
+          : name(n), run(std::move(r)) {}
+      const char* name;
+      std::function<LoggingRun(int)> run;
+      double best = 1e30;
+      LoggingRun last;
+    };
+    std::vector<Mode> modes = {
+        {"unary_fetch_per_step",
+         [&](int n) { return tensord::examples::LogPerStep(ua, ub, n); }},
+        {"eager_fetch_per_step",
+         [&](int n) { return tensord::examples::LogPerStep(a, b, n); }},
+        {"eager_no_per_step_fetch",
+         [&](int n) { return tensord::examples::LogEager(a, b, n); }},
+        {"one_execute",
+         [&](int n) { return tensord::examples::LogBatched(client, a, b, n); }},
+    };
+    for (Mode& m : modes) m.run(std::min(steps, 50));  // warm-up
+    // Interleaved: every repeat runs every mode once.
     for (int r = 0; r < repeats; ++r) {
-      auto p = tensord::examples::LogPerStep(a, b, steps);
-      auto q = tensord::examples::LogBatched(client, a, b, steps);
-      per_step = std::min(per_step, p.seconds);
-      batched = std::min(batched, q.seconds);
-      for (int i = 0; i < steps; ++i) {
-        max_diff = std::max(max_diff, std::abs(p.norms[i] - q.norms[i]));
+      for (Mode& m : modes) {
+        m.last = m.run(steps);
+        m.best = std::min(m.best, m.last.seconds);
       }
     }
-    const double ratio = per_step / batched;
+    float max_diff = 0;
+    for (const Mode& m : modes) {
+      for (int i = 0; i < steps; ++i) {
+        max_diff = std::max(max_diff,
+                            std::abs(m.last.norms[i] - modes[3].last.norms[i]));
+      }
+    }
+    const double batched = modes[3].best;
     std::printf("device %s, %d matmuls of %dx%d float32, best of %d\n",
                 dev.str().c_str(), steps, size, size, repeats);
-    std::printf("%-22s %12s %14s\n", "mode", "total_ms", "us_per_step");
-    std::printf("%-22s %12.2f %14.1f\n", "one_rpc_per_step", per_step * 1e3,
-                per_step * 1e6 / steps);
-    std::printf("%-22s %12.2f %14.1f\n", "one_execute", batched * 1e3,
-                batched * 1e6 / steps);
-    std::printf("batched speedup: %.1fx (logs agree within %g)\n", ratio,
-                max_diff);
-    std::printf(
-        "{\"benchmark\":\"logging\",\"device\":\"%s\",\"steps\":%d,"
-        "\"size\":%d,\"per_step_ms\":%.3f,\"batched_ms\":%.3f,"
-        "\"speedup\":%.2f}\n",
-        dev.str().c_str(), steps, size, per_step * 1e3, batched * 1e3, ratio);
+    std::printf("%-26s %12s %14s %12s\n", "mode", "total_ms", "us_per_step",
+                "/ execute");
+    for (const Mode& m : modes) {
+      std::printf("%-26s %12.2f %14.1f %12.2f\n", m.name, m.best * 1e3,
+                  m.best * 1e6 / steps, m.best / batched);
+    }
+    std::printf("logs agree within %g\n", max_diff);
+    std::printf("{\"benchmark\":\"logging\",\"device\":\"%s\",\"steps\":%d,"
+                "\"size\":%d",
+                dev.str().c_str(), steps, size);
+    for (const Mode& m : modes) {
+      std::printf(",\"%s_ms\":%.3f", m.name, m.best * 1e3);
+    }
+    std::printf("}\n");
     return 0;
   } catch (const tensord::Error& e) {
     std::fprintf(stderr, "logging_bench: %s\n", e.what());

@@ -214,17 +214,6 @@ Latency Percentiles(std::vector<double> us) {
   return {us[n / 2], us[std::min(n - 1, n * 99 / 100)]};
 }
 
-Latency MeasureLatency(int iterations, const std::function<void()>& body) {
-  for (int i = 0; i < std::max(50, iterations / 20); ++i) body();
-  std::vector<double> us(iterations);
-  for (int i = 0; i < iterations; ++i) {
-    const auto t0 = Clock::now();
-    body();
-    us[i] = Seconds(Clock::now() - t0) * 1e6;
-  }
-  return Percentiles(std::move(us));
-}
-
 // Times each body `iterations` times, in kRounds interleaved rounds (every
 // body runs a slice of its calls in every round), so that a shared
 // machine's drift over the run lands on every body alike and their ratios
@@ -356,19 +345,46 @@ void SmallOps(Transport& t, int iterations, int threads, double seconds,
     rows.push_back({"latency", names[i - 1], t.name, "us", l[i].p50, l[i].p99,
                     l[i].p50 / bare.p50, "bare_unary"});
   }
-  auto add_latency = [&](const char* name, const std::function<void()>& body) {
-    const Latency m = MeasureLatency(iterations, body);
-    rows.push_back({"latency", name, t.name, "us", m.p50, m.p99, m.p50 / bare.p50,
-                    "bare_unary"});
-  };
   // The PyTorch-like loop through the client library: two creates, a mul,
-  // a fetch, and the three releases its RAII handles make.
+  // a fetch, and the three releases its RAII handles make — pipelined on
+  // the session's command stream (the default) and as one unary call each
+  // (ClientOptions::pipeline off, the path before issue 17), interleaved
+  // with a bare unary call.
   tensord::Client client(t.tensord_channel);
-  add_latency("client_create_mul_fetch", [&] {
-    auto a = client.tensor<int64_t>({1, 2, 3});
-    auto b = client.tensor<int64_t>({5, 8, 1});
+  tensord::ClientOptions unary_options;
+  unary_options.pipeline = false;
+  tensord::Client unary(t.tensord_channel, unary_options);
+  auto create_mul_fetch = [](const tensord::Client& c) {
+    auto a = c.tensor<int64_t>({1, 2, 3});
+    auto b = c.tensor<int64_t>({5, 8, 1});
     if ((a * b).fetch<int64_t>()[1] != 16) std::abort();
-  });
+  };
+  // A 100-op dependent chain ending in one fetch.
+  auto chain = [](const tensord::Client& c) {
+    auto x = c.tensor<float>({1, 2, 3});
+    auto one = c.ones({3});
+    for (int i = 0; i < 100; ++i) x = x + one;
+    if (x.fetch<float>()[0] != 101) std::abort();
+  };
+  {
+    const std::vector<Latency> e = MeasureInterleaved(
+        iterations, {ping, [&] { create_mul_fetch(client); },
+                     [&] { create_mul_fetch(unary); }});
+    const std::vector<Latency> c = MeasureInterleaved(
+        std::max(20, iterations / 50),
+        {ping, [&] { chain(client); }, [&] { chain(unary); }});
+    const char* names[] = {"client_create_mul_fetch",
+                           "client_create_mul_fetch_unary",
+                           "client_chain100_fetch",
+                           "client_chain100_fetch_unary"};
+    const Latency* got[] = {&e[1], &e[2], &c[1], &c[2]};
+    const Latency* floor[] = {&e[0], &e[0], &c[0], &c[0]};
+    for (int i = 0; i < 4; ++i) {
+      rows.push_back({"latency", names[i], t.name, "us", got[i]->p50,
+                      got[i]->p99, got[i]->p50 / floor[i]->p50,
+                      "bare_unary (same rounds)"});
+    }
+  }
   // Free what the latency loops made (one session close).
   {
     grpc::ClientContext ctx;

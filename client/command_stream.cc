@@ -44,9 +44,10 @@ CommandStream::CommandStream(std::shared_ptr<grpc::ChannelInterface> channel,
       stream_id_(Random64()),
       next_handle_((uint64_t{1} << 63) | (Random64() >> 2)) {
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    ConnectLocked(lock);
+    std::lock_guard<std::mutex> lock(mu_);
+    ConnectLocked();
   }
+  writer_ = std::thread([this] { WriterLoop(); });
   reader_ = std::thread([this] { ReaderLoop(); });
 }
 
@@ -54,9 +55,14 @@ CommandStream::~CommandStream() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     stopping_ = true;
+    if (!broken_.has_value()) {
+      broken_ = Error(StatusCode::CANCELLED, "the client is closing");
+    }
     cv_.notify_all();
+    writer_cv_.notify_all();
     if (context_ != nullptr) context_->TryCancel();
   }
+  if (writer_.joinable()) writer_.join();
   if (reader_.joinable()) reader_.join();
 }
 
@@ -77,31 +83,16 @@ std::string CommandStream::Describe(const v1::Command& cmd) {
   return out.append(")");
 }
 
-void CommandStream::ConnectLocked(std::unique_lock<std::mutex>& lock) {
+void CommandStream::ConnectLocked() {
   context_ = std::make_unique<grpc::ClientContext>();
   rw_ = stub_->Stream(context_.get());
-  // Everything without a reply goes again (the server skips what it ran
-  // and replays its replies); the outbox is part of it.
-  outbox_.clear();
-  std::vector<v1::StreamRequest> messages(1);
-  messages[0].mutable_open()->set_session(session_);
-  messages[0].mutable_open()->set_stream(stream_id_);
-  messages[0].set_received_through(received_through_);
-  for (const v1::Command& cmd : in_flight_) {
-    if (messages.back().commands_size() == kMaxCommandsPerMessage) {
-      messages.emplace_back().set_received_through(received_through_);
-    }
-    *messages.back().add_commands() = cmd;
-  }
-  ReaderWriter* rw = rw_.get();
-  writing_ = true;
-  lock.unlock();
-  for (const v1::StreamRequest& m : messages) {
-    if (!rw->Write(m)) break;  // the reader learns why
-  }
-  lock.lock();
-  writing_ = false;
-  cv_.notify_all();
+  // The writer opens the stream with its next message and sends everything
+  // without a reply again (the server skips what it ran and replays its
+  // replies); the outbox is the tail of it. The reader goes on reading
+  // meanwhile, so replies never back up behind the resend.
+  outbox_.assign(in_flight_.begin(), in_flight_.end());
+  need_open_ = true;
+  writer_cv_.notify_one();
 }
 
 uint64_t CommandStream::Send(v1::Command cmd, bool want_reply) {
@@ -113,17 +104,30 @@ uint64_t CommandStream::Send(v1::Command cmd, bool want_reply) {
   const uint64_t seq = ++next_seq_;
   cmd.set_seq(seq);
   if (want_reply) wanted_.emplace(seq, std::nullopt);
-  in_flight_.push_back(cmd);
-  outbox_.push_back(std::move(cmd));
-  FlushLocked(lock);
+  QueueLocked(std::move(cmd));
   return seq;
 }
 
-void CommandStream::FlushLocked(std::unique_lock<std::mutex>& lock) {
-  if (writing_) return;  // the write in progress takes it
-  writing_ = true;
-  while (!outbox_.empty() && !broken_.has_value() && !stopping_) {
+void CommandStream::QueueLocked(v1::Command cmd) {
+  in_flight_.push_back(cmd);
+  outbox_.push_back(std::move(cmd));
+  if (outbox_.size() == 1) writer_cv_.notify_one();
+}
+
+void CommandStream::WriterLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    writer_cv_.wait(lock, [this] {
+      return stopping_ || ((need_open_ || !outbox_.empty()) && !writing_ &&
+                           !reconnecting_ && !broken_.has_value());
+    });
+    if (stopping_) return;
     v1::StreamRequest request;
+    if (need_open_) {
+      need_open_ = false;
+      request.mutable_open()->set_session(session_);
+      request.mutable_open()->set_stream(stream_id_);
+    }
     request.set_received_through(received_through_);
     const size_t n =
         std::min(outbox_.size(), static_cast<size_t>(kMaxCommandsPerMessage));
@@ -132,15 +136,15 @@ void CommandStream::FlushLocked(std::unique_lock<std::mutex>& lock) {
     }
     outbox_.erase(outbox_.begin(), outbox_.begin() + n);
     ReaderWriter* rw = rw_.get();
+    writing_ = true;
     lock.unlock();
-    const bool ok = rw->Write(request);
+    // A failed write means a broken connection: the reader reconnects and
+    // sends everything without a reply again.
+    (void)rw->Write(request);
     lock.lock();
-    // A broken connection: the reader reconnects and sends everything
-    // without a reply again.
-    if (!ok) break;
+    writing_ = false;
+    cv_.notify_all();
   }
-  writing_ = false;
-  cv_.notify_all();
 }
 
 void CommandStream::ReaderLoop() {
@@ -158,6 +162,8 @@ void CommandStream::ReaderLoop() {
       continue;
     }
     std::unique_lock<std::mutex> lock(mu_);
+    // No write on this connection from here until the next one is made.
+    reconnecting_ = true;
     cv_.wait(lock, [this] { return !writing_; });
     const grpc::Status status = rw_->Finish();
     if (stopping_) break;
@@ -179,8 +185,8 @@ void CommandStream::ReaderLoop() {
       lock.lock();
       ++reconnects;
       if (stopping_) break;
-      ConnectLocked(lock);
-      FlushLocked(lock);  // what was sent while it connected
+      reconnecting_ = false;
+      ConnectLocked();
       continue;
     }
     broken_ = Error(status.ok() ? StatusCode::UNAVAILABLE : status.error_code(),
@@ -205,7 +211,10 @@ void CommandStream::Take(const v1::StreamResponse& response) {
     }
     if (reply.code() != 0) {
       const StatusCode code = static_cast<StatusCode>(reply.code());
-      if (!IsRefusal(reply) && !failure_.has_value()) {
+      // As the server: a failed release, sync or clear_error stops nothing.
+      const bool stops = !cmd.has_release() && !cmd.has_sync() &&
+                         !cmd.has_clear_error();
+      if (stops && !IsRefusal(reply) && !failure_.has_value()) {
         failure_ = Failure{reply.seq(),
                            Error(code, Describe(cmd) + " failed: " +
                                            reply.message())};
@@ -222,8 +231,7 @@ void CommandStream::Take(const v1::StreamResponse& response) {
   cv_.notify_all();
 }
 
-void CommandStream::ThrowFailureLocked(std::unique_lock<std::mutex>& lock,
-                                       uint64_t seq) {
+void CommandStream::ThrowFailureLocked(uint64_t seq) {
   if (!failure_.has_value() || failure_->seq > seq) return;
   Error error = failure_->error;
   const uint64_t failed = failure_->seq;
@@ -233,9 +241,7 @@ void CommandStream::ThrowFailureLocked(std::unique_lock<std::mutex>& lock,
     v1::Command clear;
     clear.set_seq(++next_seq_);
     clear.mutable_clear_error()->set_seq(failed);
-    in_flight_.push_back(clear);
-    outbox_.push_back(std::move(clear));
-    FlushLocked(lock);
+    QueueLocked(std::move(clear));
   }
   throw error;
 }
@@ -257,7 +263,7 @@ v1::CommandReply CommandStream::Wait(uint64_t seq) {
   }
   v1::CommandReply reply = std::move(*it->second);
   wanted_.erase(it);
-  ThrowFailureLocked(lock, seq);
+  ThrowFailureLocked(seq);
   return reply;
 }
 
@@ -266,7 +272,7 @@ void CommandStream::Drain() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (in_flight_.empty()) {
-      ThrowFailureLocked(lock, next_seq_);
+      ThrowFailureLocked(next_seq_);
       return;
     }
     last = next_seq_;
@@ -274,7 +280,7 @@ void CommandStream::Drain() {
       return broken_.has_value() || received_through_ >= last;
     });
     if (received_through_ < last) throw *broken_;
-    ThrowFailureLocked(lock, last);
+    ThrowFailureLocked(last);
   }
 }
 

@@ -2,9 +2,10 @@
 // (tensord.proto, "The session's ordered command stream").
 //
 // Commands go out as they are written, without waiting: Send() numbers a
-// command (seq), sends it at once when no other write is in progress, and
-// otherwise leaves it to the write in progress, which takes everything
-// waiting in one message. A reader thread takes the replies. Sync points
+// command (seq) and queues it; a writer thread sends what is queued, all
+// of it in one message (up to the server's bound), so a caller producing
+// commands faster than one write takes is never held up by the writes and
+// its commands share messages. A reader thread takes the replies. Sync points
 // wait only for what they need: Wait(seq) for one reply (a read's bytes),
 // Drain() for every command sent so far.
 //
@@ -90,17 +91,18 @@ class CommandStream {
   using ReaderWriter =
       grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>;
 
-  // Starts a connection: opens the stream naming what the client holds and
-  // sends every command without a reply again. Called with mu_ held and no
-  // write in progress.
-  void ConnectLocked(std::unique_lock<std::mutex>& lock);
-  // Writes what is waiting unless another write is in progress.
-  void FlushLocked(std::unique_lock<std::mutex>& lock);
+  // Starts a connection; the writer opens it, naming what the client
+  // holds, and sends every command without a reply again. Called with mu_
+  // held and no write in progress.
+  void ConnectLocked();
+  // Queues `cmd` (numbered already) for the writer.
+  void QueueLocked(v1::Command cmd);
+  void WriterLoop();
   void ReaderLoop();
   void Take(const v1::StreamResponse& response);
   // Throws (and clears) the failure waiting to be reported, if its seq is
   // at most `seq`.
-  void ThrowFailureLocked(std::unique_lock<std::mutex>& lock, uint64_t seq);
+  void ThrowFailureLocked(uint64_t seq);
   static std::string Describe(const v1::Command& cmd);
 
   const std::shared_ptr<grpc::ChannelInterface> channel_;
@@ -110,10 +112,13 @@ class CommandStream {
   const uint64_t stream_id_;  // random: other clients may share the session
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;         // replies, breaks, writes done
+  std::condition_variable writer_cv_;  // something to write, or stopping
   std::unique_ptr<grpc::ClientContext> context_;  // guarded by mu_
   std::unique_ptr<ReaderWriter> rw_;              // guarded by mu_
   bool writing_ = false;   // a Write is in progress (outside mu_)
+  bool need_open_ = false;  // the next message opens the connection
+  bool reconnecting_ = false;  // the connection is being replaced
   bool stopping_ = false;
   uint64_t next_seq_ = 0;
   uint64_t next_handle_;  // from a random point of [2^63, 2^63 + 2^62)
@@ -124,7 +129,8 @@ class CommandStream {
   std::optional<Failure> failure_;  // the first one not yet reported
   std::unordered_map<uint64_t, Error> dead_;  // handle -> why
   std::optional<Error> broken_;
-  std::thread reader_;  // last: started once the rest is set
+  std::thread writer_;  // last: started once the rest is set
+  std::thread reader_;
 };
 
 }  // namespace tensord::client::internal

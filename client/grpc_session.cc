@@ -270,8 +270,8 @@ std::string Session::Fetch(uint64_t handle, uint64_t nbytes) const {
   if (std::optional<std::string> bytes = ReadOnStream(handle, nbytes)) {
     return *std::move(bytes);
   }
-  CheckAlive(handle);
   DrainStream();
+  CheckAlive(handle);
   if (nbytes > kSharedMemoryMinBytes) {
     std::lock_guard<std::mutex> lock(shm_mu_);
     if (auto_region_ != nullptr && nbytes <= auto_region_->size()) {
@@ -419,8 +419,8 @@ void Session::FetchInto(uint64_t handle, uint64_t nbytes,
     if (nbytes != 0) std::memcpy(dst.data(), bytes->data(), nbytes);
     return;
   }
-  CheckAlive(handle);
   DrainStream();
+  CheckAlive(handle);
   if (nbytes > kSharedMemoryMinBytes) {
     std::lock_guard<std::mutex> lock(shm_mu_);
     if (auto_region_ != nullptr && nbytes <= auto_region_->size()) {
@@ -494,12 +494,14 @@ void Session::EndCarry(std::vector<uint64_t>* taken, bool sent) const noexcept {
   if (--pending_releases_ == 0) release_cv_.notify_all();
 }
 
-void Session::FlushDropped() const noexcept {
+bool Session::FlushDropped() const noexcept {
+  bool sent = false;
   for (;;) {
     std::vector<uint64_t> batch;
     try {
       TakeDropped(&batch);
-      if (batch.empty()) return;
+      if (batch.empty()) return sent;
+      sent = true;
       if (CommandStream* stream = started_.load()) {
         // In order with the commands that used them, no RPC of its own.
         v1::Command release;
@@ -517,7 +519,7 @@ void Session::FlushDropped() const noexcept {
     } catch (...) {
       // The tensors die with the session anyway.
       EndCarry(&batch, /*sent=*/true);
-      return;
+      return sent;
     }
   }
 }
@@ -548,9 +550,11 @@ void Session::SendRelease(uint64_t handle, std::vector<uint64_t> listed) const {
 }
 
 bool Session::WaitForReleases() const {
-  FlushDropped();
+  const bool streamed = FlushDropped() && started_.load() != nullptr;
+  // Releases sent on the stream have run once it drains.
+  if (streamed) DrainStream();
   std::unique_lock<std::mutex> lock(release_mu_);
-  if (pending_releases_ == 0) return false;
+  if (pending_releases_ == 0) return streamed;
   release_cv_.wait(lock, [this] { return pending_releases_ == 0; });
   return true;
 }

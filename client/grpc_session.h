@@ -114,18 +114,19 @@ class Session : public std::enable_shared_from_this<Session> {
                            std::is_same_v<Request, v1::ListSessionsRequest> ||
                            std::is_same_v<Request, v1::ListAllTensorsRequest>;
     if constexpr (kView) WaitForReleases();
+    // Tensors dropped since the last request ride this one (see
+    // ReleaseQuietly); if it fails they wait for the next (the server
+    // ignores a handle it already released). Taken before the drain below,
+    // so every streamed command that used them has run when they go.
+    DroppedHandles carried(*this);
+    if constexpr (requires { request.mutable_release(); }) {
+      carried.TakeInto(request.mutable_release());
+    }
     // A unary call sees everything the stream was given before it (and
     // is a sync point: a failure of a streamed command is thrown here).
     if constexpr (!std::is_same_v<Request, v1::OpenSessionRequest> &&
                   !std::is_same_v<Request, v1::CloseSessionRequest>) {
       DrainStream();
-    }
-    // Tensors dropped since the last request ride this one (see
-    // ReleaseQuietly); if it fails they wait for the next (the server
-    // ignores a handle it already released).
-    DroppedHandles carried(*this);
-    if constexpr (requires { request.mutable_release(); }) {
-      carried.TakeInto(request.mutable_release());
     }
     const std::string request_id = kMutating ? NextRequestId() : "";
     bool waited_for_releases = false;
@@ -348,8 +349,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // release in flight is over; unless `sent`, the handles go back to the
   // front of the list. Leaves `taken` empty.
   void EndCarry(std::vector<uint64_t>* taken, bool sent) const noexcept;
-  // Sends every dropped handle in Release calls without waiting for them.
-  void FlushDropped() const noexcept;
+  // Sends every dropped handle — on the command stream once it is started,
+  // else in Release calls — without waiting. True if there was any.
+  bool FlushDropped() const noexcept;
   // An asynchronous Release of `handle` (0: none) and `listed`; the caller
   // has counted it in pending_releases_, and its answer uncounts it.
   void SendRelease(uint64_t handle, std::vector<uint64_t> listed) const;

@@ -114,8 +114,13 @@ class TensorServiceImpl final : public TensorServiceBase {
   TensorServiceImpl(core::Runtime* runtime, Metrics* metrics,
                     const TokenAuthenticator* auth = nullptr);
 
-  // After this, new RPCs fail with UNAVAILABLE ("server is shutting down").
-  void StartDraining() { draining_.store(true); }
+  // After this, new RPCs fail with UNAVAILABLE ("server is shutting down"),
+  // and so do the open command streams, at once (an idle stream would
+  // otherwise hold the shutdown for its whole grace period).
+  void StartDraining() {
+    draining_.store(true);
+    stream_logs_.EndAll(absl::UnavailableError("server is shutting down"));
+  }
   // RPCs that have started and not yet finished.
   int64_t in_flight() const { return in_flight_.load(); }
   // This server instance's id (16 hex digits), sent on every reply.

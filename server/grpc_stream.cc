@@ -159,12 +159,21 @@ class StreamReactor final
                      service_->runtime_->BeginCall(session_));
     return log_->Run(
         this, request, kMaxStreamUnacknowledged,
-        [this](const v1::Command& cmd) { return RunCommand(cmd); }, out);
+        [this](const v1::Command& cmd, const absl::Status* refused) {
+          return RunCommand(cmd, refused);
+        },
+        out);
   }
 
   // Runs one command as the unary RPC of its request would; a failure
   // becomes the reply's code and message (mapped and logged once).
-  v1::CommandReply RunCommand(const v1::Command& cmd) {
+  // A refused command (`refused` set) only has its release list honoured.
+  v1::CommandReply RunCommand(const v1::Command& cmd,
+                              const absl::Status* refused) {
+    if (refused != nullptr) {
+      ReleaseListedOf(cmd);
+      return Reply(cmd.seq(), *refused);
+    }
     v1::CommandReply reply;
     reply.set_seq(cmd.seq());
     const absl::Status status = Execute(cmd, &reply);
@@ -177,6 +186,18 @@ class StreamReactor final
     reply.set_code(mapped.error_code());
     reply.set_message(mapped.error_message());
     return reply;
+  }
+
+  // The release list of `cmd`'s request, whatever else becomes of it.
+  void ReleaseListedOf(const v1::Command& cmd) {
+    TensorServiceImpl& s = *service_;
+    auto in_session = [&](auto req) {
+      req.set_session(session_);
+      (void)s.ReleaseListed(req);
+    };
+    if (cmd.has_create()) in_session(cmd.create());
+    if (cmd.has_to()) in_session(cmd.to());
+    if (cmd.has_run()) in_session(cmd.run());
   }
 
   absl::Status Execute(const v1::Command& cmd, v1::CommandReply* reply) {
@@ -202,11 +223,11 @@ class StreamReactor final
       case v1::Command::kRun: {
         v1::RunRequest req = cmd.run();
         req.set_session(session_);
+        RETURN_IF_ERROR(s.ReleaseListed(req));
         if (req.op().has_in_place() && cmd.result() != 0) {
           return absl::InvalidArgumentError(
               "an in-place op's result is its target: leave `result` 0");
         }
-        RETURN_IF_ERROR(s.ReleaseListed(req));
         v1::TensorResponse resp;
         RETURN_IF_ERROR(s.RunImpl(ctx_, req, &resp));
         return Name(cmd.result(), resp.tensor(), reply);
@@ -386,12 +407,12 @@ absl::Status StreamLog::Run(StreamReactor* connection,
         reply.set_seq(cmd.seq());
       }
     } else if (failed_.has_value() && !RunsAfterAFailure(cmd)) {
-      reply = Reply(cmd.seq(), absl::FailedPreconditionError(absl::StrCat(
-                                   "not run: command ", failed_->seq, " (",
-                                   failed_->what, ") failed: ", failed_->why,
-                                   "; send clear_error for it first")));
+      const absl::Status refused = absl::FailedPreconditionError(absl::StrCat(
+          "not run: command ", failed_->seq, " (", failed_->what,
+          ") failed: ", failed_->why, "; send clear_error for it first"));
+      reply = run(cmd, &refused);
     } else {
-      reply = run(cmd);
+      reply = run(cmd, nullptr);
       if (reply.code() != 0 && !RunsAfterAFailure(cmd)) {
         failed_ = Failure{cmd.seq(), CommandName(cmd),
                           absl::StrCat(absl::StatusCodeToString(
@@ -413,18 +434,20 @@ void StreamLog::Trim(uint64_t received_through) {
   }
 }
 
+void StreamLog::EndConnection(const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  if (attached_ != nullptr) attached_->End(why);
+}
+
 void StreamLog::OnSessionEnded(const absl::Status& why) {
   absl::MutexLock lock(&mu_);
   ended_ = true;
+  ended_flag_.store(true);
   end_status_ = why;
   kept_.clear();
   if (attached_ != nullptr) attached_->End(why);
 }
 
-bool StreamLog::ended() const {
-  absl::MutexLock lock(&mu_);
-  return ended_;
-}
 
 // --- StreamLogs --------------------------------------------------------------
 
@@ -444,6 +467,15 @@ absl::StatusOr<std::shared_ptr<StreamLog>> StreamLogs::For(
   RETURN_IF_ERROR(runtime.BindToSession(session, log));
   logs_.emplace(key, log);
   return log;
+}
+
+void StreamLogs::EndAll(const absl::Status& why) {
+  std::vector<std::shared_ptr<StreamLog>> logs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, log] : logs_) logs.push_back(log);
+  }
+  for (const auto& log : logs) log->EndConnection(why);
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*

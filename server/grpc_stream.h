@@ -16,6 +16,7 @@
 #ifndef TENSORD_SERVER_GRPC_STREAM_H_
 #define TENSORD_SERVER_GRPC_STREAM_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -49,12 +50,15 @@ class StreamLog final : public core::SessionBound {
 
   // Runs the commands of `request` that the log has not run yet, in seq
   // order, through `run` (which executes one command and returns its
-  // reply), appending each reply to `out`. Commands other than release,
-  // sync and clear_error after a failed one are refused, not run.
+  // reply; with `refused` set it only honours the command's release list
+  // and returns that refusal), appending each reply to `out`. Commands
+  // other than release, sync and clear_error after a failed one are
+  // refused, not run.
   // INVALID_ARGUMENT for a seq gap; RESOURCE_EXHAUSTED past
   // `max_unacknowledged` kept replies; ABORTED when `connection` is no
   // longer the attached one.
-  using RunCommand = std::function<v1::CommandReply(const v1::Command&)>;
+  using RunCommand = std::function<v1::CommandReply(
+      const v1::Command&, const absl::Status* refused)>;
   absl::Status Run(StreamReactor* connection, const v1::StreamRequest& request,
                    uint32_t max_unacknowledged, const RunCommand& run,
                    v1::StreamResponse* out);
@@ -62,7 +66,9 @@ class StreamLog final : public core::SessionBound {
   // core::SessionBound: ends the attached connection with `why` and lets
   // the kept replies go.
   void OnSessionEnded(const absl::Status& why) override;
-  bool ended() const;
+  bool ended() const { return ended_flag_.load(); }
+  // Ends the attached connection, if any, with `why` (the log stays).
+  void EndConnection(const absl::Status& why);
 
  private:
   // Forgets the kept replies up to `received_through`.
@@ -70,6 +76,7 @@ class StreamLog final : public core::SessionBound {
 
   mutable absl::Mutex mu_;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> ended_flag_{false};  // ended_, readable without mu_
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);
   uint64_t executed_through_ ABSL_GUARDED_BY(mu_) = 0;
   struct Failure {
@@ -90,6 +97,8 @@ class StreamLogs {
   absl::StatusOr<std::shared_ptr<StreamLog>> For(core::Runtime& runtime,
                                                  const std::string& session,
                                                  uint64_t stream);
+  // Ends every attached connection with `why` (the server is draining).
+  void EndAll(const absl::Status& why);
 
  private:
   absl::Mutex mu_;

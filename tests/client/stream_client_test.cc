@@ -155,6 +155,18 @@ TEST(StreamClientTest, MovesAndInPlaceOpsKeepPyTorchsIdentity) {
             StatusCode::NOT_FOUND);
 }
 
+TEST(StreamClientTest, ShutdownDoesNotWaitForAnIdleStream) {
+  auto server = StartServer();
+  // Over TCP: an in-process channel must not outlive its server's shutdown.
+  Client client(grpc::CreateChannel(server->address(),
+                                    grpc::InsecureChannelCredentials()));
+  Tensor x = client.ones({4});
+  EXPECT_EQ(x.sum().item<float>(), 4);  // the stream is open, and idle
+  const auto t0 = std::chrono::steady_clock::now();
+  server->Shutdown(milliseconds(10000));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(3000));
+}
+
 // A TCP proxy whose connections can be cut at will.
 class CuttableProxy {
  public:

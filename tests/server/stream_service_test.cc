@@ -185,37 +185,41 @@ TEST_F(StreamServiceTest, CommandsRunInOrderUnderTheClientsHandles) {
 
 TEST_F(StreamServiceTest, AFailureStopsTheStreamUntilCleared) {
   auto c = Connect();
-  // 2 is 128 MiB, past the 64 MiB budget: only the server can know.
+  // 3 is 128 MiB, past the 64 MiB budget: only the server can know. The
+  // refused add (4) carries a release list: honoured all the same.
+  v1::Command add = Add(4, kMine + 4, kMine + 1, kMine + 1);
+  add.mutable_run()->add_release(kMine + 2);
   auto replies = Send(*c,
-                      {Zeros(1, kMine + 1, 4), Zeros(2, kMine + 2, 32 << 20),
-                       Add(3, kMine + 3, kMine + 1, kMine + 1),
-                       Release(4, {kMine + 1})},
+                      {Zeros(1, kMine + 1, 4), Zeros(2, kMine + 2, 4),
+                       Zeros(3, kMine + 3, 32 << 20), add,
+                       Release(5, {kMine + 1})},
                       true);
-  ASSERT_EQ(replies.size(), 4u);
+  ASSERT_EQ(replies.size(), 5u);
   EXPECT_EQ(replies[0].code(), 0);
-  EXPECT_EQ(replies[1].code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_EQ(replies[2].code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_THAT(replies[2].message(),
-              HasSubstr("not run: command 2 (create) failed: "
+  EXPECT_EQ(replies[1].code(), 0);
+  EXPECT_EQ(replies[2].code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(replies[3].code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(replies[3].message(),
+              HasSubstr("not run: command 3 (create) failed: "
                         "RESOURCE_EXHAUSTED: "));
-  EXPECT_THAT(replies[2].message(), HasSubstr("send clear_error"));
-  EXPECT_EQ(replies[3].code(), 0);  // releases still run
-  EXPECT_TRUE(Handles().empty());
+  EXPECT_THAT(replies[3].message(), HasSubstr("send clear_error"));
+  EXPECT_EQ(replies[4].code(), 0);  // releases still run
+  EXPECT_TRUE(Handles().empty());   // 2 by the refused add's list
 
   v1::Command wrong;
-  wrong.set_seq(5);
-  wrong.mutable_clear_error()->set_seq(3);
+  wrong.set_seq(6);
+  wrong.mutable_clear_error()->set_seq(4);
   v1::Command clear;
-  clear.set_seq(6);
-  clear.mutable_clear_error()->set_seq(2);
-  replies = Send(*c, {wrong, clear, Zeros(7, kMine + 7, 4)});
+  clear.set_seq(7);
+  clear.mutable_clear_error()->set_seq(3);
+  replies = Send(*c, {wrong, clear, Zeros(8, kMine + 8, 4)});
   ASSERT_EQ(replies.size(), 3u);
   EXPECT_EQ(replies[0].code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(replies[0].message(),
-              HasSubstr("names command 3 but the stream stopped at command 2"));
+              HasSubstr("names command 4 but the stream stopped at command 3"));
   EXPECT_EQ(replies[1].code(), 0);
   EXPECT_EQ(replies[2].code(), 0) << replies[2].message();
-  EXPECT_THAT(Handles(), ::testing::ElementsAre(kMine + 7));
+  EXPECT_THAT(Handles(), ::testing::ElementsAre(kMine + 8));
   EXPECT_TRUE(Close(*c).ok());
 }
 
