@@ -10,7 +10,8 @@
 //                  shorter than 4 bytes becomes the live session, and every
 //                  handle-valued field below kHandleSlots becomes one of the
 //                  live pre-created tensors; then it is serialized and sent.
-// For the client-streaming Upload the payload is a sequence of messages,
+// For the client-streaming Upload and Stream the payload is a sequence of
+// messages,
 // each a 2-byte little-endian length followed by that many bytes (at most
 // kMaxStreamMessages; a short tail is one last message).
 #ifndef TENSORD_TESTS_FUZZ_FUZZ_COMMON_H_
@@ -31,13 +32,17 @@ inline constexpr const char* kRpcs[] = {
     "GetTensor",   "ListTensors", "ListSessions", "ListAllTensors",
     "GetStats",    "KeepAlive",   "Read",         "RegisterSharedMemory",
     "UnregisterSharedMemory", "UploadFromSharedMemory", "FetchToSharedMemory",
-    "GetLimits",
+    "GetLimits",   "Stream",
 };
 
 inline constexpr uint64_t kHandleSlots = 64;
 inline constexpr size_t kMaxStreamMessages = 16;
 
-inline bool IsClientStreaming(std::string_view rpc) { return rpc == "Upload"; }
+// The RPCs whose input is a sequence of messages (Upload; Stream, whose
+// replies are a stream too).
+inline bool IsClientStreaming(std::string_view rpc) {
+  return rpc == "Upload" || rpc == "Stream";
+}
 
 // Splits an Upload payload into messages (see the layout above).
 inline std::vector<std::string> SplitStream(std::string_view payload) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <vector>
@@ -27,7 +28,8 @@ void Add(const std::string& rpc, const google::protobuf::Message& m) {
 void AddRaw(const std::string& rpc, const google::protobuf::Message& m) {
   seeds[rpc].push_back(std::string(1, '\1') + m.SerializeAsString());
 }
-void AddStream(const std::string& rpc, const std::vector<v1::UploadRequest>& ms,
+template <typename Message>
+void AddStream(const std::string& rpc, std::initializer_list<Message> ms,
                bool raw) {
   std::vector<std::string> parts;
   for (const auto& m : ms) parts.push_back(m.SerializeAsString());
@@ -45,7 +47,44 @@ v1::Operand R(uint32_t index) {
   return o;
 }
 
+// The session's command stream: creates under client handles, an op on
+// them, a read, a release, a sync, a failure and its clear_error.
+void AddCommandStream() {
+  constexpr uint64_t kMine = uint64_t{1} << 63;
+  v1::StreamRequest first;
+  first.mutable_open()->set_stream(1);
+  auto command = [](v1::StreamRequest& m, uint64_t seq, uint64_t result) {
+    v1::Command* c = m.add_commands();
+    c->set_seq(seq);
+    c->set_result(result);
+    return c;
+  };
+  v1::CreateRequest* a = command(first, 1, kMine + 1)->mutable_create();
+  a->set_dtype(v1::FLOAT32);
+  a->add_shape(3);
+  a->mutable_fill()->set_kind(v1::Fill::ONES);
+  v1::BinaryArgs* add =
+      command(first, 2, kMine + 2)->mutable_run()->mutable_op()->mutable_binary();
+  add->set_op(v1::ADD);
+  add->mutable_lhs()->set_handle(kMine + 1);
+  add->mutable_rhs()->set_handle(0);  // a live tensor's slot
+  command(first, 3, 0)->mutable_read()->set_handle(kMine + 2);
+  v1::StreamRequest second;
+  second.set_received_through(3);
+  command(second, 4, 0)->mutable_release()->add_release(kMine + 1);
+  command(second, 5, 0)->mutable_sync();
+  v1::CreateRequest* huge = command(second, 6, kMine + 6)->mutable_create();
+  huge->set_dtype(v1::FLOAT64);
+  huge->add_shape(1 << 30);
+  huge->mutable_fill()->set_kind(v1::Fill::ZEROS);
+  command(second, 7, 0)->mutable_clear_error()->set_seq(6);
+  AddStream("Stream", {first, second}, false);
+  AddStream("Stream", {first, second}, true);
+  AddStream("Stream", {second}, false);
+}
+
 void Build() {
+  AddCommandStream();
   Add("ListDevices", v1::ListDevicesRequest());
   Add("ListSessions", v1::ListSessionsRequest());
   Add("ListAllTensors", v1::ListAllTensorsRequest());
