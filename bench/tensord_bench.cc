@@ -651,16 +651,31 @@ bool floor_failed = false;
 //                    the result's release): round-trip bound for small n
 //   service_batched: the same multiplies recorded in one Batch (one Execute
 //                    RPC; each result is freed as the next one is made, the
-//                    last is kept and released): the pipelined client
+//                    last is kept and released)
+//   service_pipelined: the same multiplies as eager code on the pipelined
+//                    client (queued on the session's command stream, one
+//                    synchronize() at the end)
 void Matmul(Transport& t, const std::vector<int>& sizes, std::vector<Row>& rows) {
   tensord::Client client(t.tensord_channel);
+  // One unary call per multiply: the pipelined client would queue them.
+  tensord::ClientOptions unary_options;
+  unary_options.pipeline = false;
+  tensord::Client unary(t.tensord_channel, unary_options);
   for (int n : sizes) {
     const double flop = 2.0 * n * n * n;
-    auto a = client.rand({n, n}, "cpu", 1);
-    auto b = client.rand({n, n}, "cpu", 2);
+    auto a = unary.rand({n, n}, "cpu", 1);
+    auto b = unary.rand({n, n}, "cpu", 2);
+    auto pa = client.rand({n, n}, "cpu", 1);
+    auto pb = client.rand({n, n}, "cpu", 2);
     auto service_once = [&] { (void)a.matmul(b); };
+    // The same multiplies as eager code on the pipelined client: queued on
+    // the command stream, waited for once.
+    auto pipelined = [&](int count) {
+      for (int r = 0; r < count; ++r) (void)pa.matmul(pb);
+      client.synchronize();
+    };
     auto batched = [&](int count) {
-      auto batch = client.batch();
+      auto batch = unary.batch();
       tensord::Batch::Value last = batch.matmul(a, b);
       for (int r = 1; r < count; ++r) last = batch.matmul(a, b);
       batch.keep(last);
@@ -674,7 +689,8 @@ void Matmul(Transport& t, const std::vector<int>& sizes, std::vector<Row>& rows)
         static_cast<int>(0.2 / std::max(1e-6, Seconds(Clock::now() - t0))), 1,
         1000);
     batched(reps);  // warm
-    std::vector<double> floor, service, service_batched;
+    pipelined(reps);
+    std::vector<double> floor, service, service_batched, service_pipelined;
     for (int round = 0; round < 5; ++round) {
       floor.push_back(BlasFloor(n, reps));
       if (floor.back() <= 0) {
@@ -688,10 +704,15 @@ void Matmul(Transport& t, const std::vector<int>& sizes, std::vector<Row>& rows)
       t0 = Clock::now();
       for (int r = 0; r < reps; ++r) service_once();
       service.push_back(flop * reps / Seconds(Clock::now() - t0) / 1e9);
+      t0 = Clock::now();
+      pipelined(reps);
+      service_pipelined.push_back(flop * reps / Seconds(Clock::now() - t0) /
+                                  1e9);
     }
     std::sort(floor.begin(), floor.end());
     std::sort(service.begin(), service.end());
     std::sort(service_batched.begin(), service_batched.end());
+    std::sort(service_pipelined.begin(), service_pipelined.end());
     const std::string size = std::to_string(n);
     rows.push_back({"matmul", "blas_own_process_n" + size, "own-process",
                     "GFLOP/s", floor[2], -1, 1, ""});
@@ -699,6 +720,9 @@ void Matmul(Transport& t, const std::vector<int>& sizes, std::vector<Row>& rows)
                     -1, service[2] / floor[2], "blas_own_process"});
     rows.push_back({"matmul", "service_batched_n" + size, t.name, "GFLOP/s",
                     service_batched[2], -1, service_batched[2] / floor[2],
+                    "blas_own_process"});
+    rows.push_back({"matmul", "service_pipelined_n" + size, t.name, "GFLOP/s",
+                    service_pipelined[2], -1, service_pipelined[2] / floor[2],
                     "blas_own_process"});
   }
 }
