@@ -359,12 +359,22 @@ void SmallOps(Transport& t, int iterations, int threads, double seconds,
     auto b = c.tensor<int64_t>({5, 8, 1});
     if ((a * b).fetch<int64_t>()[1] != 16) std::abort();
   };
-  // A 100-op dependent chain ending in one fetch.
+  // A 100-op dependent chain ending in one fetch; and the same chain in
+  // one Execute (the server's own per-op cost, without the stream's).
   auto chain = [](const tensord::Client& c) {
     auto x = c.tensor<float>({1, 2, 3});
     auto one = c.ones({3});
     for (int i = 0; i < 100; ++i) x = x + one;
     if (x.fetch<float>()[0] != 101) std::abort();
+  };
+  auto chain_batched = [](const tensord::Client& c) {
+    auto x = c.tensor<float>({1, 2, 3});
+    auto one = c.ones({3});
+    tensord::Batch batch = c.batch();
+    tensord::Batch::Value v = batch.add(x, one);
+    for (int i = 1; i < 100; ++i) v = batch.add(v, one);
+    batch.keep(v);
+    if (batch.run()[v].fetch<float>()[0] != 101) std::abort();
   };
   {
     const std::vector<Latency> e = MeasureInterleaved(
@@ -372,14 +382,16 @@ void SmallOps(Transport& t, int iterations, int threads, double seconds,
                      [&] { create_mul_fetch(unary); }});
     const std::vector<Latency> c = MeasureInterleaved(
         std::max(20, iterations / 50),
-        {ping, [&] { chain(client); }, [&] { chain(unary); }});
+        {ping, [&] { chain(client); }, [&] { chain(unary); },
+         [&] { chain_batched(unary); }});
     const char* names[] = {"client_create_mul_fetch",
                            "client_create_mul_fetch_unary",
                            "client_chain100_fetch",
-                           "client_chain100_fetch_unary"};
-    const Latency* got[] = {&e[1], &e[2], &c[1], &c[2]};
-    const Latency* floor[] = {&e[0], &e[0], &c[0], &c[0]};
-    for (int i = 0; i < 4; ++i) {
+                           "client_chain100_fetch_unary",
+                           "client_chain100_fetch_batched"};
+    const Latency* got[] = {&e[1], &e[2], &c[1], &c[2], &c[3]};
+    const Latency* floor[] = {&e[0], &e[0], &c[0], &c[0], &c[0]};
+    for (int i = 0; i < 5; ++i) {
       rows.push_back({"latency", names[i], t.name, "us", got[i]->p50,
                       got[i]->p99, got[i]->p50 / floor[i]->p50,
                       "bare_unary (same rounds)"});

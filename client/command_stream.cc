@@ -36,12 +36,14 @@ bool IsRefusal(const v1::CommandReply& reply) {
 }  // namespace
 
 CommandStream::CommandStream(std::shared_ptr<grpc::ChannelInterface> channel,
-                             std::string session, std::string instance)
+                             std::string session, std::string instance,
+                             Options options)
     : channel_(std::move(channel)),
       stub_(v1::TensorService::NewStub(channel_)),
       session_(std::move(session)),
       instance_(std::move(instance)),
       stream_id_(Random64()),
+      options_(options),
       next_handle_((uint64_t{1} << 63) | (Random64() >> 2)) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -97,9 +99,18 @@ void CommandStream::ConnectLocked() {
 
 uint64_t CommandStream::Send(v1::Command cmd, bool want_reply) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] {
-    return broken_.has_value() || in_flight_.size() < kMaxInFlight;
-  });
+  if (!cv_.wait_for(lock, options_.full_wait, [this] {
+        return broken_.has_value() ||
+               in_flight_.size() < options_.max_in_flight;
+      })) {
+    throw Error(StatusCode::RESOURCE_EXHAUSTED,
+                std::to_string(in_flight_.size()) +
+                    " commands have waited for the server's answers for " +
+                    std::to_string(options_.full_wait.count()) +
+                    " ms: the most a client keeps in flight on its command "
+                    "stream is " +
+                    std::to_string(options_.max_in_flight));
+  }
   if (broken_.has_value()) throw *broken_;
   const uint64_t seq = ++next_seq_;
   cmd.set_seq(seq);

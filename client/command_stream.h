@@ -23,9 +23,10 @@
 // twice. Another failure (the session is gone, the server restarted)
 // breaks the stream: every wait then throws it.
 //
-// Flow control: at most kMaxInFlight commands without a reply; Send waits
-// beyond that (and gRPC's own flow control holds a Write while the server
-// is not reading).
+// Flow control: at most Options::max_in_flight commands without a reply;
+// Send waits beyond that (and gRPC's own flow control holds a Write while
+// the server is not reading), and fails with RESOURCE_EXHAUSTED naming the
+// bound when the window stays full for Options::full_wait.
 //
 // Thread-safety: every method may be called from any thread.
 #ifndef TENSORD_CLIENT_COMMAND_STREAM_H_
@@ -33,6 +34,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -51,12 +53,21 @@ namespace tensord::client::internal {
 
 namespace v1 = ::tensord::v1;
 
+// The window of commands without an answer, and how long a Send waits
+// when it is full.
+struct CommandStreamOptions {
+  size_t max_in_flight = 8192;
+  std::chrono::milliseconds full_wait{60000};
+};
+
 class CommandStream {
  public:
+  using Options = CommandStreamOptions;
   // Connects for `session` (whose server instance is `instance`, "" if
-  // unknown). Throws Error when the stream cannot be started.
+  // unknown); the writer opens the stream with its first message.
   CommandStream(std::shared_ptr<grpc::ChannelInterface> channel,
-                std::string session, std::string instance);
+                std::string session, std::string instance,
+                Options options = {});
   // Cancels the stream and joins the reader: commands without a reply may
   // not run (the session is being closed).
   ~CommandStream();
@@ -64,7 +75,8 @@ class CommandStream {
   CommandStream& operator=(const CommandStream&) = delete;
 
   // Numbers `cmd`, sends it and returns its seq. `want_reply`: keep its
-  // reply for Wait(). Throws Error when the stream is broken.
+  // reply for Wait(). Throws Error when the stream is broken, or
+  // RESOURCE_EXHAUSTED when the window stays full (see Options).
   uint64_t Send(v1::Command cmd, bool want_reply = false);
   // The reply of command `seq` (sent with want_reply) once it has come.
   // Throws the first failure not yet reported if its command was sent
@@ -80,7 +92,6 @@ class CommandStream {
   // or nullopt when nothing says so.
   std::optional<Error> Dead(uint64_t handle) const;
 
-  static constexpr size_t kMaxInFlight = 8192;
   static constexpr int kMaxCommandsPerMessage = 1024;  // the server's bound
 
  private:
@@ -110,6 +121,7 @@ class CommandStream {
   const std::string session_;
   const std::string instance_;
   const uint64_t stream_id_;  // random: other clients may share the session
+  const Options options_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;         // replies, breaks, writes done

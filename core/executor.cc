@@ -14,29 +14,14 @@ std::string Describe(const StoredTensor& t) {
 absl::Status Runtime::Impl::InPlace(const OpSpec& op, const StoredTensor& self,
                                     const StoredTensor* other) {
   const Scalar* scalar = op.scalar.has_value() ? &*op.scalar : nullptr;
-  BinaryOp bop = BinaryOp::kAdd;
+  const BinaryOp bop = InPlaceBinaryOp(op.in_place);
   TensorPtr scaled;  // kAxpy: alpha * other
-  switch (op.in_place) {
-    case InPlaceOp::kAdd:
-      bop = BinaryOp::kAdd;
-      break;
-    case InPlaceOp::kSub:
-      bop = BinaryOp::kSub;
-      break;
-    case InPlaceOp::kMul:
-      bop = BinaryOp::kMul;
-      break;
-    case InPlaceOp::kDiv:
-      bop = BinaryOp::kDiv;
-      break;
-    case InPlaceOp::kAxpy: {
-      // PlanOp has checked that `other` is there and alpha suits it.
-      ASSIGN_OR_RETURN(Output t, BinaryOut(BinaryOp::kMul, *other, nullptr,
-                                           &op.alpha, false, nullptr));
-      scaled = Stored(SlotOf(other->device), std::move(t));
-      other = scaled.get();
-      break;
-    }
+  if (op.in_place == InPlaceOp::kAxpy) {
+    // PlanOp has checked that `other` is there and alpha suits it.
+    ASSIGN_OR_RETURN(Output t, BinaryOut(BinaryOp::kMul, *other, nullptr,
+                                         &op.alpha, false, nullptr));
+    scaled = Stored(SlotOf(other->device), std::move(t));
+    other = scaled.get();
   }
   return BinaryOut(bop, self, other, other == nullptr ? scalar : nullptr, false,
                    &self)

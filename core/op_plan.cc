@@ -75,32 +75,18 @@ absl::StatusOr<OpResult> PlanInPlace(const OpSpec& op,
   if (in.size() > 1) other.emplace(Desc(in[1]));
   const Scalar* scalar =
       !other && op.scalar.has_value() ? &*op.scalar : nullptr;
-  BinaryOp bop = BinaryOp::kAdd;
+  const BinaryOp bop = InPlaceBinaryOp(op.in_place);
   std::optional<Shape> scaled_shape;  // kAxpy: alpha * other
-  switch (op.in_place) {
-    case InPlaceOp::kAdd:
-      break;
-    case InPlaceOp::kSub:
-      bop = BinaryOp::kSub;
-      break;
-    case InPlaceOp::kMul:
-      bop = BinaryOp::kMul;
-      break;
-    case InPlaceOp::kDiv:
-      bop = BinaryOp::kDiv;
-      break;
-    case InPlaceOp::kAxpy: {
-      if (!other) {
-        return absl::InvalidArgumentError("axpy_ needs a tensor operand x");
-      }
-      RETURN_IF_ERROR(CheckAxpyAlpha(other->dtype, op.alpha));
-      ASSIGN_OR_RETURN(BinaryPlan scaled,
-                       PlanBinary(BinaryOp::kMul, *other, nullptr, &op.alpha,
-                                  nullptr, target));
-      scaled_shape.emplace(std::move(scaled.out));
-      other.emplace(OperandDesc{scaled.out_dtype, *scaled_shape});
-      break;
+  if (op.in_place == InPlaceOp::kAxpy) {
+    if (!other) {
+      return absl::InvalidArgumentError("axpy_ needs a tensor operand x");
     }
+    RETURN_IF_ERROR(CheckAxpyAlpha(other->dtype, op.alpha));
+    ASSIGN_OR_RETURN(BinaryPlan scaled,
+                     PlanBinary(BinaryOp::kMul, *other, nullptr, &op.alpha,
+                                nullptr, target));
+    scaled_shape.emplace(std::move(scaled.out));
+    other.emplace(OperandDesc{scaled.out_dtype, *scaled_shape});
   }
   RETURN_IF_ERROR(PlanBinary(bop, self, other ? &*other : nullptr, scalar,
                              &self, target)

@@ -62,4 +62,19 @@ std::string OpName(const OpSpec& op) {
   return "unknown";
 }
 
+BinaryOp InPlaceBinaryOp(InPlaceOp op) {
+  switch (op) {
+    case InPlaceOp::kSub:
+      return BinaryOp::kSub;
+    case InPlaceOp::kMul:
+      return BinaryOp::kMul;
+    case InPlaceOp::kDiv:
+      return BinaryOp::kDiv;
+    case InPlaceOp::kAdd:
+    case InPlaceOp::kAxpy:
+      break;
+  }
+  return BinaryOp::kAdd;
+}
+
 }  // namespace tensord::core

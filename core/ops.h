@@ -50,6 +50,9 @@ enum class InPlaceOp {
   kAxpy,  // self += alpha * other
 };
 std::string_view InPlaceOpName(InPlaceOp op);  // "add_", "sub_", ...
+// The elementwise op an in-place op applies to its target: add_ and axpy_
+// (which adds alpha * other) add, sub_ subtracts, ...
+BinaryOp InPlaceBinaryOp(InPlaceOp op);
 
 struct OpSpec {
   enum class Kind {

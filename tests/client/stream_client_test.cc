@@ -22,8 +22,10 @@
 #include <thread>
 #include <vector>
 
+#include "client/command_stream.h"
 #include "server/server.h"
 #include "tensord/client.h"
+#include "tensord/v1/tensord.grpc.pb.h"
 
 namespace tensord {
 namespace {
@@ -70,17 +72,24 @@ class CountCalls : public grpc::experimental::ClientInterceptorFactoryInterface 
   std::mutex* mu_;
 };
 
+// A channel to `address` whose calls are counted in `calls`.
+std::shared_ptr<grpc::Channel> DialCounting(const std::string& address,
+                                            std::map<std::string, int>* calls,
+                                            std::mutex* mu) {
+  std::vector<
+      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(std::make_unique<CountCalls>(calls, mu));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      address, grpc::InsecureChannelCredentials(), grpc::ChannelArguments(),
+      std::move(interceptors));
+}
+
 TEST(StreamClientTest, AChainOfOpsIsOneStreamAndNoUnaryCalls) {
   auto server = StartServer();
   std::map<std::string, int> calls;
   std::mutex mu;
-  std::vector<std::unique_ptr<
-      grpc::experimental::ClientInterceptorFactoryInterface>>
-      interceptors;
-  interceptors.push_back(std::make_unique<CountCalls>(&calls, &mu));
-  Client client(grpc::experimental::CreateCustomChannelWithInterceptors(
-      server->address(), grpc::InsecureChannelCredentials(),
-      grpc::ChannelArguments(), std::move(interceptors)));
+  Client client(DialCounting(server->address(), &calls, &mu));
   Tensor x = client.tensor<float>({1, 2, 3});
   Tensor y = client.ones({3});
   for (int i = 0; i < 100; ++i) x = x + y;  // each known before it runs
@@ -165,6 +174,49 @@ TEST(StreamClientTest, ShutdownDoesNotWaitForAnIdleStream) {
   const auto t0 = std::chrono::steady_clock::now();
   server->Shutdown(milliseconds(10000));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(3000));
+}
+
+// The window of commands without an answer: a Send that finds it full
+// waits, and fails with RESOURCE_EXHAUSTED naming the bound when it stays
+// full past the deadline (here: a window of one, behind a long matmul).
+TEST(StreamClientTest, AWindowThatStaysFullIsResourceExhausted) {
+  auto server = StartServer(256 << 20);
+  auto channel = server->InProcessChannel();
+  auto stub = v1::TensorService::NewStub(channel);
+  grpc::ClientContext open_ctx;
+  v1::OpenSessionResponse opened;
+  ASSERT_TRUE(stub->OpenSession(&open_ctx, {}, &opened).ok());
+  uint64_t operand = 0;
+  {
+    grpc::ClientContext ctx;
+    v1::CreateRequest create;
+    create.set_session(opened.session());
+    create.set_dtype(v1::FLOAT32);
+    create.add_shape(3072);
+    create.add_shape(3072);
+    create.mutable_fill()->set_kind(v1::Fill::RAND);
+    v1::TensorResponse made;
+    ASSERT_TRUE(stub->Create(&ctx, create, &made).ok());
+    operand = made.tensor().handle();
+  }
+  client::internal::CommandStream::Options options;
+  options.max_in_flight = 1;
+  options.full_wait = milliseconds(20);
+  client::internal::CommandStream stream(channel, opened.session(), "",
+                                         options);
+  v1::Command matmul;  // 58 GFLOP: far longer than 20 ms
+  v1::MatMulArgs* mm = matmul.mutable_run()->mutable_op()->mutable_matmul();
+  mm->mutable_lhs()->set_handle(operand);
+  mm->mutable_rhs()->set_handle(operand);
+  stream.Send(matmul);
+  v1::Command sync;
+  sync.mutable_sync();
+  Error full = ErrorOf([&] { stream.Send(sync); });
+  EXPECT_EQ(full.code(), StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(full.message(), HasSubstr("the most a client keeps in flight "
+                                        "on its command stream is 1"));
+  stream.Drain();  // the matmul ends; the window opens again
+  EXPECT_NO_THROW(stream.Wait(stream.Send(sync, /*want_reply=*/true)));
 }
 
 // A TCP proxy whose connections can be cut at will.
@@ -276,13 +328,7 @@ TEST(StreamClientTest, ACutConnectionAnywhereLosesNothingAndRunsNothingTwice) {
     SCOPED_TRACE("cut after line " + std::to_string(cut));
     std::map<std::string, int> calls;
     std::mutex mu;
-    std::vector<std::unique_ptr<
-        grpc::experimental::ClientInterceptorFactoryInterface>>
-        interceptors;
-    interceptors.push_back(std::make_unique<CountCalls>(&calls, &mu));
-    Client client(grpc::experimental::CreateCustomChannelWithInterceptors(
-        proxy.address(), grpc::InsecureChannelCredentials(),
-        grpc::ChannelArguments(), std::move(interceptors)));
+    Client client(DialCounting(proxy.address(), &calls, &mu));
     std::vector<Tensor> keep;
     int line = 0;
     auto step = [&](Tensor t) {
