@@ -116,23 +116,54 @@ uint64_t CommandStream::Send(v1::Command cmd, bool want_reply) {
   cmd.set_seq(seq);
   if (want_reply) wanted_.emplace(seq, std::nullopt);
   QueueLocked(std::move(cmd));
+  // Someone will wait for this one: everything queued goes now.
+  if (want_reply) FlushSoonLocked();
   return seq;
 }
 
 void CommandStream::QueueLocked(v1::Command cmd) {
   in_flight_.push_back(cmd);
   outbox_.push_back(std::move(cmd));
-  if (outbox_.size() == 1) writer_cv_.notify_one();
+  if (outbox_.size() == 1) {
+    first_queued_ = std::chrono::steady_clock::now();
+    writer_cv_.notify_one();  // starts the writer's batching window
+  } else if (outbox_.size() == options_.batch_commands) {
+    writer_cv_.notify_one();
+  }
+}
+
+void CommandStream::FlushSoonLocked() {
+  if (flush_ || outbox_.empty()) return;
+  flush_ = true;
+  writer_cv_.notify_one();
 }
 
 void CommandStream::WriterLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    writer_cv_.wait(lock, [this] {
-      return stopping_ || ((need_open_ || !outbox_.empty()) && !writing_ &&
-                           !reconnecting_ && !broken_.has_value());
-    });
+    auto can_write = [this] {
+      return (need_open_ || !outbox_.empty()) && !writing_ && !reconnecting_ &&
+             !broken_.has_value();
+    };
+    writer_cv_.wait(lock, [&] { return stopping_ || can_write(); });
     if (stopping_) return;
+    // Nagle for commands: while earlier commands await their replies, more
+    // may come right behind these, so wait a moment for them unless a sync
+    // point is waiting (flush_), the batch is full, the replies came (Take
+    // flushes), or this opens a connection. An idle stream sends at once.
+    // Many commands then share one message, one wake-up and one server read.
+    const bool awaiting = in_flight_.size() > outbox_.size();
+    if (awaiting && !need_open_ && !flush_ &&
+        outbox_.size() < options_.batch_commands) {
+      writer_cv_.wait_until(
+          lock, first_queued_ + options_.batch_delay, [this] {
+            return stopping_ || flush_ ||
+                   outbox_.size() >= options_.batch_commands;
+          });
+      if (stopping_) return;
+      if (!can_write()) continue;
+    }
+    flush_ = false;
     v1::StreamRequest request;
     if (need_open_) {
       need_open_ = false;
@@ -239,6 +270,8 @@ void CommandStream::Take(const v1::StreamResponse& response) {
     auto it = wanted_.find(reply.seq());
     if (it != wanted_.end()) it->second = reply;
   }
+  // Every sent command is answered: what is queued need not wait longer.
+  if (in_flight_.size() == outbox_.size()) FlushSoonLocked();
   cv_.notify_all();
 }
 
@@ -286,6 +319,7 @@ void CommandStream::Drain() {
       ThrowFailureLocked(next_seq_);
       return;
     }
+    FlushSoonLocked();
     last = next_seq_;
     cv_.wait(lock, [&] {
       return broken_.has_value() || received_through_ >= last;

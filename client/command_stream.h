@@ -3,9 +3,10 @@
 //
 // Commands go out as they are written, without waiting: Send() numbers a
 // command (seq) and queues it; a writer thread sends what is queued, all
-// of it in one message (up to the server's bound), so a caller producing
-// commands faster than one write takes is never held up by the writes and
-// its commands share messages. A reader thread takes the replies. Sync points
+// of it in one message (up to the server's bound), after a short batching
+// window (CommandStreamOptions) that a sync point cuts short, so a caller
+// is never held up by the writes and its commands share messages. A reader
+// thread takes the replies. Sync points
 // wait only for what they need: Wait(seq) for one reply (a read's bytes),
 // Drain() for every command sent so far.
 //
@@ -54,10 +55,16 @@ namespace tensord::client::internal {
 namespace v1 = ::tensord::v1;
 
 // The window of commands without an answer, and how long a Send waits
-// when it is full.
+// when it is full; and how the writer batches (Nagle's rule): on an idle
+// stream a command goes at once; while sent commands await their replies,
+// new ones wait at most `batch_delay` for others to share their message
+// (not at all once a sync point waits, the replies come, or
+// `batch_commands` are queued).
 struct CommandStreamOptions {
   size_t max_in_flight = 8192;
   std::chrono::milliseconds full_wait{60000};
+  size_t batch_commands = 256;
+  std::chrono::microseconds batch_delay{300};
 };
 
 class CommandStream {
@@ -108,6 +115,8 @@ class CommandStream {
   void ConnectLocked();
   // Queues `cmd` (numbered already) for the writer.
   void QueueLocked(v1::Command cmd);
+  // Tells the writer to send what is queued without waiting for more.
+  void FlushSoonLocked();
   void WriterLoop();
   void ReaderLoop();
   void Take(const v1::StreamResponse& response);
@@ -130,6 +139,8 @@ class CommandStream {
   std::unique_ptr<ReaderWriter> rw_;              // guarded by mu_
   bool writing_ = false;   // a Write is in progress (outside mu_)
   bool need_open_ = false;  // the next message opens the connection
+  bool flush_ = false;      // a sync point waits: no batching delay
+  std::chrono::steady_clock::time_point first_queued_;  // outbox_[0]'s
   bool reconnecting_ = false;  // the connection is being replaced
   bool stopping_ = false;
   uint64_t next_seq_ = 0;

@@ -186,6 +186,8 @@ TEST(SessionClientTest, ClientRequestIdsDoNotCollapseDistinctCalls) {
   Tensor x = a.zeros({2});
   Tensor y = a.zeros({2});
   Tensor z = b.zeros({2});
+  // b's ops are ordered with b's calls; a sees them once b has synced.
+  b.synchronize();
   EXPECT_NE(x.handle(), y.handle());
   EXPECT_NE(y.handle(), z.handle());
   EXPECT_EQ(a.tensors().size(), 3u);
