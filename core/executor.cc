@@ -101,12 +101,8 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
       out = PermuteOut(x, op.dims);
       break;
     case OpSpec::Kind::kTranspose: {
-      const int rank = x.shape.rank();
-      ASSIGN_OR_RETURN(int d0, WrapDim(op.dim.value_or(0), rank));
-      ASSIGN_OR_RETURN(int d1, WrapDim(op.dim1, rank));
-      std::vector<int64_t> perm(rank);
-      for (int i = 0; i < rank; ++i) perm[i] = i;
-      if (rank > 0) std::swap(perm[d0], perm[d1]);
+      ASSIGN_OR_RETURN(const std::vector<int64_t> perm,
+                       TransposePerm(op, x.shape.rank()));
       out = PermuteOut(x, perm);
       break;
     }
@@ -115,11 +111,7 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
       break;
     case OpSpec::Kind::kNarrow:
     case OpSpec::Kind::kSelect: {
-      ASSIGN_OR_RETURN(
-          SlicePlan plan,
-          op.kind == OpSpec::Kind::kSelect
-              ? PlanSelect(x.shape, op.dim.value_or(0), op.start)
-              : PlanNarrow(x.shape, op.dim.value_or(0), op.start, op.length));
+      ASSIGN_OR_RETURN(SlicePlan plan, PlanSliceOp(op, x.shape));
       out = SliceOut(x, plan);
       break;
     }

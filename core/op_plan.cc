@@ -174,18 +174,23 @@ absl::StatusOr<OpResult> PlanReduceOp(const OpSpec& op, const OpInput& x,
   return Result(plan.out_dtype, std::move(plan.out));
 }
 
-absl::StatusOr<OpResult> PlanTranspose(const OpSpec& op, const OpInput& x) {
-  const int rank = x.shape.rank();
+}  // namespace
+
+absl::StatusOr<std::vector<int64_t>> TransposePerm(const OpSpec& op,
+                                                   int rank) {
   ASSIGN_OR_RETURN(const int d0, WrapDim(op.dim.value_or(0), rank));
   ASSIGN_OR_RETURN(const int d1, WrapDim(op.dim1, rank));
   std::vector<int64_t> perm(rank);
   for (int i = 0; i < rank; ++i) perm[i] = i;
   if (rank > 0) std::swap(perm[d0], perm[d1]);
-  ASSIGN_OR_RETURN(PermutePlan plan, PlanPermute(x.shape, perm));
-  return Result(x.dtype, std::move(plan.out));
+  return perm;
 }
 
-}  // namespace
+absl::StatusOr<SlicePlan> PlanSliceOp(const OpSpec& op, const Shape& x) {
+  return op.kind == OpSpec::Kind::kSelect
+             ? PlanSelect(x, op.dim.value_or(0), op.start)
+             : PlanNarrow(x, op.dim.value_or(0), op.start, op.length);
+}
 
 absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
                                 std::span<const OpInput> in,
@@ -237,19 +242,19 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
       ASSIGN_OR_RETURN(PermutePlan plan, PlanPermute(x.shape, op.dims));
       return Result(x.dtype, std::move(plan.out));
     }
-    case OpSpec::Kind::kTranspose:
-      return PlanTranspose(op, x);
+    case OpSpec::Kind::kTranspose: {
+      ASSIGN_OR_RETURN(const std::vector<int64_t> perm,
+                       TransposePerm(op, x.shape.rank()));
+      ASSIGN_OR_RETURN(PermutePlan plan, PlanPermute(x.shape, perm));
+      return Result(x.dtype, std::move(plan.out));
+    }
     case OpSpec::Kind::kReshape: {
       ASSIGN_OR_RETURN(Shape shape, PlanReshape(x.shape, op.dims));
       return Result(x.dtype, std::move(shape));
     }
     case OpSpec::Kind::kNarrow:
     case OpSpec::Kind::kSelect: {
-      ASSIGN_OR_RETURN(
-          SlicePlan plan,
-          op.kind == OpSpec::Kind::kSelect
-              ? PlanSelect(x.shape, op.dim.value_or(0), op.start)
-              : PlanNarrow(x.shape, op.dim.value_or(0), op.start, op.length));
+      ASSIGN_OR_RETURN(SlicePlan plan, PlanSliceOp(op, x.shape));
       return Result(x.dtype, std::move(plan.out));
     }
     case OpSpec::Kind::kCat: {

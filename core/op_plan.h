@@ -18,6 +18,7 @@
 
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
@@ -51,6 +52,14 @@ struct OpResult {
 absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
                                 std::span<const OpInput> inputs,
                                 const Target& target);
+
+// What PlanOp and the executor both derive from a view op's fields:
+// transpose's permutation of x's `rank` dims (INVALID_ARGUMENT for a bad
+// dim), and the block a narrow or select takes from x (PlanNarrow's or
+// PlanSelect's errors).
+absl::StatusOr<std::vector<int64_t>> TransposePerm(const OpSpec& op,
+                                                   int rank);
+absl::StatusOr<SlicePlan> PlanSliceOp(const OpSpec& op, const Shape& x);
 
 }  // namespace tensord::core
 
