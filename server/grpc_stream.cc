@@ -76,8 +76,18 @@ class StreamReactor final
     if (!ok) {  // the client half-closed, or the call ended
       absl::MutexLock lock(&mu_);
       reading_ = false;
+      reads_done_ = true;
       EndLocked(absl::OkStatus());
       return;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (ending_) {  // sent after the stream ended: dropped unread
+        in_.Clear();
+        reading_ = false;
+        ReadIfRoomLocked();
+        return;
+      }
     }
     v1::StreamResponse out;
     const absl::Status status = Handle(&out);
@@ -287,6 +297,7 @@ class StreamReactor final
     if (ending_) return;
     ending_ = true;
     end_status_ = std::move(status);
+    ReadIfRoomLocked();
     WriteOrFinishLocked();
   }
 
@@ -318,9 +329,13 @@ class StreamReactor final
   }
 
   // Reads the next message unless the client is not taking its replies
-  // (then OnWriteDone reads it).
+  // (then OnWriteDone reads it). Once the stream is ending, a read stays
+  // pending until the call ends and drops what the client still sends:
+  // gRPC's in-process transport otherwise fails the last replies' write
+  // and never delivers the status (the client waits for its deadline).
   void ReadIfRoomLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (ending_ || reading_ || unsent_ >= kMaxUnsentReplies) return;
+    if (reading_ || reads_done_ || finished_) return;
+    if (!ending_ && unsent_ >= kMaxUnsentReplies) return;
     reading_ = true;
     StartRead(&in_);
   }
@@ -337,6 +352,7 @@ class StreamReactor final
   absl::Mutex mu_;
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;  // the client half-closed
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);

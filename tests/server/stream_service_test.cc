@@ -299,6 +299,50 @@ TEST_F(StreamServiceTest, BadSeqsHandlesAndSizesAreRefused) {
   EXPECT_THAT(s.error_message(), HasSubstr("at most 1024"));
 }
 
+// A message that ends the stream, with more already sent behind it: the
+// client still gets the stream's status (not a hang until its deadline),
+// over a socket and over the in-process channel alike.
+TEST_F(StreamServiceTest, AStreamEndedWithMessagesUnreadStillAnswers) {
+  for (int run = 0; run < 4; ++run) {
+    const bool in_process = run % 2 == 1;
+    const bool opens = run < 2;  // else the first message lacks `open`
+    SCOPED_TRACE(in_process ? "in-process" : "tcp");
+    SCOPED_TRACE(opens ? "a gap in the seqs" : "no open");
+    auto stub = in_process ? v1::TensorService::NewStub(
+                                 server_->InProcessChannel())
+                           : nullptr;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(10));
+    auto rw = (in_process ? stub.get() : stub_.get())->Stream(&ctx);
+    v1::StreamRequest first;
+    if (opens) {
+      first.mutable_open()->set_session(session_);
+      first.mutable_open()->set_stream(in_process ? 2 : 1);
+    }
+    *first.add_commands() = Zeros(113, kMine + 1, 4);  // a gap: ends it
+    v1::StreamRequest more;
+    v1::Command sync;
+    sync.set_seq(114);
+    sync.mutable_sync();
+    *more.add_commands() = sync;
+    rw->Write(first);
+    for (int i = 0; i < 3; ++i) {
+      if (!rw->Write(more)) break;
+    }
+    rw->WritesDone();
+    v1::StreamResponse ignored;
+    while (rw->Read(&ignored)) {
+    }
+    const grpc::Status s = rw->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << s.error_message();
+    EXPECT_THAT(s.error_message(),
+                HasSubstr(opens ? "command seq 113 follows 0"
+                                : "must carry `open`"));
+  }
+}
+
 TEST_F(StreamServiceTest, ANewStreamTakesOverAndTheSessionsEndEndsIt) {
   auto first = Connect();
   ASSERT_EQ(Send(*first, {Zeros(1, kMine + 1, 4)}, true).size(), 1u);
