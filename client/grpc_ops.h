@@ -52,6 +52,12 @@ v1::Op ClampOpMsg(v1::Operand x, std::optional<v1::Operand> min,
 v1::Op MatMulOpMsg(v1::Operand a, v1::Operand b);
 v1::Op LinearOpMsg(v1::Operand x, v1::Operand w,
                    std::optional<v1::Operand> bias);
+v1::Op Conv2dOpMsg(v1::Operand x, v1::Operand w,
+                   std::optional<v1::Operand> bias,
+                   const Conv2dOptions& options);
+v1::Op Pool2dOpMsg(v1::PoolOp op, v1::Operand x,
+                   const std::vector<int64_t>& kernel_size,
+                   const Pool2dOptions& options);
 v1::Op TransposeOpMsg(v1::Operand x, int64_t dim0, int64_t dim1);
 v1::Op PermuteOpMsg(v1::Operand x, const std::vector<int64_t>& dims);
 v1::Op ReshapeOpMsg(v1::Operand x, const std::vector<int64_t>& shape);

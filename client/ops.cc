@@ -99,6 +99,38 @@ v1::Op WhereOpMsg(v1::Operand cond, OperandOrNumber input,
   return m;
 }
 
+v1::Op Conv2dOpMsg(v1::Operand x, v1::Operand w,
+                   std::optional<v1::Operand> bias,
+                   const Conv2dOptions& options) {
+  v1::Op m;
+  v1::Conv2dArgs* args = m.mutable_conv2d();
+  *args->mutable_x() = std::move(x);
+  *args->mutable_weight() = std::move(w);
+  if (bias.has_value()) *args->mutable_bias() = std::move(*bias);
+  args->mutable_stride()->Add(options.stride.begin(), options.stride.end());
+  args->mutable_padding()->Add(options.padding.begin(), options.padding.end());
+  args->mutable_dilation()->Add(options.dilation.begin(),
+                                options.dilation.end());
+  args->set_groups(options.groups);
+  return m;
+}
+
+v1::Op Pool2dOpMsg(v1::PoolOp op, v1::Operand x,
+                   const std::vector<int64_t>& kernel_size,
+                   const Pool2dOptions& options) {
+  v1::Op m;
+  v1::Pool2dArgs* args = m.mutable_pool2d();
+  args->set_op(op);
+  *args->mutable_x() = std::move(x);
+  args->mutable_kernel_size()->Add(kernel_size.begin(), kernel_size.end());
+  args->mutable_stride()->Add(options.stride.begin(), options.stride.end());
+  args->mutable_padding()->Add(options.padding.begin(), options.padding.end());
+  args->mutable_dilation()->Add(options.dilation.begin(),
+                                options.dilation.end());
+  args->set_exclude_pad(!options.count_include_pad);
+  return m;
+}
+
 v1::Op SoftmaxOpMsg(v1::Operand x, int64_t dim, bool log) {
   v1::Op m;
   v1::SoftmaxArgs* args = m.mutable_softmax();
@@ -412,6 +444,26 @@ Tensor linear(const Tensor& x, const Tensor& weight,
                                         std::move(b)));
 }
 
+Tensor conv2d(const Tensor& x, const Tensor& weight,
+              const std::optional<Tensor>& bias, const Conv2dOptions& options) {
+  std::optional<v1::Operand> b;
+  if (bias.has_value()) b = HandleOperand(*bias);
+  return RunOp(x, internal::Conv2dOpMsg(HandleOperand(x), HandleOperand(weight),
+                                        std::move(b), options));
+}
+
+Tensor max_pool2d(const Tensor& x, const std::vector<int64_t>& kernel_size,
+                  const Pool2dOptions& options) {
+  return RunOp(x, internal::Pool2dOpMsg(v1::MAX_POOL, HandleOperand(x),
+                                        kernel_size, options));
+}
+
+Tensor avg_pool2d(const Tensor& x, const std::vector<int64_t>& kernel_size,
+                  const Pool2dOptions& options) {
+  return RunOp(x, internal::Pool2dOpMsg(v1::AVG_POOL, HandleOperand(x),
+                                        kernel_size, options));
+}
+
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   if (tensors.empty()) {
     throw Error(StatusCode::INVALID_ARGUMENT,
@@ -574,6 +626,29 @@ Batch::Value Batch::linear(Input x, Input weight, std::optional<Input> bias) {
   if (bias.has_value()) b = TENSORD_OPERAND((*bias));
   const v1::Op m = internal::LinearOpMsg(TENSORD_OPERAND(x),
                                          TENSORD_OPERAND(weight), std::move(b));
+  return Record(&m);
+}
+
+Batch::Value Batch::conv2d(Input x, Input weight, std::optional<Input> bias,
+                           const Conv2dOptions& options) {
+  std::optional<v1::Operand> b;
+  if (bias.has_value()) b = TENSORD_OPERAND((*bias));
+  const v1::Op m = internal::Conv2dOpMsg(
+      TENSORD_OPERAND(x), TENSORD_OPERAND(weight), std::move(b), options);
+  return Record(&m);
+}
+
+Batch::Value Batch::max_pool2d(Input x, const std::vector<int64_t>& kernel_size,
+                               const Pool2dOptions& options) {
+  const v1::Op m = internal::Pool2dOpMsg(v1::MAX_POOL, TENSORD_OPERAND(x),
+                                         kernel_size, options);
+  return Record(&m);
+}
+
+Batch::Value Batch::avg_pool2d(Input x, const std::vector<int64_t>& kernel_size,
+                               const Pool2dOptions& options) {
+  const v1::Op m = internal::Pool2dOpMsg(v1::AVG_POOL, TENSORD_OPERAND(x),
+                                         kernel_size, options);
   return Record(&m);
 }
 

@@ -136,6 +136,8 @@ std::string_view KernelKindName(KernelKind kind) {
       return "copy_blocks";
     case KernelKind::kWhere:
       return "where";
+    case KernelKind::kIm2Col:
+      return "im2col";
   }
   return "unknown";
 }
@@ -149,6 +151,7 @@ int KernelArity(KernelKind kind) {
     case KernelKind::kReduce:
     case KernelKind::kPermute:
     case KernelKind::kCopyBlocks:
+    case KernelKind::kIm2Col:
       return 1;
     case KernelKind::kBinary:
     case KernelKind::kMatMul:
@@ -172,7 +175,7 @@ static_assert(std::is_same_v<
               std::variant_alternative_t<
                   static_cast<size_t>(KernelKind::kCopyBlocks), KernelArgs>,
               BlockCopy>);
-static_assert(static_cast<int>(KernelKind::kWhere) + 1 == kKernelKindCount);
+static_assert(static_cast<int>(KernelKind::kIm2Col) + 1 == kKernelKindCount);
 
 absl::Status CheckKernelCall(const KernelCall& call, std::string_view device) {
   const int want = KernelArity(call.kind());

@@ -30,6 +30,7 @@
 #include "core/dtype.h"
 #include "core/op_kinds.h"
 #include "core/shape.h"
+#include "core/window.h"
 
 namespace tensord::core {
 
@@ -203,10 +204,23 @@ struct BlockCopy {
 // broadcast to out.shape; x, y and out share one dtype (any).
 struct WhereArgs {};
 
+// inputs = {in}: the windows of `in`, read as [n, c, h, w] (row-major),
+// unfolded into columns for a matrix product or a reduction (im2col): out,
+// read as [c, kh, kw, n, oh, ow], holds at [ci][i][j][b][y][x] the element
+// in[b][ci][y * sh - ph + i * dh][x * sw - pw + j * dw] (core/window.h),
+// or the padding value where that lies outside the input. in and out share
+// one dtype (any); `pad_bits` is the padding value's bit pattern in it, in
+// the low DTypeSize(dtype) bytes (0 is zero in every dtype; max pooling
+// pads with -inf).
+struct Im2ColArgs {
+  WindowDims dims;
+  uint64_t pad_bits = 0;
+};
+
 // One alternative per kernel; KernelKind names them in the same order.
 using KernelArgs =
     std::variant<FillSpec, CastArgs, BinaryArgs, UnaryArgs, ReduceArgs,
-                 MatMulDims, PermuteArgs, BlockCopy, WhereArgs>;
+                 MatMulDims, PermuteArgs, BlockCopy, WhereArgs, Im2ColArgs>;
 enum class KernelKind {
   kFill,
   kCast,
@@ -217,9 +231,10 @@ enum class KernelKind {
   kPermute,
   kCopyBlocks,
   kWhere,
+  kIm2Col,
 };
 inline constexpr int kKernelKindCount = std::variant_size_v<KernelArgs>;
-// "fill", "cast", "binary", ..., "copy_blocks", "where".
+// "fill", "cast", "binary", ..., "copy_blocks", "where", "im2col".
 std::string_view KernelKindName(KernelKind kind);
 // How many inputs a kernel of `kind` takes (0 for fill, 3 for where).
 int KernelArity(KernelKind kind);

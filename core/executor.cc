@@ -124,6 +124,14 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
     case OpSpec::Kind::kInPlace:
       RETURN_IF_ERROR(InPlace(op, x, second));
       return in[0];
+    case OpSpec::Kind::kConv2d:
+      out = Conv2dOut(x, *second, in.size() > 2 ? in[2].tensor.get() : nullptr,
+                      op.window);
+      break;
+    case OpSpec::Kind::kMaxPool2d:
+    case OpSpec::Kind::kAvgPool2d:
+      out = Pool2dOut(PoolKindOf(op), x, op.window);
+      break;
   }
   if (!out.ok()) return out.status();
   return Value{Stored(SlotOf(x.device), std::move(*out)), std::nullopt};

@@ -8,6 +8,7 @@
 #include "core/absl_compat.h"
 #include "core/op_checks.h"
 #include "core/status.h"
+#include "core/window_plan.h"
 
 namespace tensord::core {
 namespace {
@@ -27,6 +28,7 @@ absl::Status CheckArity(const OpSpec& op, size_t n) {
       lo = hi = 2;
       break;
     case OpSpec::Kind::kLinear:
+    case OpSpec::Kind::kConv2d:
       lo = 2;
       hi = 3;
       break;
@@ -186,6 +188,10 @@ absl::StatusOr<std::vector<int64_t>> TransposePerm(const OpSpec& op,
   return perm;
 }
 
+PoolKind PoolKindOf(const OpSpec& op) {
+  return op.kind == OpSpec::Kind::kMaxPool2d ? PoolKind::kMax : PoolKind::kAvg;
+}
+
 absl::StatusOr<SlicePlan> PlanSliceOp(const OpSpec& op, const Shape& x) {
   return op.kind == OpSpec::Kind::kSelect
              ? PlanSelect(x, op.dim.value_or(0), op.start)
@@ -269,6 +275,21 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
       RETURN_IF_ERROR(ValidateDType(op.dtype));
       RETURN_IF_ERROR(PlanCast(x.dtype, op.dtype, target));
       return Result(op.dtype, x.shape);
+    case OpSpec::Kind::kConv2d: {
+      std::optional<OperandDesc> bias;
+      if (in.size() > 2) bias.emplace(Desc(in[2]));
+      ASSIGN_OR_RETURN(Conv2dPlan plan,
+                       PlanConv2d(Desc(x), Desc(in[1]), bias ? &*bias : nullptr,
+                                  op.window, target));
+      return Result(plan.dtype, std::move(plan.out));
+    }
+    case OpSpec::Kind::kMaxPool2d:
+    case OpSpec::Kind::kAvgPool2d: {
+      ASSIGN_OR_RETURN(Pool2dPlan plan,
+                       PlanPool2d(PoolKindOf(op), x.dtype, x.shape, op.window,
+                                  target));
+      return Result(x.dtype, std::move(plan.out));
+    }
   }
   return absl::InternalError(absl::StrCat("PlanOp: unknown op kind ",
                                           static_cast<int>(op.kind)));

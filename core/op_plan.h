@@ -8,7 +8,7 @@
 // returns the result's dtype and shape (on the inputs' device), or the error
 // with PyTorch's message and the code the server answers with.
 //
-// Composite ops (softmax, clamp, linear) are checked by their leading
+// Composite ops (softmax, clamp, linear, conv2d, pooling) are checked by their leading
 // kernels' plans; the intermediate kernels they launch run in dtypes every
 // device supports for the op's own dtype (core/device.cc's common table).
 //
@@ -25,6 +25,7 @@
 #include "core/ops.h"
 #include "core/planner.h"
 #include "core/shape.h"
+#include "core/window_plan.h"
 
 namespace tensord::core {
 
@@ -60,6 +61,8 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
 absl::StatusOr<std::vector<int64_t>> TransposePerm(const OpSpec& op,
                                                    int rank);
 absl::StatusOr<SlicePlan> PlanSliceOp(const OpSpec& op, const Shape& x);
+// kMaxPool2d -> kMax, kAvgPool2d -> kAvg.
+PoolKind PoolKindOf(const OpSpec& op);
 
 }  // namespace tensord::core
 

@@ -58,6 +58,12 @@ std::string OpName(const OpSpec& op) {
       return "clamp";
     case OpSpec::Kind::kWhere:
       return "where";
+    case OpSpec::Kind::kConv2d:
+      return "conv2d";
+    case OpSpec::Kind::kMaxPool2d:
+      return "max_pool2d";
+    case OpSpec::Kind::kAvgPool2d:
+      return "avg_pool2d";
   }
   return "unknown";
 }

@@ -54,6 +54,18 @@ std::string_view InPlaceOpName(InPlaceOp op);  // "add_", "sub_", ...
 // (which adds alpha * other) add, sub_ subtracts, ...
 BinaryOp InPlaceBinaryOp(InPlaceOp op);
 
+// The window arguments of conv2d and the pooling ops as a client gives them
+// (torch.nn.functional's): each list empty (the default), one value for
+// both dims, or two (height, width). core/window_plan.h checks them.
+struct WindowArgs {
+  std::vector<int64_t> kernel_size;  // pooling only (required)
+  std::vector<int64_t> stride;       // conv2d: 1; pooling: kernel_size
+  std::vector<int64_t> padding;      // 0
+  std::vector<int64_t> dilation;     // 1 (conv2d and max_pool2d only)
+  int64_t groups = 1;                // conv2d
+  bool count_include_pad = true;     // avg_pool2d
+};
+
 struct OpSpec {
   enum class Kind {
     kBinary,     // inputs[0] (op) inputs[1], or (op) scalar
@@ -72,6 +84,9 @@ struct OpSpec {
     kSoftmax,    // softmax (log_softmax when `log`) of inputs[0] over `dim`
     kClamp,      // clamp(inputs[0], min, max): see `clamp_min`
     kWhere,      // where(inputs[0], input, other): see `where_input`
+    kConv2d,     // conv2d(inputs[0], weight inputs[1], bias inputs[2]?)
+    kMaxPool2d,  // max_pool2d(inputs[0]) over `window`
+    kAvgPool2d,  // avg_pool2d(inputs[0]) over `window`
   };
   Kind kind = Kind::kBinary;
   BinaryOp binary = BinaryOp::kAdd;
@@ -103,6 +118,7 @@ struct OpSpec {
   Bound clamp_min, clamp_max;  // kClamp: either may be absent, not both
   // kWhere: inputs[0] is the condition; both are required.
   Bound where_input, where_other;
+  WindowArgs window;  // kConv2d, kMaxPool2d, kAvgPool2d
 };
 
 // A short name for messages: "add", "matmul", "sum", "sub_", "cat", ...

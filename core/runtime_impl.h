@@ -37,6 +37,7 @@
 #include "core/runtime.h"
 #include "core/shared_memory.h"
 #include "core/status.h"
+#include "core/window_plan.h"
 
 namespace tensord::core {
 
@@ -201,6 +202,14 @@ class Runtime::Impl {
                                   const StoredTensor* min_tensor,
                                   const OpSpec::Bound& max,
                                   const StoredTensor* max_tensor);
+  // conv2d: im2col, one matrix product per group, the bias added; the
+  // pooling ops: im2col, one reduction per window (window_ops.cc).
+  absl::StatusOr<Output> Conv2dOut(const StoredTensor& x,
+                                   const StoredTensor& weight,
+                                   const StoredTensor* bias,
+                                   const WindowArgs& args);
+  absl::StatusOr<Output> Pool2dOut(PoolKind kind, const StoredTensor& x,
+                                   const WindowArgs& args);
   absl::StatusOr<Output> PermuteOut(const StoredTensor& x,
                                     std::span<const int64_t> dims);
   absl::StatusOr<Output> ReshapeOut(const StoredTensor& x,

@@ -41,6 +41,10 @@ build_pkgs=(
   libcpp-httplib-dev libtomlplusplus-dev libsystemd-dev libisal-dev
   # The cross-language test generates Python stubs from our proto.
   python3 python3-grpcio python3-protobuf python3-numpy
+  # The window ops (conv2d, pooling) are checked against PyTorch through the
+  # proto (tests/python): a test-only package, never in the runtime ones
+  # or the image.
+  python3-torch
   # tests/deploy parses the Kubernetes and Compose YAML.
   python3-yaml
   # deploy/bundle.sh sets the bundle's RUNPATH (tests/bundle).

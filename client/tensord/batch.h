@@ -114,6 +114,12 @@ class Batch {
   Value clamp(Input x, std::optional<Input> min, std::optional<Input> max);
   Value matmul(Input a, Input b);
   Value linear(Input x, Input weight, std::optional<Input> bias = std::nullopt);
+  Value conv2d(Input x, Input weight, std::optional<Input> bias = std::nullopt,
+               const Conv2dOptions& options = {});
+  Value max_pool2d(Input x, const std::vector<int64_t>& kernel_size,
+                   const Pool2dOptions& options = {});
+  Value avg_pool2d(Input x, const std::vector<int64_t>& kernel_size,
+                   const Pool2dOptions& options = {});
   Value transpose(Input x, int64_t dim0, int64_t dim1);
   Value t(Input x) { return transpose(x, 0, -1); }
   Value reshape(Input x, const std::vector<int64_t>& shape);

@@ -284,10 +284,15 @@ namespace tensord {
 using client::Batch;
 using client::BatchResults;
 using client::BinaryOp;
+using client::avg_pool2d;
 using client::cat;
+using client::conv2d;
+using client::Conv2dOptions;
 using client::Client;
 using client::ClientOptions;
 using client::linear;
+using client::max_pool2d;
+using client::Pool2dOptions;
 using client::ReduceOp;
 using client::Scalar;
 using client::SharedMemoryRegion;

@@ -266,6 +266,31 @@ extern template std::vector<bool> Tensor::fetch<bool>() const;
 // nn.functional.linear: x [..., in] . weight[out, in]^T (+ bias [out]).
 Tensor linear(const Tensor& x, const Tensor& weight,
               const std::optional<Tensor>& bias = std::nullopt);
+// Options of conv2d and the pooling ops, as torch.nn.functional's: each
+// list empty for the default, one value for both dims, or two (height,
+// width).
+struct Conv2dOptions {
+  std::vector<int64_t> stride;    // default 1
+  std::vector<int64_t> padding;   // default 0
+  std::vector<int64_t> dilation;  // default 1
+  int64_t groups = 1;
+};
+struct Pool2dOptions {
+  std::vector<int64_t> stride;    // default: the kernel size
+  std::vector<int64_t> padding;   // default 0, at most half the kernel
+  std::vector<int64_t> dilation;  // default 1; max_pool2d only
+  bool count_include_pad = true;  // avg_pool2d
+};
+// nn.functional.conv2d: x [n, c, h, w] (or [c, h, w]), weight [oc,
+// c / groups, kh, kw], bias [oc]; one floating dtype.
+Tensor conv2d(const Tensor& x, const Tensor& weight,
+              const std::optional<Tensor>& bias = std::nullopt,
+              const Conv2dOptions& options = {});
+// nn.functional.max_pool2d / avg_pool2d over windows of `kernel_size`.
+Tensor max_pool2d(const Tensor& x, const std::vector<int64_t>& kernel_size,
+                  const Pool2dOptions& options = {});
+Tensor avg_pool2d(const Tensor& x, const std::vector<int64_t>& kernel_size,
+                  const Pool2dOptions& options = {});
 // torch.cat along `dim`; all tensors on one device.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 // torch.where(condition, input, other): input where the bool condition

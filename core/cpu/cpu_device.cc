@@ -256,6 +256,13 @@ class CpuDevice final : public Device {
                             y.shape, call.out.buffer->data(), call.out.shape);
   }
 
+  static absl::Status Run(const Im2ColArgs& args, const KernelCall& call) {
+    const TensorRef& in = call.inputs[0];
+    cpu::Im2ColKernel(DTypeSize(in.dtype), args.dims, args.pad_bits,
+                      in.buffer->data(), call.out.buffer->data());
+    return absl::OkStatus();
+  }
+
   const std::string name_;
   const int index_;
   const std::string model_;

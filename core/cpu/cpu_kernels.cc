@@ -330,6 +330,58 @@ absl::Status WhereKernel(DType dtype, const void* cond, const Shape& cond_shape,
   });
 }
 
+namespace {
+
+template <typename E>
+void Im2Col(const WindowDims& d, E pad, const E* in, E* out) {
+  for (int64_t c = 0; c < d.c; ++c) {
+    for (int64_t i = 0; i < d.kh; ++i) {
+      for (int64_t j = 0; j < d.kw; ++j) {
+        for (int64_t b = 0; b < d.n; ++b) {
+          const E* plane = in + (b * d.c + c) * d.h * d.w;
+          for (int64_t y = 0; y < d.oh; ++y) {
+            const int64_t row = y * d.sh - d.ph + i * d.dh;
+            if (row < 0 || row >= d.h) {
+              std::fill(out, out + d.ow, pad);
+              out += d.ow;
+              continue;
+            }
+            const E* src = plane + row * d.w;
+            int64_t col = -d.pw + j * d.dw;
+            for (int64_t x = 0; x < d.ow; ++x, col += d.sw) {
+              *out++ = col >= 0 && col < d.w ? src[col] : pad;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename E>
+void Im2ColAs(const WindowDims& dims, uint64_t pad_bits, const void* in,
+              void* out) {
+  E pad;
+  std::memcpy(&pad, &pad_bits, sizeof(E));  // little-endian: the low bytes
+  Im2Col(dims, pad, static_cast<const E*>(in), static_cast<E*>(out));
+}
+
+}  // namespace
+
+void Im2ColKernel(size_t elem_size, const WindowDims& dims, uint64_t pad_bits,
+                  const void* in, void* out) {
+  switch (elem_size) {
+    case 1:
+      return Im2ColAs<uint8_t>(dims, pad_bits, in, out);
+    case 2:
+      return Im2ColAs<uint16_t>(dims, pad_bits, in, out);
+    case 4:
+      return Im2ColAs<uint32_t>(dims, pad_bits, in, out);
+    default:
+      return Im2ColAs<uint64_t>(dims, pad_bits, in, out);
+  }
+}
+
 absl::Status UnaryKernel(UnaryOp op, DType dtype, const void* in, void* out,
                          int64_t numel) {
   return DispatchDType(dtype, [&]<typename T>() -> absl::Status {

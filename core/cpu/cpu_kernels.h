@@ -60,6 +60,11 @@ absl::Status WhereKernel(DType dtype, const void* cond, const Shape& cond_shape,
                          const Shape& y_shape, void* out,
                          const Shape& out_shape);
 
+// KernelKind::kIm2Col on host memory for elements of `elem_size` bytes
+// (1, 2, 4 or 8): `pad_bits`' low bytes fill the padding.
+void Im2ColKernel(size_t elem_size, const WindowDims& dims, uint64_t pad_bits,
+                  const void* in, void* out);
+
 // Batched row-major matmul per MatMulDims. float32/float64 through
 // OpenBLAS, the half types widened to float32 for it; int32/int64 with
 // wrapping arithmetic.

@@ -23,6 +23,7 @@
 #include "core/cuda/cuda_status.h"
 #include "core/cuda/cuda_supports.h"
 #include "core/cuda/fill.cuh"
+#include "core/cuda/im2col.cuh"
 #include "core/cuda/gemm_params.h"
 #include "core/cuda/kernel_args.h"
 #include "core/cuda/matmul_int.cuh"
@@ -490,6 +491,14 @@ class CudaDevice final : public Device {
                     y.buffer->data(), call.out.buffer->data(),
                     call.out.shape.NumElements(), index, ctx_->stream),
         "where kernel");
+  }
+
+  absl::Status Run(const Im2ColArgs& args, const KernelCall& call) {
+    const TensorRef& in = call.inputs[0];
+    return Check(LaunchIm2Col(DTypeSize(in.dtype), args.dims, args.pad_bits,
+                              in.buffer->data(), call.out.buffer->data(),
+                              ctx_->stream),
+                 "im2col kernel");
   }
 
   absl::Status Check(cudaError_t err, const char* what) const {

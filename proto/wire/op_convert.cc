@@ -215,6 +215,40 @@ absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
       spec.dim = op.softmax().dim();
       spec.log = op.softmax().log();
       break;
+    case v1::Op::kConv2D: {
+      const v1::Conv2dArgs& a = op.conv2d();
+      spec.kind = Kind::kConv2d;
+      RETURN_IF_ERROR(AddOperand(a.x(), "x", spec));
+      RETURN_IF_ERROR(AddOperand(a.weight(), "weight", spec));
+      if (a.has_bias()) RETURN_IF_ERROR(AddOperand(a.bias(), "bias", spec));
+      spec.window.stride.assign(a.stride().begin(), a.stride().end());
+      spec.window.padding.assign(a.padding().begin(), a.padding().end());
+      spec.window.dilation.assign(a.dilation().begin(), a.dilation().end());
+      if (a.has_groups()) spec.window.groups = a.groups();
+      break;
+    }
+    case v1::Op::kPool2D: {
+      const v1::Pool2dArgs& a = op.pool2d();
+      switch (a.op()) {
+        case v1::MAX_POOL:
+          spec.kind = Kind::kMaxPool2d;
+          break;
+        case v1::AVG_POOL:
+          spec.kind = Kind::kAvgPool2d;
+          break;
+        default:
+          return absl::InvalidArgumentError(
+              absl::StrCat("unknown pool op ", static_cast<int>(a.op())));
+      }
+      RETURN_IF_ERROR(AddOperand(a.x(), "x", spec));
+      spec.window.kernel_size.assign(a.kernel_size().begin(),
+                                     a.kernel_size().end());
+      spec.window.stride.assign(a.stride().begin(), a.stride().end());
+      spec.window.padding.assign(a.padding().begin(), a.padding().end());
+      spec.window.dilation.assign(a.dilation().begin(), a.dilation().end());
+      spec.window.count_include_pad = !a.exclude_pad();
+      break;
+    }
     case v1::Op::kWhere: {
       const v1::WhereArgs& a = op.where();
       spec.kind = Kind::kWhere;

@@ -363,6 +363,69 @@ TEST_F(OpsClientTest, WhereSelectsWithBroadcastAndPromotion) {
   EXPECT_THAT(bt.run()[relu].fetch<float>(), ElementsAre(0, 2, 0, 4, 0, 6));
 }
 
+// Seed 001's network, forward: conv, relu, pool twice, then three linear
+// layers; shapes known at each line (the client plans them), one value
+// checked by hand, and PyTorch's channel message at the causing call.
+TEST_F(OpsClientTest, ConvolutionAndPoolingRunSeed001sForwardPass) {
+  Client& c = *client_;
+  // Exact small cases (the values PyTorch gives): a 3x3 all-ones kernel over ones (padding 1) sums the
+  // window's inside elements: 4 at a corner, 6 on an edge, 9 inside, times
+  // the 2 channels, plus the bias.
+  auto ones = c.ones({1, 2, 4, 4});
+  Conv2dOptions pad1;
+  pad1.padding = {1};
+  auto y = conv2d(ones, c.ones({3, 2, 3, 3}), c.full({3}, 0.5), pad1);
+  EXPECT_THAT(y.shape(), ElementsAre(1, 3, 4, 4));
+  const std::vector<float> v = y.fetch<float>();
+  EXPECT_FLOAT_EQ(v[0], 8.5f);
+  EXPECT_FLOAT_EQ(v[1], 12.5f);
+  EXPECT_FLOAT_EQ(v[5], 18.5f);
+  auto plane = c.arange(0, 16).to(DType::kFloat32).reshape({1, 1, 4, 4});
+  EXPECT_THAT(max_pool2d(plane, {2}).fetch<float>(), ElementsAre(5, 7, 13, 15));
+  Pool2dOptions padded;
+  padded.stride = {2};
+  padded.padding = {1};
+  EXPECT_THAT(avg_pool2d(plane, {3}, padded).fetch<float>(),
+              Pointwise(FloatNear(1e-5), {10.0f / 9, 24.0f / 9, 51.0f / 9, 10.0f}));
+  padded.count_include_pad = false;
+  EXPECT_THAT(avg_pool2d(plane, {3}, padded).fetch<float>(),
+              ElementsAre(2.5f, 4, 8.5f, 10));
+
+  auto x = c.randn({4, 3, 32, 32}, "cpu", 1);
+  auto conv1_w = c.randn({6, 3, 5, 5}, "cpu", 2) * 0.1;
+  auto conv1_b = c.zeros({6});
+  auto conv2_w = c.randn({16, 6, 5, 5}, "cpu", 3) * 0.1;
+  auto conv2_b = c.zeros({16});
+  auto h = max_pool2d(conv2d(x, conv1_w, conv1_b).relu(), {2, 2});
+  EXPECT_THAT(h.shape(), ElementsAre(4, 6, 14, 14));
+  h = max_pool2d(conv2d(h, conv2_w, conv2_b).relu(), {2, 2});
+  EXPECT_THAT(h.shape(), ElementsAre(4, 16, 5, 5));
+  h = h.reshape({-1, 16 * 5 * 5});
+  h = linear(h, c.randn({120, 400}, "cpu", 4) * 0.05, c.zeros({120})).relu();
+  h = linear(h, c.randn({84, 120}, "cpu", 5) * 0.1, c.zeros({84})).relu();
+  auto out = linear(h, c.randn({10, 84}, "cpu", 6) * 0.1, c.zeros({10}));
+  EXPECT_THAT(out.shape(), ElementsAre(4, 10));
+  for (float f : out.fetch<float>()) EXPECT_TRUE(std::isfinite(f));
+
+  try {
+    (void)conv2d(c.zeros({4, 1, 32, 32}), conv1_w);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(e.message(),
+              "Given groups=1, weight of size [6, 3, 5, 5], expected "
+              "input[4, 1, 32, 32] to have 3 channels, but got 1 channels "
+              "instead");
+  }
+  // The same ops in one Execute.
+  Batch b = c.batch();
+  auto pooled = b.max_pool2d(b.conv2d(x, conv1_w, conv1_b), {2});
+  auto averaged = b.avg_pool2d(pooled, {2});
+  b.keep(averaged);
+  BatchResults r = b.run();
+  EXPECT_THAT(r[averaged].shape(), ElementsAre(4, 6, 7, 7));
+}
+
 TEST_F(OpsClientTest, BatchRunsInOneRoundTripAndFreesTheRest) {
   Client& c = *client_;
   auto x = c.randn({8, 8}, "cpu", 1);

@@ -907,6 +907,67 @@ TEST_P(ConformanceTest, WhereEveryDTypeAndBroadcast) {
   }
 }
 
+// im2col: every element of the columns is its window's input element or
+// the padding bits, by the formula of core/device.h, for every element size.
+TEST_P(ConformanceTest, Im2ColEveryDTypeAndWindow) {
+  auto window = [](int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh,
+                   int64_t kw, int64_t s, int64_t p, int64_t d) {
+    WindowDims win;
+    win.n = n;
+    win.c = c;
+    win.h = h;
+    win.w = w;
+    win.kh = kh;
+    win.kw = kw;
+    win.sh = s;
+    win.sw = s + 1;
+    win.ph = p;
+    win.pw = p;
+    win.dh = d;
+    win.dw = 1;
+    win.oh = (h + 2 * p - d * (kh - 1) - 1) / s + 1;
+    win.ow = (w + 2 * p - (kw - 1) - 1) / (s + 1) + 1;
+    return win;
+  };
+  const std::vector<WindowDims> cases = {
+      window(2, 3, 5, 6, 3, 2, 1, 1, 1), window(1, 1, 4, 4, 4, 4, 1, 0, 1),
+      window(3, 2, 9, 7, 2, 3, 2, 1, 2), window(1, 4, 32, 32, 5, 5, 1, 2, 1)};
+  for (DType dtype : kAllDTypes) {
+    const size_t elem = DTypeSize(dtype);
+    for (const WindowDims& d : cases) {
+      const Shape in_shape = S({d.n, d.c, d.h, d.w});
+      const Shape out_shape = S({d.c, d.kh, d.kw, d.n, d.oh, d.ow});
+      SCOPED_TRACE(std::string(DTypeName(dtype)) + " " + in_shape.ToString() +
+                   " -> " + out_shape.ToString());
+      const std::vector<uint8_t> in =
+          RandomValues(dtype, in_shape.NumElements(), 9);
+      const uint64_t pad_bits = 0x0807060504030201ull;
+      DevTensor din = Upload(*device_, dtype, in_shape, in);
+      DevTensor out = Empty(*device_, dtype, out_shape);
+      ASSERT_TRUE(
+          device_->Launch({Im2ColArgs{d, pad_bits}, {din.ref()}, out.ref()})
+              .ok());
+      std::vector<uint8_t> want;
+      for (int64_t c = 0; c < d.c; ++c)
+        for (int64_t i = 0; i < d.kh; ++i)
+          for (int64_t j = 0; j < d.kw; ++j)
+            for (int64_t b = 0; b < d.n; ++b)
+              for (int64_t y = 0; y < d.oh; ++y)
+                for (int64_t x = 0; x < d.ow; ++x) {
+                  const int64_t row = y * d.sh - d.ph + i * d.dh;
+                  const int64_t col = x * d.sw - d.pw + j * d.dw;
+                  const uint8_t* src =
+                      reinterpret_cast<const uint8_t*>(&pad_bits);
+                  if (row >= 0 && row < d.h && col >= 0 && col < d.w) {
+                    src = &in[(((b * d.c + c) * d.h + row) * d.w + col) * elem];
+                  }
+                  want.insert(want.end(), src, src + elem);
+                }
+      EXPECT_TRUE(Download(out) == want);
+    }
+  }
+}
+
 TEST_P(ConformanceTest, PermuteEveryDType) {
   const std::vector<std::pair<std::vector<int64_t>, std::vector<int>>> cases = {
       {{}, {}},

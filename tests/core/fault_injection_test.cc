@@ -697,6 +697,38 @@ std::vector<OpCase> OpCases() {
     c.op.where_other.kind = OpSpec::Bound::Kind::kTensor;
     cases.push_back(c);
   }
+  {
+    // Two images with a bias: im2col, the product, the permute to
+    // [n, oc, oh, ow], the bias added.
+    OpCase c{"conv2d",
+             {F32({2, 3, 4, 4}), F32({2, 3, 3, 3}, 0.5, -0.1), F32({2})},
+             op(K::kConv2d, {x, y, z}),
+             {S::kIm2Col, S::kMatMul, S::kPermute, S::kBinary}};
+    c.op.window.padding = {1};
+    cases.push_back(c);
+  }
+  {
+    OpCase c{"max_pool2d",
+             {F32({2, 3, 4, 4})},
+             op(K::kMaxPool2d, {x}),
+             {S::kIm2Col, S::kReduce, S::kPermute}};
+    c.op.window.kernel_size = {3};
+    c.op.window.stride = {2};
+    c.op.window.padding = {1};
+    cases.push_back(c);
+  }
+  {
+    // count_include_pad=False: the in-input counts from a plane of ones.
+    OpCase c{"avg_pool2d",
+             {F32({2, 3, 4, 4})},
+             op(K::kAvgPool2d, {x}),
+             {S::kIm2Col, S::kReduce, S::kFill, S::kBinary, S::kPermute}};
+    c.op.window.kernel_size = {3};
+    c.op.window.stride = {2};
+    c.op.window.padding = {1};
+    c.op.window.count_include_pad = false;
+    cases.push_back(c);
+  }
   return cases;
 }
 

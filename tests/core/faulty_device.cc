@@ -15,7 +15,7 @@ namespace {
 size_t Index(FaultSite site) { return static_cast<size_t>(site); }
 
 bool IsKernel(FaultSite site) {
-  return site >= FaultSite::kFill && site <= FaultSite::kWhere;
+  return site >= FaultSite::kFill && site <= FaultSite::kIm2Col;
 }
 
 absl::StatusCode DefaultCode(FaultSite site) {
@@ -53,6 +53,8 @@ std::string_view FaultSiteName(FaultSite site) {
       return "CopyBlocks";
     case FaultSite::kWhere:
       return "Where";
+    case FaultSite::kIm2Col:
+      return "Im2Col";
     case FaultSite::kAnyKernel:
       return "kernel";
     case FaultSite::kSynchronize:
@@ -304,6 +306,8 @@ FaultSite SiteOf(KernelKind kind) {
       return FaultSite::kCopyBlocks;
     case KernelKind::kWhere:
       return FaultSite::kWhere;
+    case KernelKind::kIm2Col:
+      return FaultSite::kIm2Col;
   }
   return FaultSite::kAnyKernel;  // unreachable
 }

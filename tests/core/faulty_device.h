@@ -85,6 +85,7 @@ enum class FaultSite {
   kPermute,
   kCopyBlocks,
   kWhere,
+  kIm2Col,
   kAnyKernel,  // every kernel above, counted together
   kSynchronize,
 };

@@ -4,12 +4,14 @@
 // operand by operand, on the CPU device: the same dtype and shape, or the
 // same code and message. The eager client relies on that agreement.
 #include "core/op_plan.h"
+#include "core/window_plan.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/runtime.h"
@@ -297,6 +299,134 @@ TEST_F(OpPlanAgreesWithTheRuntime, OnEveryOpFamilyAndOperandMix) {
   // runtime's same-device case is in runtime_test.
   Check(Binary(BinaryOp::kAdd), {pool[0]});
   EXPECT_GT(checked_, 2000);
+}
+
+// Window arguments in WindowArgs' field order.
+WindowArgs W(std::vector<int64_t> kernel_size, std::vector<int64_t> stride = {},
+             std::vector<int64_t> padding = {},
+             std::vector<int64_t> dilation = {}, int64_t groups = 1) {
+  WindowArgs w;
+  w.kernel_size = std::move(kernel_size);
+  w.stride = std::move(stride);
+  w.padding = std::move(padding);
+  w.dilation = std::move(dilation);
+  w.groups = groups;
+  return w;
+}
+
+TEST_F(OpPlanAgreesWithTheRuntime, OnTheWindowOps) {
+  std::vector<TensorMeta> images, weights, biases;
+  for (DType d : {DType::kFloat32, DType::kFloat64, DType::kInt64}) {
+    for (const auto& s : std::vector<std::vector<int64_t>>{
+             {2, 4, 7, 6}, {4, 5, 5}, {1, 2, 3, 3}, {0, 4, 6, 6}, {3, 7},
+             {2, 0, 5, 5}}) {
+      images.push_back(Make(d, s));
+    }
+    for (const auto& s : std::vector<std::vector<int64_t>>{
+             {6, 4, 3, 3}, {6, 2, 2, 3}, {4, 1, 5, 5}, {3, 4, 3}, {5, 2, 1, 1}}) {
+      weights.push_back(Make(d, s));
+    }
+    biases.push_back(Make(d, {6}));
+    biases.push_back(Make(d, {5}));
+  }
+  biases.push_back(Make(DType::kFloat32, {6, 1}));
+  std::vector<OpSpec> convs, pools;
+  for (const WindowArgs& w : std::vector<WindowArgs>{
+           W({}), W({}, {2}, {1}), W({}, {1, 2}, {2, 0}, {2}, 2),
+           W({}, {}, {}, {}, 4), W({}, {0}), W({}, {1, 1, 1}), W({}, {}, {-1}),
+           W({}, {}, {}, {}, 0), W({}, {3}, {9})}) {
+    OpSpec op;
+    op.kind = OpSpec::Kind::kConv2d;
+    op.window = w;
+    convs.push_back(op);
+  }
+  for (OpSpec::Kind kind :
+       {OpSpec::Kind::kMaxPool2d, OpSpec::Kind::kAvgPool2d}) {
+    for (const WindowArgs& w : std::vector<WindowArgs>{
+             W({2}), W({3}, {2}, {1}), W({3, 2}, {1, 2}, {1, 0}),
+             W({2}, {}, {}, {2}), W({5}), W({0}), W({2}, {0}), W({3}, {}, {2}),
+             W({2, 2, 2}), W({})}) {
+      OpSpec op;
+      op.kind = kind;
+      op.window = w;
+      pools.push_back(op);
+      op.window.count_include_pad = false;
+      pools.push_back(op);
+    }
+  }
+  for (const OpSpec& op : pools) {
+    for (const TensorMeta& x : images) Check(op, {x});
+  }
+  for (const OpSpec& op : convs) {
+    for (const TensorMeta& x : images) {
+      for (const TensorMeta& w : weights) {
+        Check(op, {x, w});
+        for (const TensorMeta& b : biases) Check(op, {x, w, b});
+      }
+    }
+  }
+  EXPECT_GT(checked_, 5000);
+}
+
+TEST(WindowPlanTest, PyTorchsMessages) {
+  auto conv = [](std::vector<int64_t> x, std::vector<int64_t> w,
+                 WindowArgs args = WindowArgs(), DType wdtype = DType::kFloat32) {
+    const Shape xs = S(x), ws = S(w);
+    return PlanConv2d(OperandDesc{DType::kFloat32, xs},
+                      OperandDesc{wdtype, ws}, nullptr, args, kAnyDevice)
+        .status();
+  };
+  EXPECT_EQ(conv({8, 8}, {6, 3, 5, 5}).message(),
+            "Expected 3D (unbatched) or 4D (batched) input to conv2d, but got "
+            "input of size: [8, 8]");
+  EXPECT_EQ(conv({1, 3, 8, 8}, {6, 3, 5}).message(),
+            "Expected 4-dimensional weight for 4-dimensional input [1, 3, 8, "
+            "8], but got 3-dimensional weight of size [6, 3, 5] instead");
+  EXPECT_EQ(conv({1, 6, 8, 8}, {5, 3, 3, 3}, W({}, {}, {}, {}, 2)).message(),
+            "Given groups=2, expected weight to be divisible by 2 at dimension "
+            "0, but got weight of size [5, 3, 3, 3] instead");
+  EXPECT_EQ(conv({1, 6, 8, 8}, {0, 3, 3, 3}).message(),
+            "Given groups=1, expected weight to be at least 1 at dimension 0, "
+            "but got weight of size [0, 3, 3, 3] instead");
+  EXPECT_EQ(conv({1, 3, 8, 8}, {6, 3, 5, 5}, W({}, {1, 2, 3})).message(),
+            "expected stride to be a single integer value or a list of 2 "
+            "values to match the convolution dimensions, but got stride=[1, "
+            "2, 3]");
+  EXPECT_EQ(conv({1, 3, 8, 8}, {6, 3, 5, 5}, W({}), DType::kFloat64).message(),
+            "Input type (float32) and weight type (float64) should be the same");
+  const Shape i8 = S({1, 3, 8, 8});
+  const absl::Status ints =
+      PlanConv2d(OperandDesc{DType::kInt64, i8}, OperandDesc{DType::kInt64, i8},
+                 nullptr, W({}), kAnyDevice)
+          .status();
+  EXPECT_EQ(ints.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ints.message(), "\"conv2d\" not implemented for 'int64' on cpu");
+  // The unbatched result drops the batch dim.
+  const Shape x3 = S({3, 6, 6}), w = S({5, 3, 3, 3});
+  auto plan = PlanConv2d(OperandDesc{DType::kFloat32, x3},
+                         OperandDesc{DType::kFloat32, w}, nullptr,
+                         W({}, {}, {2}, {2}), kAnyDevice);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->out, S({5, 6, 6}));
+
+  auto pool = [](PoolKind kind, std::vector<int64_t> x, WindowArgs args) {
+    return PlanPool2d(kind, DType::kFloat32, S(x), args, kAnyDevice).status();
+  };
+  EXPECT_EQ(pool(PoolKind::kMax, {1, 0, 8, 8}, W({2})).message(),
+            "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch "
+            "size for input, but got:[1, 0, 8, 8]");
+  EXPECT_EQ(pool(PoolKind::kMax, {1, 3, 8, 8}, W({2, 2, 2})).message(),
+            "max_pool2d: kernel_size must either be a single int, or a tuple "
+            "of two ints");
+  EXPECT_EQ(pool(PoolKind::kAvg, {1, 3, 8, 8}, W({2}, {}, {}, {2})).message(),
+            "avg_pool2d takes no dilation");
+  EXPECT_EQ(pool(PoolKind::kMax, {1, 3, 8, 8}, W({2}, {}, {}, {0})).message(),
+            "dilation should be greater than zero, but got dilationH: 0 "
+            "dilationW: 0");
+  EXPECT_EQ(pool(PoolKind::kMax, {1, 3, 8, 8}, W({})).message(),
+            "max_pool2d needs a kernel_size");
+  EXPECT_EQ(pool(PoolKind::kAvg, {1, 3, 8, 8}, W({0, 2})).message(),
+            "kernel size should be greater than zero, but got kH: 0 kW: 2");
 }
 
 }  // namespace

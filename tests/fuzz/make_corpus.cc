@@ -1,6 +1,6 @@
 // Writes the fuzzers' seed corpus: a handful of valid requests per RPC, in
 // the input layout of fuzz_common.h (structured mode, so session fields are
-// left empty and handles are slot numbers 0..9 that the fuzzer maps to its
+// left empty and handles are slot numbers 0..10 that the fuzzer maps to its
 // live tensors; a few raw-mode copies too).
 //
 //   make_corpus OUT_DIR     writes OUT_DIR/<Rpc>/seed-<n>
@@ -81,6 +81,12 @@ void AddCommandStream() {
   AddStream("Stream", {first, second}, false);
   AddStream("Stream", {first, second}, true);
   AddStream("Stream", {second}, false);
+  // A seq gap ends the stream with a message still unread behind it (the
+  // server once failed to deliver its status then, over gRPC's in-process
+  // transport).
+  v1::StreamRequest gap = first;
+  gap.mutable_commands(0)->set_seq(113);
+  AddStream("Stream", {gap, second}, false);
 }
 
 void Build() {
@@ -252,6 +258,41 @@ void Build() {
     *bad.add_ops() = fwd;
     bad.add_keep(0);
     Add("Execute", bad);
+  }
+  {
+    // The window ops on slot 9, an unbatched [2, 4, 4] float32 image: a
+    // weight reshaped from it, a convolution, a pooling of that.
+    v1::ExecuteRequest r;
+    v1::Op weight, conv, pool;
+    *weight.mutable_reshape()->mutable_x() = H(9);
+    for (int64_t d : {2, 2, 2, 4}) weight.mutable_reshape()->add_shape(d);
+    *conv.mutable_conv2d()->mutable_x() = H(9);
+    *conv.mutable_conv2d()->mutable_weight() = R(0);
+    conv.mutable_conv2d()->add_padding(1);
+    *pool.mutable_pool2d()->mutable_x() = R(1);
+    pool.mutable_pool2d()->set_op(v1::MAX_POOL);
+    pool.mutable_pool2d()->add_kernel_size(2);
+    pool.mutable_pool2d()->add_padding(1);
+    *r.add_ops() = weight;
+    *r.add_ops() = conv;
+    *r.add_ops() = pool;
+    r.add_keep(2);
+    Add("Execute", r);
+    v1::Op avg;
+    *avg.mutable_pool2d()->mutable_x() = H(9);
+    avg.mutable_pool2d()->set_op(v1::AVG_POOL);
+    avg.mutable_pool2d()->add_kernel_size(3);
+    avg.mutable_pool2d()->add_stride(2);
+    avg.mutable_pool2d()->add_padding(1);
+    avg.mutable_pool2d()->set_exclude_pad(true);
+    v1::Op bad_conv;  // a 3-d weight
+    *bad_conv.mutable_conv2d()->mutable_x() = H(9);
+    *bad_conv.mutable_conv2d()->mutable_weight() = H(9);
+    for (const v1::Op& op : {avg, bad_conv}) {
+      v1::RunRequest run;
+      *run.mutable_op() = op;
+      Add("Run", run);
+    }
   }
   {
     v1::FetchRequest r;

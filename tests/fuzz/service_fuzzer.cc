@@ -66,6 +66,8 @@ const std::vector<Preset>& Presets() {
       {"cpu:0", v1::BOOL, {3}, 1},        {"cpu:0", v1::FLOAT64, {}, 8},
       {"cpu:0", v1::INT32, {2, 1, 3}, 4}, {"cpu:0", v1::FLOAT16, {2}, 2},
       {"cpu:1", v1::INT64, {4, 1}, 8},
+      // An unbatched image [c, h, w]: conv2d and pooling reach their kernels.
+      {"cpu:0", v1::FLOAT32, {2, 4, 4}, 4},
   };
   return *presets;
 }

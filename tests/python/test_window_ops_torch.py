@@ -1,0 +1,203 @@
+"""conv2d, max_pool2d and avg_pool2d over the wire, compared with PyTorch:
+Python stubs generated from tensord.proto drive a real daemon, and every
+result is checked against torch.nn.functional's on the same inputs (values,
+dtype, shape) over stride/padding/dilation/groups combinations, batched and
+unbatched, float64 and float32; the argument errors carry PyTorch's own
+messages. Needs Debian's python3-torch (test-only; deploy/install-deps.sh).
+
+  test_window_ops_torch.py TENSORD PROTO_ROOT
+"""
+import itertools
+import os
+import sys
+import unittest
+
+import grpc
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "e2e"))
+from daemon import Daemon  # noqa: E402
+import tensord_stubs  # noqa: E402  (beside this file)
+
+TENSORD, PROTO_ROOT = sys.argv[1], sys.argv[2]
+pb, pb_grpc = tensord_stubs.load(PROTO_ROOT)
+
+NP = {pb.FLOAT32: np.float32, pb.FLOAT64: np.float64, pb.INT64: np.int64}
+PB = {np.dtype(v): k for k, v in NP.items()}
+
+
+def h(info):
+    return pb.Operand(handle=info.handle)
+
+
+def pair(v):
+    return [v] if isinstance(v, int) else list(v)
+
+
+class WindowOpsTorchTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        torch.set_num_threads(1)
+        cls.daemon = Daemon(TENSORD)
+        cls.channel = grpc.insecure_channel(cls.daemon.address)
+        cls.stub = pb_grpc.TensorServiceStub(cls.channel)
+        cls.session = cls.stub.OpenSession(
+            pb.OpenSessionRequest(client_name="py-window-ops")).session
+        cls.rng = np.random.default_rng(11)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stub.CloseSession(pb.CloseSessionRequest(session=cls.session))
+        cls.channel.close()
+        code, log = cls.daemon.stop()
+        cls.daemon.__exit__(None, None, None)
+        assert code == 0, log
+
+    def create(self, array):
+        array = np.asarray(array).copy(order="C")
+        return self.stub.Create(pb.CreateRequest(
+            session=self.session, device="cpu:0", dtype=PB[array.dtype],
+            shape=list(array.shape), data=array.tobytes())).tensor
+
+    def fetch(self, info):
+        data = b"".join(c.data for c in self.stub.Fetch(
+            pb.FetchRequest(session=self.session, handle=info.handle)))
+        return np.frombuffer(data, dtype=NP[info.dtype]).reshape(list(info.shape))
+
+    def release(self, *infos):
+        self.stub.Release(pb.ReleaseRequest(session=self.session,
+                                            release=[i.handle for i in infos]))
+
+    def run_op(self, **kind):
+        return self.stub.Run(pb.RunRequest(session=self.session, op=pb.Op(**kind))).tensor
+
+    def error_of(self, **kind):
+        with self.assertRaises(grpc.RpcError) as err:
+            self.run_op(**kind)
+        return err.exception
+
+    def assert_matches(self, got_info, want, what):
+        got = self.fetch(got_info)
+        want = want.numpy()
+        self.assertEqual(got.dtype, want.dtype, what)
+        self.assertEqual(got.shape, want.shape, what)
+        tol = 1e-12 if want.dtype == np.float64 else 1e-5
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=str(what))
+
+    def test_conv2d_matches_torch(self):
+        cases = 0
+        for (n, c, oc, groups, hw, k, stride, padding, dilation, bias, dtype) in [
+                (4, 3, 6, 1, (32, 32), (5, 5), 1, 0, 1, True, np.float32),  # seed 001's conv1
+                (4, 6, 16, 1, (14, 14), (5, 5), 1, 0, 1, True, np.float32),  # and conv2
+                (2, 3, 4, 1, (7, 9), (3, 2), (2, 1), (1, 0), 1, True, np.float64),
+                (1, 4, 6, 2, (8, 8), (3, 3), 1, 1, (2, 1), False, np.float64),
+                (3, 6, 6, 6, (5, 6), (3, 3), 2, 1, 1, True, np.float64),  # depthwise
+                (2, 4, 8, 4, (9, 7), (1, 1), (3, 2), 0, 1, True, np.float64),
+                (None, 3, 5, 1, (6, 6), (3, 3), 1, 2, 2, True, np.float64),  # unbatched
+                (0, 3, 5, 1, (6, 6), (3, 3), 1, 0, 1, True, np.float64),  # no images
+                (2, 2, 3, 1, (4, 4), (4, 4), 1, 0, 1, False, np.float32),  # one window
+        ]:
+            shape = (c,) + hw if n is None else (n, c) + hw
+            x = self.rng.standard_normal(shape).astype(dtype)
+            w = self.rng.standard_normal((oc, c // groups) + k).astype(dtype)
+            b = self.rng.standard_normal(oc).astype(dtype) if bias else None
+            tx, tw = self.create(x), self.create(w)
+            tb = self.create(b) if bias else None
+            args = pb.Conv2dArgs(x=h(tx), weight=h(tw), stride=pair(stride),
+                                 padding=pair(padding), dilation=pair(dilation),
+                                 groups=groups)
+            if bias:
+                args.bias.CopyFrom(h(tb))
+            out = self.run_op(conv2d=args)
+            want = F.conv2d(torch.from_numpy(x), torch.from_numpy(w),
+                            None if b is None else torch.from_numpy(b),
+                            stride=stride, padding=padding, dilation=dilation,
+                            groups=groups)
+            self.assert_matches(out, want, (shape, w.shape, stride, padding, dilation, groups))
+            self.release(out, tx, tw, *([tb] if bias else []))
+            cases += 1
+        self.assertEqual(cases, 9)
+
+    def test_pooling_matches_torch(self):
+        x = self.rng.standard_normal((2, 3, 9, 8))
+        tx = self.create(x)
+        tx32 = self.create(x.astype(np.float32))
+        checked = 0
+        for k, stride, padding, dilation in itertools.product(
+                [1, 2, 3, (3, 2)], [None, 1, 2, (2, 3)], [0, 1], [1, 2]):
+            kk = pair(k) * (2 // len(pair(k)))
+            if isinstance(padding, int) and padding > min(kk) // 2:
+                continue
+            for t, dtype in ((tx, np.float64), (tx32, np.float32)):
+                xt = torch.from_numpy(x.astype(dtype))
+                base = dict(x=h(t), kernel_size=pair(k),
+                            stride=[] if stride is None else pair(stride),
+                            padding=pair(padding))
+                span = [(kk[i] - 1) * dilation + 1 for i in range(2)]
+                if all(xt.shape[2 + i] + 2 * padding >= span[i] for i in range(2)):
+                    out = self.run_op(pool2d=pb.Pool2dArgs(op=pb.MAX_POOL,
+                                                           dilation=pair(dilation), **base))
+                    want = F.max_pool2d(xt, k, stride=stride, padding=padding,
+                                        dilation=dilation)
+                    self.assert_matches(out, want, ("max", k, stride, padding, dilation))
+                    self.release(out)
+                    checked += 1
+                if dilation != 1:
+                    continue
+                for include in (True, False):
+                    out = self.run_op(pool2d=pb.Pool2dArgs(op=pb.AVG_POOL,
+                                                           exclude_pad=not include, **base))
+                    want = F.avg_pool2d(xt, k, stride=stride, padding=padding,
+                                        count_include_pad=include)
+                    self.assert_matches(out, want, ("avg", k, stride, padding, include))
+                    self.release(out)
+                    checked += 1
+        self.assertGreater(checked, 100)
+        # Unbatched, and -inf padding never wins over real values.
+        x3 = -np.abs(self.rng.standard_normal((3, 5, 5)))
+        t3 = self.create(x3)
+        out = self.run_op(pool2d=pb.Pool2dArgs(op=pb.MAX_POOL, x=h(t3), kernel_size=[3],
+                                               stride=[2], padding=[1]))
+        self.assert_matches(out, F.max_pool2d(torch.from_numpy(x3), 3, 2, 1), "unbatched")
+
+    def test_errors_carry_torchs_messages(self):
+        def torch_message(fn):
+            with self.assertRaises(RuntimeError) as err:
+                fn()
+            return str(err.exception).split("\n")[0]
+
+        x = self.create(np.zeros((4, 1, 32, 32), np.float32))
+        w = self.create(np.zeros((6, 3, 5, 5), np.float32))
+        small = self.create(np.zeros((1, 3, 4, 4), np.float32))
+        cases = [
+            (dict(conv2d=pb.Conv2dArgs(x=h(x), weight=h(w))),
+             lambda: F.conv2d(torch.zeros(4, 1, 32, 32), torch.zeros(6, 3, 5, 5))),
+            (dict(conv2d=pb.Conv2dArgs(x=h(small), weight=h(w))),
+             lambda: F.conv2d(torch.zeros(1, 3, 4, 4), torch.zeros(6, 3, 5, 5))),
+            (dict(conv2d=pb.Conv2dArgs(x=h(small), weight=h(w), stride=[0])),
+             lambda: F.conv2d(torch.zeros(1, 3, 4, 4), torch.zeros(6, 3, 5, 5), stride=0)),
+            (dict(conv2d=pb.Conv2dArgs(x=h(small), weight=h(w), bias=h(self.create(np.zeros(5, np.float32))))),
+             lambda: F.conv2d(torch.zeros(1, 3, 8, 8), torch.zeros(6, 3, 5, 5), torch.zeros(5))),
+            (dict(pool2d=pb.Pool2dArgs(op=pb.MAX_POOL, x=h(self.create(np.zeros((1, 3, 2, 2), np.float32))),
+                                       kernel_size=[3])),
+             lambda: F.max_pool2d(torch.zeros(1, 3, 2, 2), 3)),
+            (dict(pool2d=pb.Pool2dArgs(op=pb.AVG_POOL, x=h(small), kernel_size=[5], padding=[3])),
+             lambda: F.avg_pool2d(torch.zeros(1, 3, 8, 8), 5, padding=3)),
+        ]
+        for request, fn in cases:
+            err = self.error_of(**request)
+            self.assertEqual(err.code(), grpc.StatusCode.INVALID_ARGUMENT, err.details())
+            self.assertIn(torch_message(fn), err.details())
+        # No integer convolution or pooling (PyTorch has none on the CPU either).
+        xi = self.create(np.zeros((1, 3, 8, 8), np.int64))
+        err = self.error_of(pool2d=pb.Pool2dArgs(op=pb.MAX_POOL, x=h(xi), kernel_size=[2]))
+        self.assertEqual(err.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("\"max_pool2d\" not implemented for 'int64'", err.details())
+        # The server kept serving.
+        self.assertEqual(self.fetch(x).shape, (4, 1, 32, 32))
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
