@@ -131,6 +131,28 @@ v1::Op Pool2dOpMsg(v1::PoolOp op, v1::Operand x,
   return m;
 }
 
+v1::Op LossOpMsg(v1::LossOp op, v1::Operand input, v1::Operand target,
+                 Reduction reduction, int64_t ignore_index) {
+  v1::Op m;
+  v1::LossArgs* args = m.mutable_loss();
+  args->set_op(op);
+  *args->mutable_input() = std::move(input);
+  *args->mutable_target() = std::move(target);
+  switch (reduction) {
+    case Reduction::kMean:
+      args->set_reduction(v1::REDUCTION_MEAN);
+      break;
+    case Reduction::kSum:
+      args->set_reduction(v1::REDUCTION_SUM);
+      break;
+    case Reduction::kNone:
+      args->set_reduction(v1::REDUCTION_NONE);
+      break;
+  }
+  if (op != v1::MSE_LOSS) args->set_ignore_index(ignore_index);
+  return m;
+}
+
 v1::Op SoftmaxOpMsg(v1::Operand x, int64_t dim, bool log) {
   v1::Op m;
   v1::SoftmaxArgs* args = m.mutable_softmax();
@@ -464,6 +486,28 @@ Tensor avg_pool2d(const Tensor& x, const std::vector<int64_t>& kernel_size,
                                         kernel_size, options));
 }
 
+Tensor nll_loss(const Tensor& input, const Tensor& target,
+                Reduction reduction, int64_t ignore_index) {
+  return RunOp(input, internal::LossOpMsg(v1::NLL_LOSS, HandleOperand(input),
+                                          HandleOperand(target), reduction,
+                                          ignore_index));
+}
+
+Tensor cross_entropy(const Tensor& input, const Tensor& target,
+                     Reduction reduction, int64_t ignore_index) {
+  return RunOp(input, internal::LossOpMsg(v1::CROSS_ENTROPY,
+                                          HandleOperand(input),
+                                          HandleOperand(target), reduction,
+                                          ignore_index));
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target,
+                Reduction reduction) {
+  return RunOp(input, internal::LossOpMsg(v1::MSE_LOSS, HandleOperand(input),
+                                          HandleOperand(target), reduction,
+                                          -100));
+}
+
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   if (tensors.empty()) {
     throw Error(StatusCode::INVALID_ARGUMENT,
@@ -649,6 +693,28 @@ Batch::Value Batch::avg_pool2d(Input x, const std::vector<int64_t>& kernel_size,
                                const Pool2dOptions& options) {
   const v1::Op m = internal::Pool2dOpMsg(v1::AVG_POOL, TENSORD_OPERAND(x),
                                          kernel_size, options);
+  return Record(&m);
+}
+
+Batch::Value Batch::nll_loss(Input input, Input target, Reduction reduction,
+                             int64_t ignore_index) {
+  const v1::Op m =
+      internal::LossOpMsg(v1::NLL_LOSS, TENSORD_OPERAND(input),
+                          TENSORD_OPERAND(target), reduction, ignore_index);
+  return Record(&m);
+}
+
+Batch::Value Batch::cross_entropy(Input input, Input target,
+                                  Reduction reduction, int64_t ignore_index) {
+  const v1::Op m =
+      internal::LossOpMsg(v1::CROSS_ENTROPY, TENSORD_OPERAND(input),
+                          TENSORD_OPERAND(target), reduction, ignore_index);
+  return Record(&m);
+}
+
+Batch::Value Batch::mse_loss(Input input, Input target, Reduction reduction) {
+  const v1::Op m = internal::LossOpMsg(v1::MSE_LOSS, TENSORD_OPERAND(input),
+                                       TENSORD_OPERAND(target), reduction, -100);
   return Record(&m);
 }
 

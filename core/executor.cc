@@ -132,6 +132,9 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
     case OpSpec::Kind::kAvgPool2d:
       out = Pool2dOut(PoolKindOf(op), x, op.window);
       break;
+    case OpSpec::Kind::kLoss:
+      out = LossOut(op, x, *second);
+      break;
   }
   if (!out.ok()) return out.status();
   return Value{Stored(SlotOf(x.device), std::move(*out)), std::nullopt};

@@ -8,6 +8,7 @@
 #include "core/absl_compat.h"
 #include "core/op_checks.h"
 #include "core/status.h"
+#include "core/loss_plan.h"
 #include "core/window_plan.h"
 
 namespace tensord::core {
@@ -25,6 +26,7 @@ absl::Status CheckArity(const OpSpec& op, size_t n) {
       lo = hi = with_scalar && op.in_place != InPlaceOp::kAxpy ? 1 : 2;
       break;
     case OpSpec::Kind::kMatMul:
+    case OpSpec::Kind::kLoss:
       lo = hi = 2;
       break;
     case OpSpec::Kind::kLinear:
@@ -289,6 +291,11 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
                        PlanPool2d(PoolKindOf(op), x.dtype, x.shape, op.window,
                                   target));
       return Result(x.dtype, std::move(plan.out));
+    }
+    case OpSpec::Kind::kLoss: {
+      ASSIGN_OR_RETURN(LossPlan plan, PlanLoss(op.loss, op.reduction, Desc(x),
+                                               Desc(in[1]), target));
+      return Result(plan.dtype, std::move(plan.out));
     }
   }
   return absl::InternalError(absl::StrCat("PlanOp: unknown op kind ",

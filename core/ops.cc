@@ -64,8 +64,22 @@ std::string OpName(const OpSpec& op) {
       return "max_pool2d";
     case OpSpec::Kind::kAvgPool2d:
       return "avg_pool2d";
+    case OpSpec::Kind::kLoss:
+      return std::string(LossName(op.loss));
   }
   return "unknown";
+}
+
+std::string_view LossName(LossKind kind) {
+  switch (kind) {
+    case LossKind::kNll:
+      return "nll_loss";
+    case LossKind::kCrossEntropy:
+      return "cross_entropy";
+    case LossKind::kMse:
+      return "mse_loss";
+  }
+  return "loss";
 }
 
 BinaryOp InPlaceBinaryOp(InPlaceOp op) {

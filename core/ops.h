@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/device.h"
@@ -66,6 +67,15 @@ struct WindowArgs {
   bool count_include_pad = true;     // avg_pool2d
 };
 
+// The loss functions (torch.nn.functional's) and how they reduce.
+enum class LossKind {
+  kNll,           // nll_loss(log-probabilities, class-index targets)
+  kCrossEntropy,  // nll_loss(log_softmax(logits over the class dim), targets)
+  kMse,           // mse_loss: (input - target)^2
+};
+enum class LossReduction { kMean, kSum, kNone };
+std::string_view LossName(LossKind kind);  // "nll_loss", ...
+
 struct OpSpec {
   enum class Kind {
     kBinary,     // inputs[0] (op) inputs[1], or (op) scalar
@@ -87,6 +97,7 @@ struct OpSpec {
     kConv2d,     // conv2d(inputs[0], weight inputs[1], bias inputs[2]?)
     kMaxPool2d,  // max_pool2d(inputs[0]) over `window`
     kAvgPool2d,  // avg_pool2d(inputs[0]) over `window`
+    kLoss,       // loss(input inputs[0], target inputs[1]): see `loss`
   };
   Kind kind = Kind::kBinary;
   BinaryOp binary = BinaryOp::kAdd;
@@ -119,6 +130,10 @@ struct OpSpec {
   // kWhere: inputs[0] is the condition; both are required.
   Bound where_input, where_other;
   WindowArgs window;  // kConv2d, kMaxPool2d, kAvgPool2d
+  // kLoss.
+  LossKind loss = LossKind::kNll;
+  LossReduction reduction = LossReduction::kMean;
+  int64_t ignore_index = -100;  // kNll, kCrossEntropy: targets not counted
 };
 
 // A short name for messages: "add", "matmul", "sum", "sub_", "cat", ...

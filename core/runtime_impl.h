@@ -210,6 +210,9 @@ class Runtime::Impl {
                                    const WindowArgs& args);
   absl::StatusOr<Output> Pool2dOut(PoolKind kind, const StoredTensor& x,
                                    const WindowArgs& args);
+  // nll_loss, cross_entropy, mse_loss (loss_ops.cc).
+  absl::StatusOr<Output> LossOut(const OpSpec& op, const StoredTensor& input,
+                                 const StoredTensor& target);
   absl::StatusOr<Output> PermuteOut(const StoredTensor& x,
                                     std::span<const int64_t> dims);
   absl::StatusOr<Output> ReshapeOut(const StoredTensor& x,

@@ -120,6 +120,14 @@ class Batch {
                    const Pool2dOptions& options = {});
   Value avg_pool2d(Input x, const std::vector<int64_t>& kernel_size,
                    const Pool2dOptions& options = {});
+  Value nll_loss(Input input, Input target,
+                 Reduction reduction = Reduction::kMean,
+                 int64_t ignore_index = -100);
+  Value cross_entropy(Input input, Input target,
+                      Reduction reduction = Reduction::kMean,
+                      int64_t ignore_index = -100);
+  Value mse_loss(Input input, Input target,
+                 Reduction reduction = Reduction::kMean);
   Value transpose(Input x, int64_t dim0, int64_t dim1);
   Value t(Input x) { return transpose(x, 0, -1); }
   Value reshape(Input x, const std::vector<int64_t>& shape);

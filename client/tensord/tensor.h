@@ -291,6 +291,20 @@ Tensor max_pool2d(const Tensor& x, const std::vector<int64_t>& kernel_size,
                   const Pool2dOptions& options = {});
 Tensor avg_pool2d(const Tensor& x, const std::vector<int64_t>& kernel_size,
                   const Pool2dOptions& options = {});
+// How a loss reduces (torch.nn.functional's `reduction`).
+enum class Reduction { kMean, kSum, kNone };
+// nn.functional.nll_loss(log-probabilities [N, C] or [C], int64 class
+// indices [N] or []) and cross_entropy (the same of logits);
+// `ignore_index` targets are not counted.
+Tensor nll_loss(const Tensor& input, const Tensor& target,
+                Reduction reduction = Reduction::kMean,
+                int64_t ignore_index = -100);
+Tensor cross_entropy(const Tensor& input, const Tensor& target,
+                     Reduction reduction = Reduction::kMean,
+                     int64_t ignore_index = -100);
+// nn.functional.mse_loss: (input - target)^2, broadcast, reduced.
+Tensor mse_loss(const Tensor& input, const Tensor& target,
+                Reduction reduction = Reduction::kMean);
 // torch.cat along `dim`; all tensors on one device.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 // torch.where(condition, input, other): input where the bool condition

@@ -249,6 +249,42 @@ absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
       spec.window.count_include_pad = !a.exclude_pad();
       break;
     }
+    case v1::Op::kLoss: {
+      const v1::LossArgs& a = op.loss();
+      spec.kind = Kind::kLoss;
+      switch (a.op()) {
+        case v1::NLL_LOSS:
+          spec.loss = core::LossKind::kNll;
+          break;
+        case v1::CROSS_ENTROPY:
+          spec.loss = core::LossKind::kCrossEntropy;
+          break;
+        case v1::MSE_LOSS:
+          spec.loss = core::LossKind::kMse;
+          break;
+        default:
+          return absl::InvalidArgumentError(
+              absl::StrCat("unknown loss op ", static_cast<int>(a.op())));
+      }
+      switch (a.reduction()) {
+        case v1::REDUCTION_MEAN:
+          spec.reduction = core::LossReduction::kMean;
+          break;
+        case v1::REDUCTION_SUM:
+          spec.reduction = core::LossReduction::kSum;
+          break;
+        case v1::REDUCTION_NONE:
+          spec.reduction = core::LossReduction::kNone;
+          break;
+        default:
+          return absl::InvalidArgumentError(absl::StrCat(
+              "unknown reduction ", static_cast<int>(a.reduction())));
+      }
+      if (a.has_ignore_index()) spec.ignore_index = a.ignore_index();
+      RETURN_IF_ERROR(AddOperand(a.input(), "input", spec));
+      RETURN_IF_ERROR(AddOperand(a.target(), "target", spec));
+      break;
+    }
     case v1::Op::kWhere: {
       const v1::WhereArgs& a = op.where();
       spec.kind = Kind::kWhere;

@@ -406,6 +406,24 @@ TEST_F(OpsClientTest, ConvolutionAndPoolingRunSeed001sForwardPass) {
   auto out = linear(h, c.randn({10, 84}, "cpu", 6) * 0.1, c.zeros({10}));
   EXPECT_THAT(out.shape(), ElementsAre(4, 10));
   for (float f : out.fetch<float>()) EXPECT_TRUE(std::isfinite(f));
+  // The seed's criterion and its evaluation: the loss as a number, the
+  // predicted class of each row.
+  auto labels = c.tensor<int64_t>({3, 0, 9, 3});
+  const float loss = cross_entropy(out, labels).item<float>();
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_GT(loss, 0);
+  EXPECT_NEAR(nll_loss(out.log_softmax(1), labels).item<float>(), loss, 1e-5);
+  EXPECT_THAT(cross_entropy(out, labels, Reduction::kNone).shape(),
+              ElementsAre(4));
+  EXPECT_NEAR(mse_loss(out, out * 0).item<float>(),
+              (out * out).mean().item<float>(), 1e-5);
+  try {
+    (void)cross_entropy(out, c.tensor<int64_t>({3, 0, 10, 3})).item<float>();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(e.message(), HasSubstr("Target 10 is out of bounds."));
+  }
 
   try {
     (void)conv2d(c.zeros({4, 1, 32, 32}), conv1_w);

@@ -729,6 +729,24 @@ std::vector<OpCase> OpCases() {
     c.op.window.count_include_pad = false;
     cases.push_back(c);
   }
+  {
+    // log_softmax, the targets' range read back, the one-hot pick, the
+    // mean over the counted rows.
+    Input target = I32({3}, 0, 1);
+    target.dtype = DType::kInt64;
+    target.bytes.clear();
+    for (int64_t k : {0, 2, 1}) {
+      const auto* p = reinterpret_cast<const uint8_t*>(&k);
+      target.bytes.insert(target.bytes.end(), p, p + 8);
+    }
+    OpCase c{"cross_entropy",
+             {F32({3, 4}), target},
+             op(K::kLoss, {x, y}),
+             {S::kReduce, S::kBinary, S::kUnary, S::kWhere, S::kFill,
+              S::kCast, S::kCopyToHost}};
+    c.op.loss = LossKind::kCrossEntropy;
+    cases.push_back(c);
+  }
   return cases;
 }
 

@@ -4,6 +4,7 @@
 // operand by operand, on the CPU device: the same dtype and shape, or the
 // same code and message. The eager client relies on that agreement.
 #include "core/op_plan.h"
+#include "core/loss_plan.h"
 #include "core/window_plan.h"
 
 #include <gmock/gmock.h>
@@ -366,6 +367,40 @@ TEST_F(OpPlanAgreesWithTheRuntime, OnTheWindowOps) {
     }
   }
   EXPECT_GT(checked_, 5000);
+}
+
+TEST_F(OpPlanAgreesWithTheRuntime, OnTheLosses) {
+  std::vector<TensorMeta> inputs, targets;
+  for (DType d : {DType::kFloat32, DType::kFloat64, DType::kInt64,
+                  DType::kInt32}) {
+    for (const auto& s : std::vector<std::vector<int64_t>>{
+             {4, 3}, {3}, {}, {2, 3, 2}, {0, 3}, {4}, {4, 1}, {1, 3}}) {
+      inputs.push_back(Make(d, s));
+    }
+  }
+  // Zeros: in range whenever there is a class.
+  for (DType d : {DType::kInt64, DType::kInt32, DType::kFloat32}) {
+    for (const auto& s : std::vector<std::vector<int64_t>>{
+             {4}, {}, {3}, {0}, {4, 3}}) {
+      targets.push_back(Make(d, s));
+    }
+  }
+  for (LossKind kind :
+       {LossKind::kNll, LossKind::kCrossEntropy, LossKind::kMse}) {
+    for (LossReduction r : {LossReduction::kMean, LossReduction::kSum,
+                            LossReduction::kNone}) {
+      OpSpec op;
+      op.kind = OpSpec::Kind::kLoss;
+      op.loss = kind;
+      op.reduction = r;
+      for (const TensorMeta& x : inputs) {
+        for (const TensorMeta& t : kind == LossKind::kMse ? inputs : targets) {
+          Check(op, {x, t});
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked_, 2000);
 }
 
 TEST(WindowPlanTest, PyTorchsMessages) {

@@ -288,7 +288,16 @@ void Build() {
     v1::Op bad_conv;  // a 3-d weight
     *bad_conv.mutable_conv2d()->mutable_x() = H(9);
     *bad_conv.mutable_conv2d()->mutable_weight() = H(9);
-    for (const v1::Op& op : {avg, bad_conv}) {
+    v1::Op ce, mse;  // class-index targets from slot 3 (int64 [3])
+    ce.mutable_loss()->set_op(v1::CROSS_ENTROPY);
+    *ce.mutable_loss()->mutable_input() = H(1);
+    *ce.mutable_loss()->mutable_target() = H(3);
+    ce.mutable_loss()->set_ignore_index(1);
+    mse.mutable_loss()->set_op(v1::MSE_LOSS);
+    *mse.mutable_loss()->mutable_input() = H(0);
+    *mse.mutable_loss()->mutable_target() = H(0);
+    mse.mutable_loss()->set_reduction(v1::REDUCTION_NONE);
+    for (const v1::Op& op : {avg, bad_conv, ce, mse}) {
       v1::RunRequest run;
       *run.mutable_op() = op;
       Add("Run", run);

@@ -1,11 +1,12 @@
-"""conv2d, max_pool2d and avg_pool2d over the wire, compared with PyTorch:
+"""conv2d, max_pool2d, avg_pool2d and the losses (nll_loss, cross_entropy,
+mse_loss) over the wire, compared with PyTorch:
 Python stubs generated from tensord.proto drive a real daemon, and every
 result is checked against torch.nn.functional's on the same inputs (values,
 dtype, shape) over stride/padding/dilation/groups combinations, batched and
 unbatched, float64 and float32; the argument errors carry PyTorch's own
 messages. Needs Debian's python3-torch (test-only; deploy/install-deps.sh).
 
-  test_window_ops_torch.py TENSORD PROTO_ROOT
+  test_nn_ops_torch.py TENSORD PROTO_ROOT
 """
 import itertools
 import os
@@ -36,7 +37,7 @@ def pair(v):
     return [v] if isinstance(v, int) else list(v)
 
 
-class WindowOpsTorchTest(unittest.TestCase):
+class NnOpsTorchTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         torch.set_num_threads(1)
@@ -44,7 +45,7 @@ class WindowOpsTorchTest(unittest.TestCase):
         cls.channel = grpc.insecure_channel(cls.daemon.address)
         cls.stub = pb_grpc.TensorServiceStub(cls.channel)
         cls.session = cls.stub.OpenSession(
-            pb.OpenSessionRequest(client_name="py-window-ops")).session
+            pb.OpenSessionRequest(client_name="py-nn-ops")).session
         cls.rng = np.random.default_rng(11)
 
     @classmethod
@@ -197,6 +198,78 @@ class WindowOpsTorchTest(unittest.TestCase):
         self.assertIn("\"max_pool2d\" not implemented for 'int64'", err.details())
         # The server kept serving.
         self.assertEqual(self.fetch(x).shape, (4, 1, 32, 32))
+
+    def test_losses_match_torch(self):
+        reductions = {pb.REDUCTION_MEAN: "mean", pb.REDUCTION_SUM: "sum",
+                      pb.REDUCTION_NONE: "none"}
+        for dtype in (np.float64, np.float32):
+            logits = self.rng.standard_normal((6, 10)).astype(dtype)
+            target = np.array([3, 0, 9, 3, -100, 7], np.int64)
+            log_probs = torch.log_softmax(torch.from_numpy(logits), 1)
+            tl, tp = self.create(logits), self.create(log_probs.numpy())
+            tt = self.create(target)
+            for red, name in reductions.items():
+                for ignore in (-100, 3):
+                    kept = target if ignore == -100 else np.where(target < 0, 0, target)
+                    tk = self.create(kept)
+                    got = self.run_op(loss=pb.LossArgs(op=pb.CROSS_ENTROPY, input=h(tl),
+                                                       target=h(tk), reduction=red,
+                                                       ignore_index=ignore))
+                    want = F.cross_entropy(torch.from_numpy(logits), torch.from_numpy(kept),
+                                           reduction=name, ignore_index=ignore)
+                    self.assert_matches(got, want, ("cross_entropy", dtype, name, ignore))
+                    got = self.run_op(loss=pb.LossArgs(op=pb.NLL_LOSS, input=h(tp),
+                                                       target=h(tk), reduction=red,
+                                                       ignore_index=ignore))
+                    want = F.nll_loss(log_probs, torch.from_numpy(kept), reduction=name,
+                                      ignore_index=ignore)
+                    self.assert_matches(got, want, ("nll_loss", dtype, name, ignore))
+                    self.release(got, tk)
+                # The default ignore_index (-100) skips the fifth row.
+                got = self.run_op(loss=pb.LossArgs(op=pb.NLL_LOSS, input=h(tp), target=h(tt),
+                                                   reduction=red))
+                self.assert_matches(got, F.nll_loss(log_probs, torch.from_numpy(target),
+                                                    reduction=name), ("nll default", name))
+                # Unbatched: one row [C], a 0-d target.
+                row, one = self.create(logits[1]), self.create(np.array(4, np.int64))
+                got = self.run_op(loss=pb.LossArgs(op=pb.CROSS_ENTROPY, input=h(row),
+                                                   target=h(one), reduction=red))
+                want = F.cross_entropy(torch.from_numpy(logits[1]), torch.tensor(4),
+                                       reduction=name)
+                self.assert_matches(got, want, ("unbatched", name))
+                a = self.rng.standard_normal((3, 4)).astype(dtype)
+                b = self.rng.standard_normal((4,)).astype(dtype)
+                got = self.run_op(loss=pb.LossArgs(op=pb.MSE_LOSS, input=h(self.create(a)),
+                                                   target=h(self.create(b)), reduction=red))
+                want = F.mse_loss(torch.from_numpy(a),
+                                  torch.from_numpy(b).expand(3, 4), reduction=name)
+                self.assert_matches(got, want, ("mse", name))
+        # Every target ignored: the mean is NaN, as PyTorch's.
+        ignored = self.create(np.full(6, -100, np.int64))
+        got = self.fetch(self.run_op(loss=pb.LossArgs(op=pb.CROSS_ENTROPY, input=h(tl),
+                                                      target=h(ignored))))
+        self.assertTrue(np.isnan(got))
+
+    def test_loss_errors(self):
+        x = self.create(np.zeros((3, 5), np.float32))
+        for bad, value in ((np.array([0, 5, 1]), 5), (np.array([0, -2, 1]), -2)):
+            err = self.error_of(loss=pb.LossArgs(op=pb.CROSS_ENTROPY, input=h(x),
+                                                 target=h(self.create(bad.astype(np.int64)))))
+            self.assertEqual(err.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertEqual(err.details(), f"Target {value} is out of bounds.")
+            with self.assertRaises(IndexError) as want:
+                F.cross_entropy(torch.zeros(3, 5), torch.from_numpy(bad.astype(np.int64)))
+            self.assertEqual(str(want.exception), err.details())
+        err = self.error_of(loss=pb.LossArgs(op=pb.NLL_LOSS, input=h(x),
+                                             target=h(self.create(np.zeros(2, np.int64)))))
+        self.assertEqual(err.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(err.details(), "Expected input batch_size (3) to match target "
+                                        "batch_size (2).")
+        err = self.error_of(loss=pb.LossArgs(op=pb.NLL_LOSS, input=h(x),
+                                             target=h(self.create(np.zeros(3, np.float32)))))
+        self.assertIn("expected target of dtype int64 but found float32", err.details())
+        # The session lost nothing.
+        self.assertEqual(self.fetch(x).shape, (3, 5))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,133 @@
+// The loss functions on stored tensors (Apply in executor.cc calls them):
+// planned by core/loss_plan.h and run as kernels every device has. Each
+// step's result lives only as long as a later step reads it.
+//
+// nll_loss over log-probabilities x [N, C] and targets t [N]: a target
+// equal to ignore_index is not counted; the others must lie in [0, C)
+// (checked from their minimum and maximum, copied to the host, before the
+// loss is computed). Row i's loss is -x[i, t[i]], picked with the one-hot
+// mask arange(C) == t (ignored rows: 0); mean divides the sum by the number
+// of counted rows (NaN when none is, as PyTorch). cross_entropy is
+// nll_loss of log_softmax(x) over the class dim; mse_loss reduces
+// (input - target)^2.
+#include "core/loss_plan.h"
+#include "core/runtime_impl.h"
+
+namespace tensord::core {
+namespace {
+
+// `t` read with another shape of the same element count (shares its
+// buffer).
+absl::StatusOr<std::shared_ptr<const StoredTensor>> View(
+    const StoredTensor& t, std::initializer_list<int64_t> dims) {
+  auto view = std::make_shared<StoredTensor>(t);
+  ASSIGN_OR_RETURN(view->shape, Shape::Make(std::span<const int64_t>(
+                                    dims.begin(), dims.size())));
+  return view;
+}
+
+}  // namespace
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::LossOut(
+    const OpSpec& op, const StoredTensor& input, const StoredTensor& target) {
+  DeviceSlot& slot = SlotOf(input.device);
+  Device& device = *input.device;
+  ASSIGN_OR_RETURN(LossPlan plan,
+                   PlanLoss(op.loss, op.reduction,
+                            OperandDesc{input.dtype, input.shape},
+                            OperandDesc{target.dtype, target.shape},
+                            TargetOf(device)));
+  auto stored = [&](absl::StatusOr<Output> out) -> absl::StatusOr<TensorPtr> {
+    if (!out.ok()) return out.status();
+    return Stored(slot, std::move(*out));
+  };
+  auto as_output = [](const StoredTensor& t) {
+    return Output{t.shape, t.dtype, t.nbytes, t.buffer};
+  };
+  const std::span<const int64_t> all;
+  if (op.loss == LossKind::kMse) {
+    ASSIGN_OR_RETURN(TensorPtr diff, stored(BinaryOut(BinaryOp::kSub, input,
+                                                      &target, nullptr, false,
+                                                      nullptr)));
+    ASSIGN_OR_RETURN(Output square, BinaryOut(BinaryOp::kMul, *diff,
+                                              diff.get(), nullptr, false,
+                                              nullptr));
+    if (op.reduction == LossReduction::kNone) return square;
+    diff.reset();
+    const TensorPtr sq = Stored(slot, std::move(square));
+    return ReduceOut(op.reduction == LossReduction::kMean ? ReduceOp::kMean
+                                                          : ReduceOp::kSum,
+                     *sq, all, false);
+  }
+  const int64_t n = plan.rows, c = plan.classes;
+  TensorPtr log_probs;  // cross_entropy: log_softmax(input)
+  if (op.loss == LossKind::kCrossEntropy) {
+    ASSIGN_OR_RETURN(log_probs, stored(SoftmaxOut(input, -1, true)));
+  }
+  ASSIGN_OR_RETURN(TensorPtr x,
+                   View(log_probs != nullptr ? *log_probs : input, {n, c}));
+  ASSIGN_OR_RETURN(TensorPtr t, View(target, {n, 1}));
+  const Scalar ignore = Scalar::Int(op.ignore_index);
+  ASSIGN_OR_RETURN(TensorPtr counted,
+                   stored(BinaryOut(BinaryOp::kNe, *t, nullptr, &ignore,
+                                    false, nullptr)));
+  using Bound = OpSpec::Bound;
+  const Bound tensor{Bound::Kind::kTensor, {}};
+  ASSIGN_OR_RETURN(TensorPtr masked,
+                   stored(WhereOut(*counted, tensor, t.get(),
+                                   Bound{Bound::Kind::kScalar, Scalar::Int(0)},
+                                   nullptr)));
+  if (n > 0) {
+    int64_t range[2] = {0, 0};
+    int i = 0;
+    for (ReduceOp r : {ReduceOp::kMin, ReduceOp::kMax}) {
+      ASSIGN_OR_RETURN(Output bound, ReduceOut(r, *masked, all, false));
+      RETURN_IF_ERROR(
+          device.CopyToHost(*bound.buffer, 0, &range[i++], sizeof(int64_t)));
+    }
+    RETURN_IF_ERROR(CheckTargetRange(range[0], range[1], c));
+  }
+  ASSIGN_OR_RETURN(Shape classes_shape,
+                   Shape::Make(std::span<const int64_t>(&c, 1)));
+  ASSIGN_OR_RETURN(Output classes, AllocateOutput(slot, DType::kInt64,
+                                                  std::move(classes_shape)));
+  FillSpec arange;
+  arange.kind = FillSpec::Kind::kArange;
+  RETURN_IF_ERROR(device.Launch({arange, {}, classes.ref()}));
+  const TensorPtr class_ids = Stored(slot, std::move(classes));
+  ASSIGN_OR_RETURN(TensorPtr one_hot,
+                   stored(BinaryOut(BinaryOp::kEq, *masked, class_ids.get(),
+                                    nullptr, false, nullptr)));
+  masked.reset();
+  const Bound zero{Bound::Kind::kScalar, Scalar::Float(0)};
+  ASSIGN_OR_RETURN(TensorPtr picked,
+                   stored(WhereOut(*one_hot, tensor, x.get(), zero, nullptr)));
+  one_hot.reset();
+  x.reset();
+  log_probs.reset();
+  const int64_t class_dim[] = {1};
+  ASSIGN_OR_RETURN(TensorPtr row,
+                   stored(ReduceOut(ReduceOp::kSum, *picked, class_dim,
+                                    false)));
+  picked.reset();
+  ASSIGN_OR_RETURN(TensorPtr negated, stored(UnaryOut(UnaryOp::kNeg, *row)));
+  ASSIGN_OR_RETURN(TensorPtr counted_rows, View(*counted, {n}));
+  ASSIGN_OR_RETURN(Output per_row, WhereOut(*counted_rows, tensor,
+                                            negated.get(), zero, nullptr));
+  if (op.reduction == LossReduction::kNone) {
+    if (plan.batched) return per_row;
+    ASSIGN_OR_RETURN(TensorPtr one, View(*Stored(slot, std::move(per_row)), {}));
+    return as_output(*one);
+  }
+  const TensorPtr losses = Stored(slot, std::move(per_row));
+  ASSIGN_OR_RETURN(Output total, ReduceOut(ReduceOp::kSum, *losses, all, false));
+  if (op.reduction == LossReduction::kSum) return total;
+  ASSIGN_OR_RETURN(TensorPtr weights,
+                   stored(CastOut(*counted_rows, plan.dtype)));
+  ASSIGN_OR_RETURN(TensorPtr count,
+                   stored(ReduceOut(ReduceOp::kSum, *weights, all, false)));
+  const TensorPtr sum = Stored(slot, std::move(total));
+  return BinaryOut(BinaryOp::kDiv, *sum, count.get(), nullptr, false, nullptr);
+}
+
+}  // namespace tensord::core
