@@ -58,6 +58,10 @@ v1::Op Conv2dOpMsg(v1::Operand x, v1::Operand w,
 v1::Op Pool2dOpMsg(v1::PoolOp op, v1::Operand x,
                    const std::vector<int64_t>& kernel_size,
                    const Pool2dOptions& options);
+v1::Op AdaptiveAvgPool2dOpMsg(v1::Operand x,
+                              const std::vector<int64_t>& output_size);
+v1::Op DropoutOpMsg(v1::Operand x, double p, bool training,
+                    std::optional<uint64_t> seed);
 v1::Op LossOpMsg(v1::LossOp op, v1::Operand input, v1::Operand target,
                  Reduction reduction, int64_t ignore_index);
 v1::Op TransposeOpMsg(v1::Operand x, int64_t dim0, int64_t dim1);

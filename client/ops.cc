@@ -131,6 +131,27 @@ v1::Op Pool2dOpMsg(v1::PoolOp op, v1::Operand x,
   return m;
 }
 
+v1::Op AdaptiveAvgPool2dOpMsg(v1::Operand x,
+                              const std::vector<int64_t>& output_size) {
+  v1::Op m;
+  v1::Pool2dArgs* args = m.mutable_pool2d();
+  args->set_op(v1::ADAPTIVE_AVG_POOL);
+  *args->mutable_x() = std::move(x);
+  args->mutable_output_size()->Add(output_size.begin(), output_size.end());
+  return m;
+}
+
+v1::Op DropoutOpMsg(v1::Operand x, double p, bool training,
+                    std::optional<uint64_t> seed) {
+  v1::Op m;
+  v1::DropoutArgs* args = m.mutable_dropout();
+  *args->mutable_x() = std::move(x);
+  args->set_p(p);
+  args->set_training(training);
+  if (seed.has_value()) args->set_seed(*seed);
+  return m;
+}
+
 v1::Op LossOpMsg(v1::LossOp op, v1::Operand input, v1::Operand target,
                  Reduction reduction, int64_t ignore_index) {
   v1::Op m;
@@ -486,6 +507,17 @@ Tensor avg_pool2d(const Tensor& x, const std::vector<int64_t>& kernel_size,
                                         kernel_size, options));
 }
 
+Tensor adaptive_avg_pool2d(const Tensor& x,
+                           const std::vector<int64_t>& output_size) {
+  return RunOp(x,
+               internal::AdaptiveAvgPool2dOpMsg(HandleOperand(x), output_size));
+}
+
+Tensor dropout(const Tensor& x, double p, bool training,
+               std::optional<uint64_t> seed) {
+  return RunOp(x, internal::DropoutOpMsg(HandleOperand(x), p, training, seed));
+}
+
 Tensor nll_loss(const Tensor& input, const Tensor& target,
                 Reduction reduction, int64_t ignore_index) {
   return RunOp(input, internal::LossOpMsg(v1::NLL_LOSS, HandleOperand(input),
@@ -693,6 +725,19 @@ Batch::Value Batch::avg_pool2d(Input x, const std::vector<int64_t>& kernel_size,
                                const Pool2dOptions& options) {
   const v1::Op m = internal::Pool2dOpMsg(v1::AVG_POOL, TENSORD_OPERAND(x),
                                          kernel_size, options);
+  return Record(&m);
+}
+
+Batch::Value Batch::adaptive_avg_pool2d(
+    Input x, const std::vector<int64_t>& output_size) {
+  const v1::Op m =
+      internal::AdaptiveAvgPool2dOpMsg(TENSORD_OPERAND(x), output_size);
+  return Record(&m);
+}
+
+Batch::Value Batch::dropout(Input x, double p, bool training,
+                            std::optional<uint64_t> seed) {
+  const v1::Op m = internal::DropoutOpMsg(TENSORD_OPERAND(x), p, training, seed);
   return Record(&m);
 }
 

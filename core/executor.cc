@@ -135,6 +135,12 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
     case OpSpec::Kind::kLoss:
       out = LossOut(op, x, *second);
       break;
+    case OpSpec::Kind::kAdaptiveAvgPool2d:
+      out = AdaptiveAvgPool2dOut(x, op.window.output_size);
+      break;
+    case OpSpec::Kind::kDropout:
+      out = DropoutOut(x, op.dropout_p, op.train, op.seed);
+      break;
   }
   if (!out.ok()) return out.status();
   return Value{Stored(SlotOf(x.device), std::move(*out)), std::nullopt};

@@ -14,20 +14,6 @@
 #include "core/runtime_impl.h"
 
 namespace tensord::core {
-namespace {
-
-// `t` read with another shape of the same element count (shares its
-// buffer).
-absl::StatusOr<std::shared_ptr<const StoredTensor>> View(
-    const StoredTensor& t, std::initializer_list<int64_t> dims) {
-  auto view = std::make_shared<StoredTensor>(t);
-  ASSIGN_OR_RETURN(view->shape, Shape::Make(std::span<const int64_t>(
-                                    dims.begin(), dims.size())));
-  return view;
-}
-
-}  // namespace
-
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::LossOut(
     const OpSpec& op, const StoredTensor& input, const StoredTensor& target) {
   DeviceSlot& slot = SlotOf(input.device);
@@ -65,8 +51,8 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::LossOut(
     ASSIGN_OR_RETURN(log_probs, stored(SoftmaxOut(input, -1, true)));
   }
   ASSIGN_OR_RETURN(TensorPtr x,
-                   View(log_probs != nullptr ? *log_probs : input, {n, c}));
-  ASSIGN_OR_RETURN(TensorPtr t, View(target, {n, 1}));
+                   ViewOf(log_probs != nullptr ? *log_probs : input, {n, c}));
+  ASSIGN_OR_RETURN(TensorPtr t, ViewOf(target, {n, 1}));
   const Scalar ignore = Scalar::Int(op.ignore_index);
   ASSIGN_OR_RETURN(TensorPtr counted,
                    stored(BinaryOut(BinaryOp::kNe, *t, nullptr, &ignore,
@@ -111,12 +97,12 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::LossOut(
                                     false)));
   picked.reset();
   ASSIGN_OR_RETURN(TensorPtr negated, stored(UnaryOut(UnaryOp::kNeg, *row)));
-  ASSIGN_OR_RETURN(TensorPtr counted_rows, View(*counted, {n}));
+  ASSIGN_OR_RETURN(TensorPtr counted_rows, ViewOf(*counted, {n}));
   ASSIGN_OR_RETURN(Output per_row, WhereOut(*counted_rows, tensor,
                                             negated.get(), zero, nullptr));
   if (op.reduction == LossReduction::kNone) {
     if (plan.batched) return per_row;
-    ASSIGN_OR_RETURN(TensorPtr one, View(*Stored(slot, std::move(per_row)), {}));
+    ASSIGN_OR_RETURN(TensorPtr one, ViewOf(*Stored(slot, std::move(per_row)), {}));
     return as_output(*one);
   }
   const TensorPtr losses = Stored(slot, std::move(per_row));

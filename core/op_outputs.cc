@@ -239,6 +239,38 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::SoftmaxOut(
   return CastOut(*wide, x.dtype);
 }
 
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::DropoutOut(
+    const StoredTensor& x, double p, bool train, std::optional<uint64_t> seed) {
+  DeviceSlot& slot = SlotOf(x.device);
+  Device& device = *x.device;
+  RETURN_IF_ERROR(PlanDropout(x.dtype, p, train, TargetOf(device)));
+  if (!train || p == 0) return CastOut(x, x.dtype);  // a copy
+  using Bound = OpSpec::Bound;
+  const Bound zero{Bound::Kind::kScalar, Scalar::Float(0)};
+  if (p == 1) {
+    ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, x.dtype, x.shape));
+    RETURN_IF_ERROR(device.Launch({FillSpec{}, {}, out.ref()}));
+    return out;
+  }
+  // Kept where a uniform draw in [0, 1) is at least p: probability 1 - p.
+  ASSIGN_OR_RETURN(Output draws, AllocateOutput(slot, DType::kFloat32, x.shape));
+  FillSpec rand;
+  rand.kind = FillSpec::Kind::kRand;
+  rand.seed = seed;
+  RETURN_IF_ERROR(device.Launch({rand, {}, draws.ref()}));
+  const TensorPtr uniform = Stored(slot, std::move(draws));
+  const Scalar threshold = Scalar::Float(p);
+  ASSIGN_OR_RETURN(Output keep, BinaryOut(BinaryOp::kGe, *uniform, nullptr,
+                                          &threshold, false, nullptr));
+  const TensorPtr mask = Stored(slot, std::move(keep));
+  const Scalar scale = Scalar::Float(1 / (1 - p));
+  ASSIGN_OR_RETURN(Output scaled, BinaryOut(BinaryOp::kMul, x, nullptr, &scale,
+                                            false, nullptr));
+  const TensorPtr kept = Stored(slot, std::move(scaled));
+  return WhereOut(*mask, Bound{Bound::Kind::kTensor, {}}, kept.get(), zero,
+                  nullptr);
+}
+
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::WhereOut(
     const StoredTensor& cond, const OpSpec::Bound& x_arg, const StoredTensor* x,
     const OpSpec::Bound& y_arg, const StoredTensor* y) {

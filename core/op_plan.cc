@@ -292,6 +292,15 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
                                   target));
       return Result(x.dtype, std::move(plan.out));
     }
+    case OpSpec::Kind::kAdaptiveAvgPool2d: {
+      ASSIGN_OR_RETURN(AdaptivePoolPlan plan,
+                       PlanAdaptiveAvgPool2d(x.dtype, x.shape,
+                                             op.window.output_size, target));
+      return Result(x.dtype, std::move(plan.out));
+    }
+    case OpSpec::Kind::kDropout:
+      RETURN_IF_ERROR(PlanDropout(x.dtype, op.dropout_p, op.train, target));
+      return Result(x.dtype, x.shape);
     case OpSpec::Kind::kLoss: {
       ASSIGN_OR_RETURN(LossPlan plan, PlanLoss(op.loss, op.reduction, Desc(x),
                                                Desc(in[1]), target));

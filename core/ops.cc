@@ -66,6 +66,10 @@ std::string OpName(const OpSpec& op) {
       return "avg_pool2d";
     case OpSpec::Kind::kLoss:
       return std::string(LossName(op.loss));
+    case OpSpec::Kind::kAdaptiveAvgPool2d:
+      return "adaptive_avg_pool2d";
+    case OpSpec::Kind::kDropout:
+      return "dropout";
   }
   return "unknown";
 }

@@ -65,6 +65,7 @@ struct WindowArgs {
   std::vector<int64_t> dilation;     // 1 (conv2d and max_pool2d only)
   int64_t groups = 1;                // conv2d
   bool count_include_pad = true;     // avg_pool2d
+  std::vector<int64_t> output_size;  // adaptive_avg_pool2d (one or two)
 };
 
 // The loss functions (torch.nn.functional's) and how they reduce.
@@ -98,6 +99,8 @@ struct OpSpec {
     kMaxPool2d,  // max_pool2d(inputs[0]) over `window`
     kAvgPool2d,  // avg_pool2d(inputs[0]) over `window`
     kLoss,       // loss(input inputs[0], target inputs[1]): see `loss`
+    kAdaptiveAvgPool2d,  // adaptive_avg_pool2d(inputs[0], window.output_size)
+    kDropout,    // dropout(inputs[0], dropout_p, train, seed)
   };
   Kind kind = Kind::kBinary;
   BinaryOp binary = BinaryOp::kAdd;
@@ -134,6 +137,11 @@ struct OpSpec {
   LossKind loss = LossKind::kNll;
   LossReduction reduction = LossReduction::kMean;
   int64_t ignore_index = -100;  // kNll, kCrossEntropy: targets not counted
+  // kDropout: each element zeroed with probability dropout_p (the rest
+  // scaled by 1 / (1 - p)) when `train`; a copy otherwise.
+  double dropout_p = 0.5;
+  bool train = true;
+  std::optional<uint64_t> seed;  // unset: nondeterministic
 };
 
 // A short name for messages: "add", "matmul", "sum", "sub_", "cat", ...

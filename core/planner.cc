@@ -415,6 +415,19 @@ absl::StatusOr<SoftmaxPlan> PlanSoftmax(DType dtype, const Shape& x,
   return plan;
 }
 
+absl::Status PlanDropout(DType dtype, double p, bool train,
+                         const Target& target) {
+  if (!(p >= 0 && p <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dropout probability has to be between 0 and 1, but got ", p));
+  }
+  if (!IsFloating(dtype) ||
+      (train && !target.caps.Has(OpKind::kRandomFill, DType::kFloat32))) {
+    return NotImplementedError("dropout", dtype, target.device);
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 // The block [start, start + length) along dim of x, as narrow() (the

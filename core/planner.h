@@ -192,6 +192,14 @@ struct SoftmaxPlan {
 absl::StatusOr<SoftmaxPlan> PlanSoftmax(DType dtype, const Shape& x,
                                         int64_t dim, bool log);
 
+// dropout of x with probability p (zeroed elements drawn from a float32
+// random fill): INVALID_ARGUMENT "dropout probability has to be between 0
+// and 1, but got 1.5"; FAILED_PRECONDITION "\"dropout\" not implemented
+// for 'int64' on cpu" for a non-floating x, or in training on a device
+// with no float32 random fill.
+absl::Status PlanDropout(DType dtype, double p, bool train,
+                         const Target& target);
+
 // x.narrow(dim, start, length) and x.select(dim, index): the block
 // [start, start + length) of x along `axis`, shaped `out` (select drops the
 // axis).

@@ -75,6 +75,16 @@ inline TensorRef RefOf(const StoredTensor& t) {
   return TensorRef{t.buffer.get(), t.dtype, t.shape};
 }
 
+// `t` read with another shape of the same element count: a tensor sharing
+// its buffer (the composite ops' reshapes, which copy nothing).
+inline absl::StatusOr<std::shared_ptr<const StoredTensor>> ViewOf(
+    const StoredTensor& t, std::initializer_list<int64_t> dims) {
+  auto view = std::make_shared<StoredTensor>(t);
+  ASSIGN_OR_RETURN(view->shape, Shape::Make(std::span<const int64_t>(
+                                    dims.begin(), dims.size())));
+  return view;
+}
+
 // INVALID_ARGUMENT unless `text` (the request's `field`) fits `max` bytes.
 inline absl::Status CheckLength(std::string_view field, std::string_view text,
                                 size_t max) {
@@ -210,6 +220,12 @@ class Runtime::Impl {
                                    const WindowArgs& args);
   absl::StatusOr<Output> Pool2dOut(PoolKind kind, const StoredTensor& x,
                                    const WindowArgs& args);
+  // Two products with averaging matrices (window_ops.cc).
+  absl::StatusOr<Output> AdaptiveAvgPool2dOut(
+      const StoredTensor& x, const std::vector<int64_t>& output_size);
+  // A seeded float32 random fill, a mask, the kept elements scaled.
+  absl::StatusOr<Output> DropoutOut(const StoredTensor& x, double p,
+                                    bool train, std::optional<uint64_t> seed);
   // nll_loss, cross_entropy, mse_loss (loss_ops.cc).
   absl::StatusOr<Output> LossOut(const OpSpec& op, const StoredTensor& input,
                                  const StoredTensor& target);

@@ -167,4 +167,46 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::Pool2dOut(
   return out;
 }
 
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::AdaptiveAvgPool2dOut(
+    const StoredTensor& x, const std::vector<int64_t>& output_size) {
+  DeviceSlot& slot = SlotOf(x.device);
+  Device& device = *x.device;
+  ASSIGN_OR_RETURN(AdaptivePoolPlan plan,
+                   PlanAdaptiveAvgPool2d(x.dtype, x.shape, output_size,
+                                         TargetOf(device)));
+  if (plan.out.NumElements() == 0) {
+    return AllocateOutput(slot, x.dtype, std::move(plan.out));
+  }
+  // The averaging matrix of `out` windows over `in` elements, [out, in]
+  // (or [in, out]): built in float64 on the host, cast on the device.
+  auto averaging = [&](int64_t out, int64_t in,
+                       bool transposed) -> absl::StatusOr<TensorPtr> {
+    std::vector<double> m(static_cast<size_t>(out * in), 0.0);
+    for (int64_t i = 0; i < out; ++i) {
+      const int64_t start = AdaptiveStart(i, out, in);
+      const int64_t end = AdaptiveEnd(i, out, in);
+      for (int64_t k = start; k < end; ++k) {
+        m[transposed ? k * out + i : i * in + k] = 1.0 / (end - start);
+      }
+    }
+    ASSIGN_OR_RETURN(Shape shape, transposed ? Dims({in, out}) : Dims({out, in}));
+    ASSIGN_OR_RETURN(Output wide,
+                     AllocateOutput(slot, DType::kFloat64, std::move(shape)));
+    RETURN_IF_ERROR(device.CopyFromHost(m.data(), *wide.buffer, 0,
+                                        m.size() * sizeof(double)));
+    TensorPtr matrix = Stored(slot, std::move(wide));
+    if (x.dtype == DType::kFloat64) return matrix;
+    ASSIGN_OR_RETURN(Output narrow, CastOut(*matrix, x.dtype));
+    return Stored(slot, std::move(narrow));
+  };
+  ASSIGN_OR_RETURN(TensorPtr rows, averaging(plan.oh, plan.h, false));
+  ASSIGN_OR_RETURN(TensorPtr cols, averaging(plan.ow, plan.w, true));
+  ASSIGN_OR_RETURN(TensorPtr planes, ViewOf(x, {plan.planes, plan.h, plan.w}));
+  ASSIGN_OR_RETURN(Output tall, MatMulOut(*rows, *planes));  // [p, oh, w]
+  const TensorPtr y = Stored(slot, std::move(tall));
+  ASSIGN_OR_RETURN(Output out, MatMulOut(*y, *cols));  // [p, oh, ow]
+  out.shape = std::move(plan.out);
+  return out;
+}
+
 }  // namespace tensord::core

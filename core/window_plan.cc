@@ -289,4 +289,47 @@ absl::StatusOr<Pool2dPlan> PlanPool2d(PoolKind kind, DType dtype,
   return plan;
 }
 
+absl::StatusOr<AdaptivePoolPlan> PlanAdaptiveAvgPool2d(
+    DType dtype, const Shape& x, const std::vector<int64_t>& output_size,
+    const Target& target) {
+  if (x.rank() != 3 && x.rank() != 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got ",
+        x.ToString()));
+  }
+  for (int d = x.rank() - 3; d < x.rank(); ++d) {
+    if (x.dim(d) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "adaptive_avg_pool2d(): Expected input to have non-zero size for "
+          "non-batch dimensions, but input has sizes ",
+          x.ToString(), " with dimension ", d, " being empty"));
+    }
+  }
+  std::pair<int64_t, int64_t> size;
+  RETURN_IF_ERROR(Pair(output_size, {-1, -1},
+                       "adaptive_avg_pool2d: output_size must be 2", &size));
+  if (output_size.empty()) {
+    return absl::InvalidArgumentError(
+        "adaptive_avg_pool2d: output_size must be 2");
+  }
+  if (size.first < 0 || size.second < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "adaptive_avg_pool2d: elements of output_size must be greater than "
+        "or equal to 0 but received {",
+        size.first, ", ", size.second, "}"));
+  }
+  if (!IsFloating(dtype) || !target.caps.Has(OpKind::kMatMul, dtype)) {
+    return NotImplementedError("adaptive_avg_pool2d", dtype, target.device);
+  }
+  WindowDims w;
+  Nchw(x, &w);
+  AdaptivePoolPlan plan;
+  plan.planes = w.n * w.c;
+  plan.h = w.h;
+  plan.w = w.w;
+  std::tie(plan.oh, plan.ow) = size;
+  ASSIGN_OR_RETURN(plan.out, OutShape(x, w.c, plan.oh, plan.ow));
+  return plan;
+}
+
 }  // namespace tensord::core

@@ -68,6 +68,30 @@ absl::StatusOr<Pool2dPlan> PlanPool2d(PoolKind kind, DType dtype,
                                       const Shape& x, const WindowArgs& args,
                                       const Target& target);
 
+// adaptive_avg_pool2d of x [n, c, h, w] (or [c, h, w]) to `output_size`
+// (one value for both dims, or two): output row i averages input rows
+// [floor(i h / oh), ceil((i + 1) h / oh)), as PyTorch. The executor runs it
+// as two products with averaging matrices, rows [oh, h] . x . cols [w, ow].
+struct AdaptivePoolPlan {
+  int64_t planes = 1;  // n * c
+  int64_t h = 1, w = 1, oh = 0, ow = 0;
+  Shape out;  // [n, c, oh, ow], or [c, oh, ow]
+};
+// INVALID_ARGUMENT with PyTorch's messages (rank, an empty non-batch dim,
+// output_size's length or a negative entry); FAILED_PRECONDITION for a
+// non-floating dtype or one the device has no matmul for.
+absl::StatusOr<AdaptivePoolPlan> PlanAdaptiveAvgPool2d(
+    DType dtype, const Shape& x, const std::vector<int64_t>& output_size,
+    const Target& target);
+
+// Window [start, end) of output index i of `out` over `in` elements.
+inline int64_t AdaptiveStart(int64_t i, int64_t out, int64_t in) {
+  return (i * in) / out;
+}
+inline int64_t AdaptiveEnd(int64_t i, int64_t out, int64_t in) {
+  return ((i + 1) * in + out - 1) / out;
+}
+
 }  // namespace tensord::core
 
 #endif  // TENSORD_CORE_WINDOW_PLAN_H_

@@ -120,6 +120,9 @@ class Batch {
                    const Pool2dOptions& options = {});
   Value avg_pool2d(Input x, const std::vector<int64_t>& kernel_size,
                    const Pool2dOptions& options = {});
+  Value adaptive_avg_pool2d(Input x, const std::vector<int64_t>& output_size);
+  Value dropout(Input x, double p = 0.5, bool training = true,
+                std::optional<uint64_t> seed = std::nullopt);
   Value nll_loss(Input input, Input target,
                  Reduction reduction = Reduction::kMean,
                  int64_t ignore_index = -100);

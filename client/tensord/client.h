@@ -284,6 +284,7 @@ namespace tensord {
 using client::Batch;
 using client::BatchResults;
 using client::BinaryOp;
+using client::adaptive_avg_pool2d;
 using client::avg_pool2d;
 using client::cat;
 using client::cross_entropy;
@@ -303,6 +304,7 @@ using client::SharedMemoryRegion;
 using client::UnaryOp;
 using client::Device;
 using client::DeviceInfo;
+using client::dropout;
 using client::DType;
 using client::DTypeName;
 using client::Error;

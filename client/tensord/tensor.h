@@ -291,6 +291,14 @@ Tensor max_pool2d(const Tensor& x, const std::vector<int64_t>& kernel_size,
                   const Pool2dOptions& options = {});
 Tensor avg_pool2d(const Tensor& x, const std::vector<int64_t>& kernel_size,
                   const Pool2dOptions& options = {});
+// nn.functional.adaptive_avg_pool2d to `output_size` (one value or two).
+Tensor adaptive_avg_pool2d(const Tensor& x,
+                           const std::vector<int64_t>& output_size);
+// nn.functional.dropout: in training, each element zeroed with
+// probability p and the rest scaled by 1 / (1 - p) (masks drawn from
+// `seed`, or nondeterministic); a copy otherwise.
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true,
+               std::optional<uint64_t> seed = std::nullopt);
 // How a loss reduces (torch.nn.functional's `reduction`).
 enum class Reduction { kMean, kSum, kNone };
 // nn.functional.nll_loss(log-probabilities [N, C] or [C], int64 class

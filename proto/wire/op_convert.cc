@@ -236,6 +236,15 @@ absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
         case v1::AVG_POOL:
           spec.kind = Kind::kAvgPool2d;
           break;
+        case v1::ADAPTIVE_AVG_POOL:
+          spec.kind = Kind::kAdaptiveAvgPool2d;
+          if (!a.kernel_size().empty() || !a.stride().empty() ||
+              !a.padding().empty() || !a.dilation().empty() ||
+              a.exclude_pad()) {
+            return absl::InvalidArgumentError(
+                "adaptive_avg_pool2d takes only output_size");
+          }
+          break;
         default:
           return absl::InvalidArgumentError(
               absl::StrCat("unknown pool op ", static_cast<int>(a.op())));
@@ -247,6 +256,22 @@ absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
       spec.window.padding.assign(a.padding().begin(), a.padding().end());
       spec.window.dilation.assign(a.dilation().begin(), a.dilation().end());
       spec.window.count_include_pad = !a.exclude_pad();
+      spec.window.output_size.assign(a.output_size().begin(),
+                                     a.output_size().end());
+      if (spec.kind != Kind::kAdaptiveAvgPool2d &&
+          !spec.window.output_size.empty()) {
+        return absl::InvalidArgumentError(
+            "output_size is for ADAPTIVE_AVG_POOL only");
+      }
+      break;
+    }
+    case v1::Op::kDropout: {
+      const v1::DropoutArgs& a = op.dropout();
+      spec.kind = Kind::kDropout;
+      RETURN_IF_ERROR(AddOperand(a.x(), "x", spec));
+      if (a.has_p()) spec.dropout_p = a.p();
+      if (a.has_training()) spec.train = a.training();
+      if (a.has_seed()) spec.seed = a.seed();
       break;
     }
     case v1::Op::kLoss: {

@@ -355,6 +355,22 @@ TEST_F(OpPlanAgreesWithTheRuntime, OnTheWindowOps) {
       pools.push_back(op);
     }
   }
+  for (const auto& size : std::vector<std::vector<int64_t>>{
+           {2}, {3, 1}, {0}, {-1}, {1, 2, 3}, {}}) {
+    OpSpec op;
+    op.kind = OpSpec::Kind::kAdaptiveAvgPool2d;
+    op.window.output_size = size;
+    pools.push_back(op);
+  }
+  for (double p : {0.0, 0.5, 1.0, -0.1, 1.5}) {
+    OpSpec op;
+    op.kind = OpSpec::Kind::kDropout;
+    op.dropout_p = p;
+    op.seed = 3;
+    pools.push_back(op);
+    op.train = false;
+    pools.push_back(op);
+  }
   for (const OpSpec& op : pools) {
     for (const TensorMeta& x : images) Check(op, {x});
   }

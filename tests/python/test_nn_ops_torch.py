@@ -250,6 +250,35 @@ class NnOpsTorchTest(unittest.TestCase):
                                                       target=h(ignored))))
         self.assertTrue(np.isnan(got))
 
+    def test_adaptive_pool_and_dropout(self):
+        for shape, size in (((2, 3, 9, 7), [4, 3]), ((3, 5, 5), [5]), ((1, 2, 6, 8), [1]),
+                            ((2, 1, 4, 4), [7, 2])):
+            for dtype in (np.float64, np.float32):
+                x = self.rng.standard_normal(shape).astype(dtype)
+                got = self.run_op(pool2d=pb.Pool2dArgs(op=pb.ADAPTIVE_AVG_POOL,
+                                                       x=h(self.create(x)), output_size=size))
+                want = F.adaptive_avg_pool2d(torch.from_numpy(x), size if len(size) == 2 else size[0])
+                self.assert_matches(got, want, ("adaptive", shape, size))
+        err = self.error_of(pool2d=pb.Pool2dArgs(op=pb.ADAPTIVE_AVG_POOL,
+                                                 x=h(self.create(np.zeros((1, 3, 0, 4)))),
+                                                 output_size=[2]))
+        with self.assertRaises(RuntimeError) as want:
+            F.adaptive_avg_pool2d(torch.zeros(1, 3, 0, 4), 2)
+        self.assertEqual(err.details(), str(want.exception))
+        # Dropout: the same seed, the same mask; kept elements scaled by
+        # 1 / (1 - p); about p of them zeroed; a copy when not training.
+        x = np.ones((100, 100), np.float32)
+        tx = self.create(x)
+        a = self.fetch(self.run_op(dropout=pb.DropoutArgs(x=h(tx), p=0.3, seed=5)))
+        b = self.fetch(self.run_op(dropout=pb.DropoutArgs(x=h(tx), p=0.3, seed=5)))
+        np.testing.assert_array_equal(a, b)
+        self.assertTrue(np.all((a == 0) | np.isclose(a, 1 / 0.7)))
+        self.assertAlmostEqual(float(np.mean(a == 0)), 0.3, delta=0.03)
+        c = self.fetch(self.run_op(dropout=pb.DropoutArgs(x=h(tx), p=0.3, training=False)))
+        np.testing.assert_array_equal(c, x)
+        err = self.error_of(dropout=pb.DropoutArgs(x=h(tx), p=1.5))
+        self.assertEqual(err.details(), "dropout probability has to be between 0 and 1, but got 1.5")
+
     def test_loss_errors(self):
         x = self.create(np.zeros((3, 5), np.float32))
         for bad, value in ((np.array([0, 5, 1]), 5), (np.array([0, -2, 1]), -2)):
