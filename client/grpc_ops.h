@@ -83,6 +83,11 @@ Tensor RunOp(const Tensor& t, v1::Op op);
 // Returns `target`, whose handle and metadata the op keeps.
 Tensor& RunInPlace(Tensor& target, v1::InPlaceOp op, const Tensor* other,
                    const Scalar* scalar, const Scalar* alpha = nullptr);
+// Runs `op`, whose result is its first operand `target` (an in-place op,
+// requires_grad_, zero_grad), on the stream or through Run.
+void RunOnTarget(const Tensor& target, v1::Op op);
+// `op` as this thread sends it: with no_grad under a NoGradGuard.
+void MarkGradMode(v1::Op& op);
 
 }  // namespace tensord::client::internal
 

@@ -286,6 +286,7 @@ v1::Op InPlaceOpMsg(v1::InPlaceOp op, v1::Operand target,
 }
 
 Tensor RunOp(const Tensor& t, v1::Op op) {
+  MarkGradMode(op);
   const std::shared_ptr<const TensorState>& state = TensorAccess::State(t);
   std::shared_ptr<const TensorState> result;
   if (state->session->RunOnStream(op, &result)) {
@@ -299,12 +300,18 @@ Tensor RunOp(const Tensor& t, v1::Op op) {
 
 Tensor& RunInPlace(Tensor& target, v1::InPlaceOp op, const Tensor* other,
                    const Scalar* scalar, const Scalar* alpha) {
-  v1::RunRequest request;
   const v1::Operand other_operand =
       other != nullptr ? HandleOperand(*other) : v1::Operand();
-  *request.mutable_op() =
-      InPlaceOpMsg(op, HandleOperand(target),
-                   other != nullptr ? &other_operand : nullptr, scalar, alpha);
+  RunOnTarget(target, InPlaceOpMsg(op, HandleOperand(target),
+                                   other != nullptr ? &other_operand : nullptr,
+                                   scalar, alpha));
+  return target;
+}
+
+void RunOnTarget(const Tensor& target, v1::Op op) {
+  MarkGradMode(op);
+  v1::RunRequest request;
+  *request.mutable_op() = std::move(op);
   // The result is the target itself (same handle, same metadata).
   const std::shared_ptr<const Session>& session =
       TensorAccess::State(target)->session;
@@ -312,7 +319,6 @@ Tensor& RunInPlace(Tensor& target, v1::InPlaceOp op, const Tensor* other,
   if (!session->RunOnStream(request.op(), &unused)) {
     session->Call(&v1::TensorService::Stub::Run, std::move(request));
   }
-  return target;
 }
 
 // A batch's recorded request and the tensors it reads (kept alive until
@@ -605,7 +611,9 @@ size_t Batch::size() const {
 }
 
 Batch::Value Batch::Record(const void* op) {
-  *state_->request.add_ops() = *static_cast<const v1::Op*>(op);
+  v1::Op* recorded = state_->request.add_ops();
+  *recorded = *static_cast<const v1::Op*>(op);
+  internal::MarkGradMode(*recorded);
   return Value(state_.get(), static_cast<uint32_t>(size() - 1));
 }
 
@@ -732,6 +740,45 @@ Batch::Value Batch::adaptive_avg_pool2d(
     Input x, const std::vector<int64_t>& output_size) {
   const v1::Op m =
       internal::AdaptiveAvgPool2dOpMsg(TENSORD_OPERAND(x), output_size);
+  return Record(&m);
+}
+
+Batch::Value Batch::requires_grad_(Input x, bool requires_grad) {
+  v1::Op m;
+  *m.mutable_requires_grad()->mutable_x() = TENSORD_OPERAND(x);
+  m.mutable_requires_grad()->set_requires_grad(requires_grad);
+  return Record(&m);
+}
+
+Batch::Value Batch::backward(Input root, std::optional<Input> gradient,
+                             bool retain_graph) {
+  v1::Op m;
+  v1::BackwardArgs* args = m.mutable_backward();
+  *args->mutable_root() = TENSORD_OPERAND(root);
+  if (gradient.has_value()) {
+    *args->mutable_gradient() = TENSORD_OPERAND((*gradient));
+  }
+  args->set_retain_graph(retain_graph);
+  return Record(&m);
+}
+
+Batch::Value Batch::grad(Input x) {
+  v1::Op m;
+  *m.mutable_grad()->mutable_x() = TENSORD_OPERAND(x);
+  return Record(&m);
+}
+
+Batch::Value Batch::detach(Input x) {
+  v1::Op m;
+  *m.mutable_detach()->mutable_x() = TENSORD_OPERAND(x);
+  return Record(&m);
+}
+
+Batch::Value Batch::zero_grad(std::span<const Input> tensors) {
+  v1::Op m;
+  for (const Input& t : tensors) {
+    *m.mutable_zero_grad()->add_tensors() = TENSORD_OPERAND(t);
+  }
   return Record(&m);
 }
 

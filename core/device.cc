@@ -138,6 +138,8 @@ std::string_view KernelKindName(KernelKind kind) {
       return "where";
     case KernelKind::kIm2Col:
       return "im2col";
+    case KernelKind::kCol2Im:
+      return "col2im";
   }
   return "unknown";
 }
@@ -152,6 +154,7 @@ int KernelArity(KernelKind kind) {
     case KernelKind::kPermute:
     case KernelKind::kCopyBlocks:
     case KernelKind::kIm2Col:
+    case KernelKind::kCol2Im:
       return 1;
     case KernelKind::kBinary:
     case KernelKind::kMatMul:
@@ -175,7 +178,7 @@ static_assert(std::is_same_v<
               std::variant_alternative_t<
                   static_cast<size_t>(KernelKind::kCopyBlocks), KernelArgs>,
               BlockCopy>);
-static_assert(static_cast<int>(KernelKind::kIm2Col) + 1 == kKernelKindCount);
+static_assert(static_cast<int>(KernelKind::kCol2Im) + 1 == kKernelKindCount);
 
 absl::Status CheckKernelCall(const KernelCall& call, std::string_view device) {
   const int want = KernelArity(call.kind());

@@ -16,6 +16,7 @@
 #define TENSORD_CORE_DEVICE_H_
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -45,6 +46,15 @@ class Buffer {
   virtual void* data() = 0;
   virtual const void* data() const = 0;
   virtual size_t size() const = 0;
+
+  // How many in-place writes the memory has had (autograd's version
+  // counter: a tensor saved for backward must still be at the version it
+  // was saved at). The Runtime bumps it; kernels do not.
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
+  void BumpVersion() { version_.fetch_add(1, std::memory_order_acq_rel); }
+
+ private:
+  std::atomic<uint64_t> version_{0};
 };
 
 // What a device reports about itself (nvidia-smi's view).
@@ -217,10 +227,21 @@ struct Im2ColArgs {
   uint64_t pad_bits = 0;
 };
 
+// inputs = {cols}: the adjoint of im2col (col2im), the input gradient of
+// conv2d and of the pooling ops: cols, read as [c, kh, kw, n, oh, ow],
+// holds a value for each window entry; out, read as [n, c, h, w], receives
+// at each element the sum of the entries whose windows read it (padding
+// entries are dropped). cols and out share one floating dtype (the half
+// types sum in float32).
+struct Col2ImArgs {
+  WindowDims dims;
+};
+
 // One alternative per kernel; KernelKind names them in the same order.
 using KernelArgs =
     std::variant<FillSpec, CastArgs, BinaryArgs, UnaryArgs, ReduceArgs,
-                 MatMulDims, PermuteArgs, BlockCopy, WhereArgs, Im2ColArgs>;
+                 MatMulDims, PermuteArgs, BlockCopy, WhereArgs, Im2ColArgs,
+                 Col2ImArgs>;
 enum class KernelKind {
   kFill,
   kCast,
@@ -232,9 +253,10 @@ enum class KernelKind {
   kCopyBlocks,
   kWhere,
   kIm2Col,
+  kCol2Im,
 };
 inline constexpr int kKernelKindCount = std::variant_size_v<KernelArgs>;
-// "fill", "cast", "binary", ..., "copy_blocks", "where", "im2col".
+// "fill", "cast", "binary", ..., "where", "im2col", "col2im".
 std::string_view KernelKindName(KernelKind kind);
 // How many inputs a kernel of `kind` takes (0 for fill, 3 for where).
 int KernelArity(KernelKind kind);

@@ -44,8 +44,19 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
                          in.empty() ? Target{none, ""}
                                     : TargetOf(*in[0].tensor->device))
                       .status());
+  switch (op.kind) {
+    case OpSpec::Kind::kRequiresGrad:
+    case OpSpec::Kind::kBackward:
+    case OpSpec::Kind::kGrad:
+    case OpSpec::Kind::kZeroGrad:
+    case OpSpec::Kind::kDetach:
+      return ApplyAutograd(op, in);
+    default:
+      break;
+  }
   const bool with_scalar = op.scalar.has_value();
   const StoredTensor& x = *in[0].tensor;
+  TensorPtr extra;  // what the op's backward needs besides its operands
   const StoredTensor* second = in.size() > 1 ? in[1].tensor.get() : nullptr;
   absl::StatusOr<Output> out;
   switch (op.kind) {
@@ -122,7 +133,9 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
       out = CastOut(x, op.dtype);
       break;
     case OpSpec::Kind::kInPlace:
+      RETURN_IF_ERROR(CheckInPlaceGrad(op, in));
       RETURN_IF_ERROR(InPlace(op, x, second));
+      x.buffer->BumpVersion();
       return in[0];
     case OpSpec::Kind::kConv2d:
       out = Conv2dOut(x, *second, in.size() > 2 ? in[2].tensor.get() : nullptr,
@@ -139,11 +152,16 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
       out = AdaptiveAvgPool2dOut(x, op.window.output_size);
       break;
     case OpSpec::Kind::kDropout:
-      out = DropoutOut(x, op.dropout_p, op.train, op.seed);
+      out = DropoutOut(x, op.dropout_p, op.train, op.seed,
+                       !op.no_grad && x.autograd->Tracked() ? &extra : nullptr);
       break;
+    default:  // the autograd ops, above
+      return absl::InternalError(absl::StrCat("Apply: ", OpName(op)));
   }
   if (!out.ok()) return out.status();
-  return Value{Stored(SlotOf(x.device), std::move(*out)), std::nullopt};
+  TensorPtr result = Stored(SlotOf(x.device), std::move(*out));
+  RecordGrad(op, in, result, std::move(extra));
+  return Value{std::move(result), std::nullopt};
 }
 
 absl::StatusOr<TensorMeta> Runtime::Run(std::string_view session,
@@ -166,9 +184,7 @@ absl::StatusOr<TensorMeta> Runtime::Run(std::string_view session,
   }
   ASSIGN_OR_RETURN(Impl::Value result, impl_->Apply(op, in));
   if (result.entry.has_value()) return MetaOf(*result.entry);
-  const StoredTensor& t = *result.tensor;
-  return impl_->Register(session, impl_->SlotOf(t.device), t.dtype, t.shape,
-                         t.nbytes, t.buffer, "");
+  return impl_->Register(session, std::move(result.tensor), "");
 }
 
 absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
@@ -289,9 +305,7 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
       if (v.entry.has_value()) {
         meta = GetTensor(session, v.entry->handle);
       } else {
-        const StoredTensor& t = *v.tensor;
-        meta = impl_->Register(session, impl_->SlotOf(t.device), t.dtype,
-                               t.shape, t.nbytes, t.buffer, "");
+        meta = impl_->Register(session, v.tensor, "");
       }
       if (!meta.ok()) {
         for (const auto& [index, m] : registered) {

@@ -39,6 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "core/autograd.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/session_bound.h"
@@ -48,14 +49,18 @@ namespace tensord::core {
 
 class SharedMemoryMapping;  // core/shared_memory.h
 
-// A device-resident tensor. Immutable once registered; shared by the table
-// and by readers that must keep the memory alive after a release.
+// A device-resident tensor. Immutable once registered (but for its
+// autograd state, which guards itself); shared by the table and by readers
+// that must keep the memory alive after a release.
 struct StoredTensor {
   Device* device = nullptr;  // borrowed: owned by the Runtime
   DType dtype = DType::kFloat32;
   Shape shape;
   uint64_t nbytes = 0;
   std::shared_ptr<Buffer> buffer;  // destroying it returns the budget bytes
+  // requires_grad, grad_fn, grad (core/autograd.h). A copy of the struct
+  // shares it: it is the same tensor read another way.
+  std::shared_ptr<AutogradMeta> autograd = std::make_shared<AutogradMeta>();
 };
 
 struct HandleEntry {

@@ -10,6 +10,7 @@
 // of counted rows (NaN when none is, as PyTorch). cross_entropy is
 // nll_loss of log_softmax(x) over the class dim; mse_loss reduces
 // (input - target)^2.
+#include "core/grad_math.h"
 #include "core/loss_plan.h"
 #include "core/runtime_impl.h"
 
@@ -114,6 +115,81 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::LossOut(
                    stored(ReduceOut(ReduceOp::kSum, *weights, all, false)));
   const TensorPtr sum = Stored(slot, std::move(total));
   return BinaryOut(BinaryOp::kDiv, *sum, count.get(), nullptr, false, nullptr);
+}
+
+// The losses' input gradients. mse_loss: 2 (input - target) g, over the
+// element count for mean (the target's is the negation). nll_loss: -g at
+// each counted row's target class (over the counted rows for mean);
+// cross_entropy: (softmax(input) - one_hot) times the same row weight.
+absl::StatusOr<std::vector<Runtime::Impl::TensorPtr>> Runtime::Impl::LossGrads(
+    const GradNode& node, const TensorPtr& g) {
+  const OpSpec& op = node.op;
+  const TensorPtr& input = node.inputs[0].data;
+  const TensorPtr& target = node.inputs[1].data;
+  GradMath m(*this, g->device);
+  ASSIGN_OR_RETURN(LossPlan plan,
+                   PlanLoss(op.loss, op.reduction,
+                            OperandDesc{input->dtype, input->shape},
+                            OperandDesc{target->dtype, target->shape},
+                            TargetOf(m.device())));
+  std::vector<TensorPtr> out(2);
+  if (op.loss == LossKind::kMse) {
+    ASSIGN_OR_RETURN(TensorPtr diff, m.Bin(BinaryOp::kSub, input, target));
+    double scale = 2;
+    if (op.reduction == LossReduction::kMean) {
+      scale /= static_cast<double>(plan.broadcast.NumElements());
+    }
+    ASSIGN_OR_RETURN(TensorPtr scaled, m.Num(BinaryOp::kMul, diff, scale));
+    ASSIGN_OR_RETURN(TensorPtr gd, m.Bin(BinaryOp::kMul, scaled, g));
+    if (node.next[0].active()) {
+      ASSIGN_OR_RETURN(out[0], m.SumTo(gd, input->shape));
+    }
+    if (node.next[1].active()) {
+      ASSIGN_OR_RETURN(TensorPtr neg, m.Num(BinaryOp::kMul, gd, -1));
+      ASSIGN_OR_RETURN(out[1], m.SumTo(neg, target->shape));
+    }
+    return out;
+  }
+  const int64_t n = plan.rows, c = plan.classes;
+  ASSIGN_OR_RETURN(TensorPtr t, m.Reshape(target, {n, 1}));
+  // Each row's weight: g per row (none), g (sum), g over the counted rows
+  // (mean); 0 for a row not counted.
+  const Scalar ignore = Scalar::Int(op.ignore_index);
+  ASSIGN_OR_RETURN(TensorPtr counted, m.Keep(BinaryOut(BinaryOp::kNe, *t,
+                                                       nullptr, &ignore, false,
+                                                       nullptr)));
+  ASSIGN_OR_RETURN(TensorPtr weight, m.Mask(counted, plan.dtype));
+  TensorPtr per_row = g;
+  if (op.reduction == LossReduction::kNone) {
+    ASSIGN_OR_RETURN(per_row, m.Reshape(g, {n, 1}));
+  } else if (op.reduction == LossReduction::kMean) {
+    const std::span<const int64_t> all;
+    ASSIGN_OR_RETURN(TensorPtr count, m.Sum(weight, all, false));
+    ASSIGN_OR_RETURN(per_row, m.Bin(BinaryOp::kDiv, g, count));
+  }
+  ASSIGN_OR_RETURN(weight, m.Bin(BinaryOp::kMul, weight, per_row));
+  ASSIGN_OR_RETURN(Shape classes_shape,
+                   Shape::Make(std::span<const int64_t>(&c, 1)));
+  ASSIGN_OR_RETURN(Output classes, AllocateOutput(m.slot(), DType::kInt64,
+                                                  std::move(classes_shape)));
+  FillSpec arange;
+  arange.kind = FillSpec::Kind::kArange;
+  RETURN_IF_ERROR(m.device().Launch({arange, {}, classes.ref()}));
+  ASSIGN_OR_RETURN(TensorPtr hit,
+                   m.Bin(BinaryOp::kEq, t, Stored(m.slot(), std::move(classes))));
+  ASSIGN_OR_RETURN(hit, m.Mask(hit, plan.dtype));
+  ASSIGN_OR_RETURN(TensorPtr picked, m.Bin(BinaryOp::kMul, hit, weight));
+  TensorPtr gx;
+  if (op.loss == LossKind::kNll) {
+    ASSIGN_OR_RETURN(gx, m.Num(BinaryOp::kMul, picked, -1));
+  } else {
+    ASSIGN_OR_RETURN(TensorPtr logits, m.Reshape(input, {n, c}));
+    ASSIGN_OR_RETURN(TensorPtr p, m.Keep(SoftmaxOut(*logits, -1, false)));
+    ASSIGN_OR_RETURN(TensorPtr weighted, m.Bin(BinaryOp::kMul, p, weight));
+    ASSIGN_OR_RETURN(gx, m.Bin(BinaryOp::kSub, weighted, picked));
+  }
+  ASSIGN_OR_RETURN(out[0], m.Reshape(gx, input->shape));
+  return out;
 }
 
 }  // namespace tensord::core

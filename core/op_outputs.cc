@@ -240,7 +240,8 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::SoftmaxOut(
 }
 
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::DropoutOut(
-    const StoredTensor& x, double p, bool train, std::optional<uint64_t> seed) {
+    const StoredTensor& x, double p, bool train, std::optional<uint64_t> seed,
+    TensorPtr* mask_out) {
   DeviceSlot& slot = SlotOf(x.device);
   Device& device = *x.device;
   RETURN_IF_ERROR(PlanDropout(x.dtype, p, train, TargetOf(device)));
@@ -264,6 +265,15 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::DropoutOut(
                                           &threshold, false, nullptr));
   const TensorPtr mask = Stored(slot, std::move(keep));
   const Scalar scale = Scalar::Float(1 / (1 - p));
+  if (mask_out != nullptr) {
+    // The factor each element got: 1 / (1 - p) where kept, else 0.
+    ASSIGN_OR_RETURN(Output factor, CastOut(*mask, x.dtype));
+    const TensorPtr ones = Stored(slot, std::move(factor));
+    ASSIGN_OR_RETURN(Output scaled_mask, BinaryOut(BinaryOp::kMul, *ones,
+                                                   nullptr, &scale, false,
+                                                   nullptr));
+    *mask_out = Stored(slot, std::move(scaled_mask));
+  }
   ASSIGN_OR_RETURN(Output scaled, BinaryOut(BinaryOp::kMul, x, nullptr, &scale,
                                             false, nullptr));
   const TensorPtr kept = Stored(slot, std::move(scaled));

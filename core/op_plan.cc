@@ -35,7 +35,11 @@ absl::Status CheckArity(const OpSpec& op, size_t n) {
       hi = 3;
       break;
     case OpSpec::Kind::kCat:
+    case OpSpec::Kind::kZeroGrad:
       hi = 1024;
+      break;
+    case OpSpec::Kind::kBackward:
+      hi = 2;
       break;
     case OpSpec::Kind::kClamp:
     case OpSpec::Kind::kWhere: {
@@ -204,7 +208,9 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
                                 std::span<const OpInput> in,
                                 const Target& target) {
   RETURN_IF_ERROR(CheckArity(op, in.size()));
-  for (size_t i = 1; i < in.size(); ++i) {
+  // zero_grad's tensors may live anywhere; every other op's on one device.
+  const bool one_device = op.kind != OpSpec::Kind::kZeroGrad;
+  for (size_t i = 1; i < in.size() && one_device; ++i) {
     if (in[i].device != in[0].device) {
       return absl::FailedPreconditionError(absl::StrCat(
           "Expected all tensors to be on the same device, but found at least "
@@ -306,6 +312,19 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
                                                Desc(in[1]), target));
       return Result(plan.dtype, std::move(plan.out));
     }
+    case OpSpec::Kind::kRequiresGrad:
+      RETURN_IF_ERROR(CheckRequiresGrad(op.requires_grad, x.dtype));
+      return OpResult{x.dtype, x.shape, true};
+    case OpSpec::Kind::kBackward:
+      RETURN_IF_ERROR(CheckBackwardRoot(x.shape, in.size() > 1
+                                                     ? &in[1].shape
+                                                     : nullptr));
+      return OpResult{x.dtype, x.shape, true};
+    case OpSpec::Kind::kZeroGrad:
+      return OpResult{x.dtype, x.shape, true};
+    case OpSpec::Kind::kGrad:
+    case OpSpec::Kind::kDetach:
+      return Result(x.dtype, x.shape);
   }
   return absl::InternalError(absl::StrCat("PlanOp: unknown op kind ",
                                           static_cast<int>(op.kind)));

@@ -70,6 +70,16 @@ std::string OpName(const OpSpec& op) {
       return "adaptive_avg_pool2d";
     case OpSpec::Kind::kDropout:
       return "dropout";
+    case OpSpec::Kind::kRequiresGrad:
+      return "requires_grad_";
+    case OpSpec::Kind::kBackward:
+      return "backward";
+    case OpSpec::Kind::kGrad:
+      return "grad";
+    case OpSpec::Kind::kZeroGrad:
+      return "zero_grad";
+    case OpSpec::Kind::kDetach:
+      return "detach";
   }
   return "unknown";
 }

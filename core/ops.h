@@ -101,6 +101,13 @@ struct OpSpec {
     kLoss,       // loss(input inputs[0], target inputs[1]): see `loss`
     kAdaptiveAvgPool2d,  // adaptive_avg_pool2d(inputs[0], window.output_size)
     kDropout,    // dropout(inputs[0], dropout_p, train, seed)
+    // Autograd (core/autograd.h). Each returns inputs[0] (same handle)
+    // but kGrad and kDetach.
+    kRequiresGrad,  // inputs[0].requires_grad_(requires_grad): a leaf
+    kBackward,      // inputs[0].backward(inputs[1]?, retain_graph)
+    kGrad,          // inputs[0].grad: a new handle on the grad's memory
+    kZeroGrad,      // every input's grad set to None
+    kDetach,        // inputs[0].detach(): its memory, no autograd history
   };
   Kind kind = Kind::kBinary;
   BinaryOp binary = BinaryOp::kAdd;
@@ -142,6 +149,13 @@ struct OpSpec {
   double dropout_p = 0.5;
   bool train = true;
   std::optional<uint64_t> seed;  // unset: nondeterministic
+  // kRequiresGrad: the flag to set.
+  bool requires_grad = true;
+  // kBackward: keep the graph's saved tensors for another backward.
+  bool retain_graph = false;
+  // Any op: do not record it for autograd (torch.no_grad()), which is also
+  // what lets an in-place op update a leaf that requires grad.
+  bool no_grad = false;
 };
 
 // A short name for messages: "add", "matmul", "sum", "sub_", "cat", ...

@@ -556,4 +556,26 @@ absl::StatusOr<Shape> PlanReshape(const Shape& x,
   return shape;
 }
 
+absl::Status CheckRequiresGrad(bool requires_grad, DType dtype) {
+  if (!requires_grad || IsFloating(dtype)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "only Tensors of floating point dtype can require "
+      "gradients");
+}
+
+absl::Status CheckBackwardRoot(const Shape& root, const Shape* grad) {
+  auto torch_size = [](const Shape& s) {
+    return absl::StrCat("torch.Size([", absl::StrJoin(s.dims(), ", "), "])");
+  };
+  if (grad == nullptr) {
+    if (root.NumElements() == 1) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        "grad can be implicitly created only for scalar outputs");
+  }
+  if (*grad == root) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "Mismatch in shape: grad_output[0] has a shape of ", torch_size(*grad),
+      " and output[0] has a shape of ", torch_size(root), "."));
+}
+
 }  // namespace tensord::core

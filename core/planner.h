@@ -200,6 +200,18 @@ absl::StatusOr<SoftmaxPlan> PlanSoftmax(DType dtype, const Shape& x,
 absl::Status PlanDropout(DType dtype, double p, bool train,
                          const Target& target);
 
+// Autograd's rules that hold before anything runs (PyTorch's messages):
+// requires_grad_(true) of a non-floating tensor is INVALID_ARGUMENT "only
+// Tensors of floating point dtype can require gradients" (PyTorch 1.13's).
+absl::Status CheckRequiresGrad(bool requires_grad, DType dtype);
+// backward of `root` with the gradient `grad` (null: implicit, ones):
+// INVALID_ARGUMENT "grad can be implicitly created only for scalar
+// outputs" for an implicit gradient of a root of more than one element;
+// "Mismatch in shape: grad_output[0] has a shape of torch.Size([3]) and
+// output[0] has a shape of torch.Size([2, 3])." for a gradient of another
+// shape.
+absl::Status CheckBackwardRoot(const Shape& root, const Shape* grad);
+
 // x.narrow(dim, start, length) and x.select(dim, index): the block
 // [start, start + length) of x along `axis`, shaped `out` (select drops the
 // axis).

@@ -228,6 +228,13 @@ absl::StatusOr<TensorMeta> Runtime::Impl::Register(
   tensor->shape = std::move(shape);
   tensor->nbytes = nbytes;
   tensor->buffer = std::move(buffer);
+  return Register(session, std::move(tensor), tag);
+}
+
+absl::StatusOr<TensorMeta> Runtime::Impl::Register(std::string_view session,
+                                                   TensorPtr tensor,
+                                                   std::string_view tag) {
+  DeviceSlot& slot = SlotOf(tensor->device);
   ASSIGN_OR_RETURN(HandleEntry entry,
                    table_.Insert(session, std::move(tensor), tag));
   slot.live_tensors.fetch_add(1);

@@ -59,6 +59,10 @@ struct TensorMeta {
   std::string tag;
   int64_t age_ms = 0;   // since creation
   int64_t idle_ms = 0;  // since last use
+  // Autograd (core/autograd.h): a leaf that requires grad, or the result of
+  // a recorded op, whose node PyTorch's way is named ("AddBackward0").
+  bool requires_grad = false;
+  std::string grad_fn;  // "" for a leaf or an untracked tensor
 };
 
 // A device with its accounting, for ListDevices.

@@ -7,6 +7,10 @@
 //                 shared memory, and the session holds of open streams
 //   op_outputs.cc each op's output: planned, then computed by kernels
 //   executor.cc   ops: Apply (arity, same device, dispatch), Run, Execute
+//   autograd.cc   recording ops for autograd, the backward pass, the
+//                 autograd ops (requires_grad_, grad, zero_grad, detach)
+//   backward_ops.cc  each recorded op's input gradients (with
+//                 window_ops.cc and loss_ops.cc for their own ops)
 // Included only by those files.
 // Thread-safety: as Runtime.
 #ifndef TENSORD_CORE_RUNTIME_IMPL_H_
@@ -68,6 +72,16 @@ inline TensorMeta MetaOf(const HandleEntry& entry) {
   meta.tag = entry.tag;
   meta.age_ms = MillisSince(entry.created, now);
   meta.idle_ms = MillisSince(entry.last_used, now);
+  std::shared_ptr<GradNode> grad_fn;
+  {
+    absl::MutexLock lock(&t.autograd->mu);
+    meta.requires_grad = t.autograd->requires_grad;
+    grad_fn = t.autograd->grad_fn;
+  }
+  if (grad_fn != nullptr) {
+    meta.requires_grad = true;
+    meta.grad_fn = grad_fn->Name();
+  }
   return meta;
 }
 
@@ -143,6 +157,10 @@ class Runtime::Impl {
                                       Shape shape, uint64_t nbytes,
                                       std::shared_ptr<Buffer> buffer,
                                       std::string_view tag);
+  // Registers `tensor` itself (an op's result, with its autograd state).
+  absl::StatusOr<TensorMeta> Register(
+      std::string_view session, std::shared_ptr<const StoredTensor> tensor,
+      std::string_view tag);
   // Drops removed entries, keeping the live-tensor counts right.
   SessionCloseStats Forget(std::vector<HandleEntry> entries);
 
@@ -223,9 +241,21 @@ class Runtime::Impl {
   // Two products with averaging matrices (window_ops.cc).
   absl::StatusOr<Output> AdaptiveAvgPool2dOut(
       const StoredTensor& x, const std::vector<int64_t>& output_size);
-  // A seeded float32 random fill, a mask, the kept elements scaled.
+  // Each window's count of elements inside the input, [oh * ow] in `dtype`
+  // (avg_pool2d's divisor without padding).
+  absl::StatusOr<Output> WindowCounts(DeviceSlot& slot, const WindowDims& win,
+                                      DType dtype);
+  // adaptive_avg_pool2d's averaging matrix of `out` windows over `in`
+  // elements, [out, in] (or [in, out] when transposed).
+  absl::StatusOr<TensorPtr> AveragingMatrix(DeviceSlot& slot, int64_t out,
+                                            int64_t in, bool transposed,
+                                            DType dtype);
+  // A seeded float32 random fill, a mask, the kept elements scaled. With
+  // `mask`, the scale each element was multiplied by (0 or 1 / (1 - p), in
+  // x's dtype) is kept there for the backward.
   absl::StatusOr<Output> DropoutOut(const StoredTensor& x, double p,
-                                    bool train, std::optional<uint64_t> seed);
+                                    bool train, std::optional<uint64_t> seed,
+                                    TensorPtr* mask = nullptr);
   // nll_loss, cross_entropy, mse_loss (loss_ops.cc).
   absl::StatusOr<Output> LossOut(const OpSpec& op, const StoredTensor& input,
                                  const StoredTensor& target);
@@ -239,6 +269,40 @@ class Runtime::Impl {
   absl::StatusOr<Output> CastOut(const StoredTensor& x, DType dtype);
   absl::Status InPlace(const OpSpec& op, const StoredTensor& self,
                        const StoredTensor* other);
+
+  // --- Autograd (core/autograd.h) ---
+  // Records `op`, run on `in` with the result `result`, as the result's
+  // grad_fn when an input requires grad (and the op is not no_grad, is
+  // differentiable and its result floating). `extra`: what the op's
+  // backward needs beyond its inputs and output (dropout's mask).
+  void RecordGrad(const OpSpec& op, std::span<const Value> in,
+                  const TensorPtr& result, TensorPtr extra);
+  // FAILED_PRECONDITION (PyTorch's messages) for an in-place op autograd
+  // cannot allow: on a leaf that requires grad outside no_grad, or on a
+  // tensor that is part of a graph (not recorded yet).
+  absl::Status CheckInPlaceGrad(const OpSpec& op, std::span<const Value> in);
+  // The autograd ops (OpSpec::Kind::kRequiresGrad .. kDetach).
+  absl::StatusOr<Value> ApplyAutograd(const OpSpec& op,
+                                      std::span<const Value> in);
+  // root.backward(grad): grad null means ones (a scalar root). The leaves'
+  // grads accumulate; without retain_graph the saved tensors are freed.
+  absl::Status Backward(const TensorPtr& root, const StoredTensor* grad,
+                        bool retain_graph);
+  // Each forward input's gradient of `node` given its output's gradient
+  // (null where the input's edge is inactive or the op has none), in the
+  // computation dtype; the engine casts to the input's dtype.
+  absl::StatusOr<std::vector<TensorPtr>> InputGrads(const GradNode& node,
+                                                    const TensorPtr& grad);
+  // The backward of the window and loss ops (window_ops.cc, loss_ops.cc).
+  absl::StatusOr<std::vector<TensorPtr>> Conv2dGrads(const GradNode& node,
+                                                     const TensorPtr& grad);
+  absl::StatusOr<std::vector<TensorPtr>> Pool2dGrads(const GradNode& node,
+                                                     const TensorPtr& grad);
+  absl::StatusOr<std::vector<TensorPtr>> LossGrads(const GradNode& node,
+                                                   const TensorPtr& grad);
+  // Arithmetic on whole tensors for the backward formulas
+  // (core/grad_math.h).
+  class GradMath;
 
   class UploadImpl;
   class ReaderImpl;

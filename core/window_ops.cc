@@ -6,6 +6,8 @@
 // pooling ops one reduction over each window's kh*kw column entries. The
 // products come out channel-major ([oc, n, oh*ow]) and are permuted to
 // [n, oc, oh, ow] unless n == 1, when they already are.
+#include "core/grad_math.h"
+#include "core/op_plan.h"
 #include "core/runtime_impl.h"
 #include "core/window_plan.h"
 
@@ -133,28 +135,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::Pool2dOut(
                                  pooled_ref}));
   unfolded = Output{};
   if (!max && !args.count_include_pad) {
-    // Each window's sum over its elements inside the input: the count of
-    // ones the same windows see in an all-ones plane.
-    WindowDims one = win;
-    one.n = 1;
-    one.c = 1;
-    ASSIGN_OR_RETURN(Shape ones_shape, Dims({1, 1, win.h, win.w}));
-    ASSIGN_OR_RETURN(Output ones,
-                     AllocateOutput(slot, x.dtype, std::move(ones_shape)));
-    FillSpec fill;
-    fill.kind = FillSpec::Kind::kOnes;
-    RETURN_IF_ERROR(device.Launch({fill, {}, ones.ref()}));
-    ASSIGN_OR_RETURN(Shape seen_shape, Dims({window, plane}));
-    ASSIGN_OR_RETURN(Output seen,
-                     AllocateOutput(slot, x.dtype, std::move(seen_shape)));
-    RETURN_IF_ERROR(
-        device.Launch({Im2ColArgs{one, 0}, {ones.ref()}, seen.ref()}));
-    ASSIGN_OR_RETURN(Shape count_shape, Dims({plane}));
-    ASSIGN_OR_RETURN(Output count,
-                     AllocateOutput(slot, x.dtype, std::move(count_shape)));
-    RETURN_IF_ERROR(device.Launch({ReduceArgs{ReduceOp::kSum, {1, window, plane}},
-                                   {seen.ref()},
-                                   count.ref()}));
+    ASSIGN_OR_RETURN(Output count, WindowCounts(slot, win, x.dtype));
     ASSIGN_OR_RETURN(TensorRef sums, As(pooled_ref, {win.c * win.n, plane}));
     RETURN_IF_ERROR(device.Launch(
         {BinaryArgs{BinaryOp::kDiv}, {sums, count.ref()}, sums}));
@@ -167,6 +148,57 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::Pool2dOut(
   return out;
 }
 
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::WindowCounts(
+    DeviceSlot& slot, const WindowDims& win, DType dtype) {
+  // Each window's count of elements inside the input: the sum of the ones
+  // the same window sees in an all-ones plane.
+  Device& device = *slot.device;
+  const int64_t plane = win.oh * win.ow, window = win.kh * win.kw;
+  WindowDims one = win;
+  one.n = 1;
+  one.c = 1;
+  ASSIGN_OR_RETURN(Shape ones_shape, Dims({1, 1, win.h, win.w}));
+  ASSIGN_OR_RETURN(Output ones,
+                   AllocateOutput(slot, dtype, std::move(ones_shape)));
+  FillSpec fill;
+  fill.kind = FillSpec::Kind::kOnes;
+  RETURN_IF_ERROR(device.Launch({fill, {}, ones.ref()}));
+  ASSIGN_OR_RETURN(Shape seen_shape, Dims({window, plane}));
+  ASSIGN_OR_RETURN(Output seen,
+                   AllocateOutput(slot, dtype, std::move(seen_shape)));
+  RETURN_IF_ERROR(
+      device.Launch({Im2ColArgs{one, 0}, {ones.ref()}, seen.ref()}));
+  ASSIGN_OR_RETURN(Shape count_shape, Dims({plane}));
+  ASSIGN_OR_RETURN(Output count,
+                   AllocateOutput(slot, dtype, std::move(count_shape)));
+  RETURN_IF_ERROR(device.Launch({ReduceArgs{ReduceOp::kSum, {1, window, plane}},
+                                 {seen.ref()},
+                                 count.ref()}));
+  return count;
+}
+
+absl::StatusOr<Runtime::Impl::TensorPtr> Runtime::Impl::AveragingMatrix(
+    DeviceSlot& slot, int64_t out, int64_t in, bool transposed, DType dtype) {
+  // Built in float64 on the host, cast on the device.
+  std::vector<double> m(static_cast<size_t>(out * in), 0.0);
+  for (int64_t i = 0; i < out; ++i) {
+    const int64_t start = AdaptiveStart(i, out, in);
+    const int64_t end = AdaptiveEnd(i, out, in);
+    for (int64_t k = start; k < end; ++k) {
+      m[transposed ? k * out + i : i * in + k] = 1.0 / (end - start);
+    }
+  }
+  ASSIGN_OR_RETURN(Shape shape, transposed ? Dims({in, out}) : Dims({out, in}));
+  ASSIGN_OR_RETURN(Output wide,
+                   AllocateOutput(slot, DType::kFloat64, std::move(shape)));
+  RETURN_IF_ERROR(slot.device->CopyFromHost(m.data(), *wide.buffer, 0,
+                                            m.size() * sizeof(double)));
+  TensorPtr matrix = Stored(slot, std::move(wide));
+  if (dtype == DType::kFloat64) return matrix;
+  ASSIGN_OR_RETURN(Output narrow, CastOut(*matrix, dtype));
+  return Stored(slot, std::move(narrow));
+}
+
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::AdaptiveAvgPool2dOut(
     const StoredTensor& x, const std::vector<int64_t>& output_size) {
   DeviceSlot& slot = SlotOf(x.device);
@@ -177,35 +209,193 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::AdaptiveAvgPool2dOut(
   if (plan.out.NumElements() == 0) {
     return AllocateOutput(slot, x.dtype, std::move(plan.out));
   }
-  // The averaging matrix of `out` windows over `in` elements, [out, in]
-  // (or [in, out]): built in float64 on the host, cast on the device.
-  auto averaging = [&](int64_t out, int64_t in,
-                       bool transposed) -> absl::StatusOr<TensorPtr> {
-    std::vector<double> m(static_cast<size_t>(out * in), 0.0);
-    for (int64_t i = 0; i < out; ++i) {
-      const int64_t start = AdaptiveStart(i, out, in);
-      const int64_t end = AdaptiveEnd(i, out, in);
-      for (int64_t k = start; k < end; ++k) {
-        m[transposed ? k * out + i : i * in + k] = 1.0 / (end - start);
-      }
-    }
-    ASSIGN_OR_RETURN(Shape shape, transposed ? Dims({in, out}) : Dims({out, in}));
-    ASSIGN_OR_RETURN(Output wide,
-                     AllocateOutput(slot, DType::kFloat64, std::move(shape)));
-    RETURN_IF_ERROR(device.CopyFromHost(m.data(), *wide.buffer, 0,
-                                        m.size() * sizeof(double)));
-    TensorPtr matrix = Stored(slot, std::move(wide));
-    if (x.dtype == DType::kFloat64) return matrix;
-    ASSIGN_OR_RETURN(Output narrow, CastOut(*matrix, x.dtype));
-    return Stored(slot, std::move(narrow));
-  };
-  ASSIGN_OR_RETURN(TensorPtr rows, averaging(plan.oh, plan.h, false));
-  ASSIGN_OR_RETURN(TensorPtr cols, averaging(plan.ow, plan.w, true));
+  ASSIGN_OR_RETURN(TensorPtr rows,
+                   AveragingMatrix(slot, plan.oh, plan.h, false, x.dtype));
+  ASSIGN_OR_RETURN(TensorPtr cols,
+                   AveragingMatrix(slot, plan.ow, plan.w, true, x.dtype));
   ASSIGN_OR_RETURN(TensorPtr planes, ViewOf(x, {plan.planes, plan.h, plan.w}));
   ASSIGN_OR_RETURN(Output tall, MatMulOut(*rows, *planes));  // [p, oh, w]
   const TensorPtr y = Stored(slot, std::move(tall));
   ASSIGN_OR_RETURN(Output out, MatMulOut(*y, *cols));  // [p, oh, ow]
   out.shape = std::move(plan.out);
+  return out;
+}
+
+// --- Backward ----------------------------------------------------------------
+//
+// The gradient g of a window op's result is read channel-major, [c, n*oh*ow]
+// like the columns; the input's gradient is col2im of the columns' gradient
+// (KernelKind::kCol2Im, the adjoint of im2col).
+
+namespace {
+
+using TensorPtr = std::shared_ptr<const StoredTensor>;
+
+// g [n, ch, oh, ow] (or [ch, oh, ow]) read as [ch, n * oh * ow]. (Math is
+// Runtime::Impl::GradMath, deduced: the Impl is private to the Runtime.)
+template <typename Math>
+absl::StatusOr<TensorPtr> ChannelMajor(Math& m, const TensorPtr& g,
+                                       const WindowDims& win,
+                                       int64_t channels) {
+  const int64_t plane = win.oh * win.ow;
+  ASSIGN_OR_RETURN(TensorPtr g3,
+                   m.Reshape(g, {win.n, channels, plane}));
+  if (win.n > 1) {
+    const int64_t perm[] = {1, 0, 2};
+    ASSIGN_OR_RETURN(g3, m.Permute(g3, perm));
+  }
+  return m.Reshape(g3, {channels, win.n * plane});
+}
+
+// col2im of `cols` ([c, kh, kw, n, oh, ow]) as a tensor of `shape`.
+template <typename Math>
+absl::StatusOr<TensorPtr> FoldColumns(Math& m, const TensorPtr& cols,
+                                      const WindowDims& win,
+                                      const Shape& shape) {
+  ASSIGN_OR_RETURN(TensorPtr gx, m.Zeros(shape, cols->dtype));
+  ASSIGN_OR_RETURN(TensorRef out, As(RefOf(*gx), {win.n, win.c, win.h, win.w}));
+  RETURN_IF_ERROR(m.device().Launch({Col2ImArgs{win}, {RefOf(*cols)}, out}));
+  return gx;
+}
+
+}  // namespace
+absl::StatusOr<std::vector<Runtime::Impl::TensorPtr>>
+Runtime::Impl::Conv2dGrads(const GradNode& node, const TensorPtr& g) {
+  const TensorPtr& x = node.inputs[0].data;
+  const TensorPtr& w = node.inputs[1].data;
+  const bool with_bias = node.inputs.size() > 2;
+  GradMath m(*this, g->device);
+  std::optional<OperandDesc> bias_desc;
+  if (with_bias) {
+    bias_desc.emplace(
+        OperandDesc{node.inputs[2].data->dtype, node.inputs[2].data->shape});
+  }
+  ASSIGN_OR_RETURN(Conv2dPlan plan,
+                   PlanConv2d(OperandDesc{x->dtype, x->shape},
+                              OperandDesc{w->dtype, w->shape},
+                              bias_desc ? &*bias_desc : nullptr, node.op.window,
+                              TargetOf(m.device())));
+  const WindowDims& win = plan.window;
+  const int64_t gr = plan.groups, oc = plan.out_channels, oc_g = oc / gr;
+  const int64_t cols = win.n * win.oh * win.ow;
+  const int64_t k = win.c / gr * win.kh * win.kw;
+  std::vector<TensorPtr> out(node.inputs.size());
+  // g as [groups, oc / groups, n * oh * ow].
+  ASSIGN_OR_RETURN(TensorPtr gcm, ChannelMajor(m, g, win, oc));
+  ASSIGN_OR_RETURN(gcm, m.Reshape(gcm, {gr, oc_g, cols}));
+  const int64_t swap[] = {0, 2, 1};
+  if (node.next[0].active()) {  // col2im(w^T g) per group
+    if (k == 0) {
+      ASSIGN_OR_RETURN(out[0], m.Zeros(x->shape, plan.dtype));
+    } else {
+      ASSIGN_OR_RETURN(TensorPtr wg, m.Reshape(w, {gr, oc_g, k}));
+      ASSIGN_OR_RETURN(TensorPtr wt, m.Permute(wg, swap));
+      ASSIGN_OR_RETURN(TensorPtr dcols, m.MatMul(wt, gcm));
+      ASSIGN_OR_RETURN(out[0], FoldColumns(m, dcols, win, x->shape));
+    }
+  }
+  if (node.next[1].active()) {  // g cols^T per group
+    if (k == 0) {
+      ASSIGN_OR_RETURN(out[1], m.Zeros(w->shape, plan.dtype));
+    } else {
+      ASSIGN_OR_RETURN(Shape shape, Dims({gr, k, cols}));
+      ASSIGN_OR_RETURN(Output unfolded,
+                       AllocateOutput(m.slot(), x->dtype, std::move(shape)));
+      RETURN_IF_ERROR(m.device().Launch(
+          {Im2ColArgs{win, 0}, {RefOf(*x)}, unfolded.ref()}));
+      const TensorPtr columns = Stored(m.slot(), std::move(unfolded));
+      ASSIGN_OR_RETURN(TensorPtr ct, m.Permute(columns, swap));
+      ASSIGN_OR_RETURN(TensorPtr gw, m.MatMul(gcm, ct));
+      ASSIGN_OR_RETURN(out[1], m.Reshape(gw, w->shape));
+    }
+  }
+  if (with_bias && node.next[2].active()) {  // g summed but for channels
+    ASSIGN_OR_RETURN(TensorPtr g3, m.Reshape(g, {win.n, oc, win.oh * win.ow}));
+    const int64_t dims[] = {0, 2};
+    ASSIGN_OR_RETURN(out[2], m.Sum(g3, dims, false));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<Runtime::Impl::TensorPtr>>
+Runtime::Impl::Pool2dGrads(const GradNode& node, const TensorPtr& g) {
+  const TensorPtr& x = node.inputs[0].data;
+  GradMath m(*this, g->device);
+  std::vector<TensorPtr> out(1);
+  if (node.op.kind == OpSpec::Kind::kAdaptiveAvgPool2d) {
+    // y = rows . x . cols per plane, so gx = rows^T . g . cols^T.
+    ASSIGN_OR_RETURN(AdaptivePoolPlan plan,
+                     PlanAdaptiveAvgPool2d(x->dtype, x->shape,
+                                           node.op.window.output_size,
+                                           TargetOf(m.device())));
+    ASSIGN_OR_RETURN(TensorPtr rows_t, AveragingMatrix(m.slot(), plan.oh,
+                                                       plan.h, true, g->dtype));
+    ASSIGN_OR_RETURN(TensorPtr cols_t, AveragingMatrix(m.slot(), plan.ow,
+                                                       plan.w, false, g->dtype));
+    ASSIGN_OR_RETURN(TensorPtr g3, m.Reshape(g, {plan.planes, plan.oh, plan.ow}));
+    ASSIGN_OR_RETURN(TensorPtr tall, m.MatMul(rows_t, g3));  // [p, h, ow]
+    ASSIGN_OR_RETURN(TensorPtr gx, m.MatMul(tall, cols_t));  // [p, h, w]
+    ASSIGN_OR_RETURN(out[0], m.Reshape(gx, x->shape));
+    return out;
+  }
+  const PoolKind kind = PoolKindOf(node.op);
+  ASSIGN_OR_RETURN(Pool2dPlan plan, PlanPool2d(kind, x->dtype, x->shape,
+                                               node.op.window,
+                                               TargetOf(m.device())));
+  const WindowDims& win = plan.window;
+  const int64_t plane = win.oh * win.ow, cols = win.n * plane;
+  const int64_t window = win.kh * win.kw;
+  if (x->shape.NumElements() == 0) {
+    ASSIGN_OR_RETURN(out[0], m.Zeros(x->shape, g->dtype));
+    return out;
+  }
+  ASSIGN_OR_RETURN(TensorPtr gcm, ChannelMajor(m, g, win, win.c));
+  ASSIGN_OR_RETURN(Shape cols_shape, Dims({win.c, window, cols}));
+  TensorPtr dcols;
+  if (kind == PoolKind::kMax) {
+    // The gradient goes to each window's first maximum (PyTorch's index).
+    ASSIGN_OR_RETURN(Output unfolded,
+                     AllocateOutput(m.slot(), x->dtype, cols_shape));
+    RETURN_IF_ERROR(m.device().Launch(
+        {Im2ColArgs{win, NegativeInfinityBits(x->dtype)},
+         {RefOf(*x)},
+         unfolded.ref()}));
+    ASSIGN_OR_RETURN(Shape index_shape, Dims({win.c, 1, cols}));
+    ASSIGN_OR_RETURN(Output index,
+                     AllocateOutput(m.slot(), DType::kInt64, index_shape));
+    RETURN_IF_ERROR(m.device().Launch(
+        {ReduceArgs{ReduceOp::kArgmax, {win.c, window, cols}},
+         {unfolded.ref()},
+         index.ref()}));
+    unfolded = Output{};
+    ASSIGN_OR_RETURN(Shape positions_shape, Dims({window, 1}));
+    ASSIGN_OR_RETURN(Output positions,
+                     AllocateOutput(m.slot(), DType::kInt64, positions_shape));
+    FillSpec arange;
+    arange.kind = FillSpec::Kind::kArange;
+    RETURN_IF_ERROR(m.device().Launch({arange, {}, positions.ref()}));
+    ASSIGN_OR_RETURN(TensorPtr hit,
+                     m.Bin(BinaryOp::kEq, Stored(m.slot(), std::move(positions)),
+                           Stored(m.slot(), std::move(index))));
+    ASSIGN_OR_RETURN(hit, m.Mask(hit, g->dtype));
+    ASSIGN_OR_RETURN(TensorPtr g3, m.Reshape(gcm, {win.c, 1, cols}));
+    ASSIGN_OR_RETURN(dcols, m.Bin(BinaryOp::kMul, hit, g3));
+  } else {
+    // Each window's elements share its gradient over its divisor.
+    TensorPtr share;
+    if (node.op.window.count_include_pad) {
+      ASSIGN_OR_RETURN(share, m.Num(BinaryOp::kDiv, gcm,
+                                    static_cast<double>(window)));
+    } else {
+      ASSIGN_OR_RETURN(Output counts, WindowCounts(m.slot(), win, g->dtype));
+      ASSIGN_OR_RETURN(TensorPtr per, m.Reshape(gcm, {win.c * win.n, plane}));
+      ASSIGN_OR_RETURN(share, m.Bin(BinaryOp::kDiv, per,
+                                    Stored(m.slot(), std::move(counts))));
+    }
+    ASSIGN_OR_RETURN(share, m.Reshape(share, {win.c, 1, cols}));
+    ASSIGN_OR_RETURN(dcols, m.Expand(share, cols_shape));
+  }
+  ASSIGN_OR_RETURN(out[0], FoldColumns(m, dcols, win, x->shape));
   return out;
 }
 

@@ -16,6 +16,8 @@ void ToProto(const core::TensorMeta& meta, v1::TensorInfo* out) {
   out->set_tag(meta.tag);
   out->set_age_ms(meta.age_ms);
   out->set_idle_ms(meta.idle_ms);
+  out->set_requires_grad(meta.requires_grad);
+  out->set_grad_fn(meta.grad_fn);
 }
 
 void ToProto(const core::DeviceStatus& device, v1::DeviceInfo* out) {

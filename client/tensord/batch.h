@@ -121,6 +121,16 @@ class Batch {
   Value avg_pool2d(Input x, const std::vector<int64_t>& kernel_size,
                    const Pool2dOptions& options = {});
   Value adaptive_avg_pool2d(Input x, const std::vector<int64_t>& output_size);
+  // Autograd inside the list (tensord/autograd.h). requires_grad_,
+  // backward and zero_grad give their (first) operand, so a kept backward
+  // brings the loss back; grad gives a new handle on x's grad (the list
+  // fails with FAILED_PRECONDITION while it is None).
+  Value requires_grad_(Input x, bool requires_grad = true);
+  Value backward(Input root, std::optional<Input> gradient = std::nullopt,
+                 bool retain_graph = false);
+  Value grad(Input x);
+  Value detach(Input x);
+  Value zero_grad(std::span<const Input> tensors);
   Value dropout(Input x, double p = 0.5, bool training = true,
                 std::optional<uint64_t> seed = std::nullopt);
   Value nll_loss(Input input, Input target,

@@ -55,6 +55,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "tensord/autograd.h"
 #include "tensord/batch.h"
 #include "tensord/errors.h"
 #include "tensord/shared_memory.h"

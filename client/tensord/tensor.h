@@ -204,6 +204,31 @@ class Tensor {
   // this += alpha * x (BLAS axpy).
   Tensor& axpy_(Scalar alpha, const Tensor& x);
 
+  // --- Autograd (it lives in the server: tensord/autograd.h) ---
+  // Marks this leaf as requiring grad (or not). INVALID_ARGUMENT for a
+  // non-floating dtype; FAILED_PRECONDITION for clearing it on an op's
+  // result.
+  Tensor& requires_grad_(bool requires_grad = true);
+  // Whether autograd tracks this tensor (a leaf that requires grad or an
+  // op's result recorded from one), and the name of that op's backward as
+  // PyTorch prints it ("MulBackward0"; "" for a leaf). Each asks the server.
+  bool requires_grad() const;
+  std::string grad_fn() const;
+  // PyTorch's backward: accumulates d(this)/d(leaf), times `gradient`
+  // (ones when absent, for a one-element tensor), into every leaf that
+  // requires grad, then frees the graph's saved tensors unless
+  // `retain_graph`. Waits for the server's answer and throws its error:
+  // INVALID_ARGUMENT "grad can be implicitly created only for scalar
+  // outputs"; FAILED_PRECONDITION for a tensor without grad_fn, a freed
+  // graph, or an in-place change to a saved tensor.
+  void backward(const std::optional<Tensor>& gradient = std::nullopt,
+                bool retain_graph = false) const;
+  // The accumulated gradient (PyTorch's x.grad), nullopt while it is None.
+  // A new handle each call: take it after backward.
+  std::optional<Tensor> grad() const;
+  // The same memory with no autograd history.
+  Tensor detach() const;
+
   // Writes the tensor as a NumPy .npy file (format 1.0, little-endian,
   // C order). float16 is '<f2'; bfloat16 has no NumPy dtype
   // (INVALID_ARGUMENT). Throws Error(UNKNOWN) on I/O failure.

@@ -256,6 +256,12 @@ class CpuDevice final : public Device {
                             y.shape, call.out.buffer->data(), call.out.shape);
   }
 
+  static absl::Status Run(const Col2ImArgs& args, const KernelCall& call) {
+    return cpu::Col2ImKernel(call.out.dtype, args.dims,
+                             call.inputs[0].buffer->data(),
+                             call.out.buffer->data());
+  }
+
   static absl::Status Run(const Im2ColArgs& args, const KernelCall& call) {
     const TensorRef& in = call.inputs[0];
     cpu::Im2ColKernel(DTypeSize(in.dtype), args.dims, args.pad_bits,

@@ -382,6 +382,50 @@ void Im2ColKernel(size_t elem_size, const WindowDims& dims, uint64_t pad_bits,
   }
 }
 
+absl::Status Col2ImKernel(DType dtype, const WindowDims& d, const void* cols,
+                          void* out) {
+  return DispatchDType(dtype, [&]<typename T>() -> absl::Status {
+    if constexpr (!std::is_floating_point_v<Compute<T>>) {
+      return NotImplementedError("col2im", dtype, "cpu");
+    } else {
+      using C = Compute<T>;
+      const T* in = static_cast<const T*>(cols);
+      T* dst = static_cast<T*>(out);
+      for (int64_t b = 0; b < d.n; ++b) {
+        for (int64_t c = 0; c < d.c; ++c) {
+          for (int64_t y = 0; y < d.h; ++y) {
+            for (int64_t x = 0; x < d.w; ++x) {
+              C acc = 0;
+              for (int64_t i = 0; i < d.kh; ++i) {
+                const int64_t rows = y + d.ph - i * d.dh;
+                if (rows < 0 || rows % d.sh != 0 || rows / d.sh >= d.oh) {
+                  continue;
+                }
+                const int64_t oy = rows / d.sh;
+                for (int64_t j = 0; j < d.kw; ++j) {
+                  const int64_t cols_at = x + d.pw - j * d.dw;
+                  if (cols_at < 0 || cols_at % d.sw != 0 ||
+                      cols_at / d.sw >= d.ow) {
+                    continue;
+                  }
+                  const int64_t ox = cols_at / d.sw;
+                  acc += Load(in[((((c * d.kh + i) * d.kw + j) * d.n + b) *
+                                       d.oh +
+                                   oy) *
+                                      d.ow +
+                                  ox]);
+                }
+              }
+              *dst++ = Store<T>(acc);
+            }
+          }
+        }
+      }
+      return absl::OkStatus();
+    }
+  });
+}
+
 absl::Status UnaryKernel(UnaryOp op, DType dtype, const void* in, void* out,
                          int64_t numel) {
   return DispatchDType(dtype, [&]<typename T>() -> absl::Status {

@@ -65,6 +65,13 @@ absl::Status WhereKernel(DType dtype, const void* cond, const Shape& cond_shape,
 void Im2ColKernel(size_t elem_size, const WindowDims& dims, uint64_t pad_bits,
                   const void* in, void* out);
 
+// KernelKind::kCol2Im on host memory: each element of `out` [n, c, h, w]
+// gathers the entries of `cols` [c, kh, kw, n, oh, ow] that read it, in a
+// fixed order (deterministic). FAILED_PRECONDITION for a non-floating
+// dtype (the planner never asks).
+absl::Status Col2ImKernel(DType dtype, const WindowDims& dims,
+                          const void* cols, void* out);
+
 // Batched row-major matmul per MatMulDims. float32/float64 through
 // OpenBLAS, the half types widened to float32 for it; int32/int64 with
 // wrapping arithmetic.

@@ -493,6 +493,13 @@ class CudaDevice final : public Device {
         "where kernel");
   }
 
+  absl::Status Run(const Col2ImArgs& args, const KernelCall& call) {
+    return Check(LaunchCol2Im(ToElem(call.out.dtype), args.dims,
+                              call.inputs[0].buffer->data(),
+                              call.out.buffer->data(), ctx_->stream),
+                 "col2im kernel");
+  }
+
   absl::Status Run(const Im2ColArgs& args, const KernelCall& call) {
     const TensorRef& in = call.inputs[0];
     return Check(LaunchIm2Col(DTypeSize(in.dtype), args.dims, args.pad_bits,

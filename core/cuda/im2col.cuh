@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/cuda/kernel_types.h"
 #include "core/window.h"
 
 namespace tensord::core::cuda {
@@ -19,6 +20,13 @@ namespace tensord::core::cuda {
 cudaError_t LaunchIm2Col(size_t elem_size, const WindowDims& dims,
                          uint64_t pad_bits, const void* in, void* out,
                          cudaStream_t stream);
+
+// As core/device.h's Col2ImArgs: one thread per element of `out`, which
+// gathers the entries of `cols` that read it in a fixed order
+// (deterministic, no atomics). Floating types only (the half types sum in
+// float32); cudaErrorInvalidValue otherwise. Returns the launch status.
+cudaError_t LaunchCol2Im(ElemType type, const WindowDims& dims,
+                         const void* cols, void* out, cudaStream_t stream);
 
 }  // namespace tensord::core::cuda
 

@@ -265,6 +265,40 @@ absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
       }
       break;
     }
+    case v1::Op::kRequiresGrad: {
+      const v1::RequiresGradArgs& a = op.requires_grad();
+      spec.kind = Kind::kRequiresGrad;
+      RETURN_IF_ERROR(AddOperand(a.x(), "x", spec));
+      if (a.has_requires_grad()) spec.requires_grad = a.requires_grad();
+      break;
+    }
+    case v1::Op::kBackward: {
+      const v1::BackwardArgs& a = op.backward();
+      spec.kind = Kind::kBackward;
+      RETURN_IF_ERROR(AddOperand(a.root(), "root", spec));
+      if (a.has_gradient()) {
+        RETURN_IF_ERROR(AddOperand(a.gradient(), "gradient", spec));
+      }
+      spec.retain_graph = a.retain_graph();
+      break;
+    }
+    case v1::Op::kGrad: {
+      spec.kind = Kind::kGrad;
+      RETURN_IF_ERROR(AddOperand(op.grad().x(), "x", spec));
+      break;
+    }
+    case v1::Op::kZeroGrad: {
+      spec.kind = Kind::kZeroGrad;
+      for (const v1::Operand& t : op.zero_grad().tensors()) {
+        RETURN_IF_ERROR(AddOperand(t, "tensors", spec));
+      }
+      break;
+    }
+    case v1::Op::kDetach: {
+      spec.kind = Kind::kDetach;
+      RETURN_IF_ERROR(AddOperand(op.detach().x(), "x", spec));
+      break;
+    }
     case v1::Op::kDropout: {
       const v1::DropoutArgs& a = op.dropout();
       spec.kind = Kind::kDropout;
@@ -403,6 +437,7 @@ absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
           absl::StrCat("op kind is not set or unknown (",
                        static_cast<int>(op.kind_case()), ")"));
   }
+  spec.no_grad = op.no_grad();
   return spec;
 }
 

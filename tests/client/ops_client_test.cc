@@ -444,6 +444,99 @@ TEST_F(OpsClientTest, ConvolutionAndPoolingRunSeed001sForwardPass) {
   EXPECT_THAT(r[averaged].shape(), ElementsAre(4, 6, 7, 7));
 }
 
+TEST_F(OpsClientTest, Seed001sTrainingLoopWithServerAutograd) {
+  Client& c = *client_;
+  // The seed's network on 12x12 images (so the test is quick): conv ->
+  // relu -> pool -> conv -> relu -> pool -> flatten -> linear, the
+  // seed's criterion, gradients from the server, SGD under no_grad.
+  std::vector<Tensor> params = {
+      (c.randn({6, 3, 5, 5}, "cpu", 2) * 0.2).requires_grad_(),
+      c.zeros({6}).requires_grad_(),
+      (c.randn({16, 6, 3, 3}, "cpu", 3) * 0.2).requires_grad_(),
+      c.zeros({16}).requires_grad_(),
+      (c.randn({10, 16}, "cpu", 4) * 0.2).requires_grad_(),
+      c.zeros({10}).requires_grad_()};
+  auto x = c.randn({8, 3, 12, 12}, "cpu", 1);
+  auto labels = c.tensor<int64_t>({3, 0, 9, 3, 1, 1, 7, 2});
+  auto forward = [&](const Tensor& in) {
+    auto h = max_pool2d(conv2d(in, params[0], params[1]).relu(), {2, 2});
+    h = max_pool2d(conv2d(h, params[2], params[3]).relu(), {2, 2});
+    return linear(h.reshape({-1, 16}), params[4], params[5]);
+  };
+  EXPECT_TRUE(params[0].requires_grad());
+  EXPECT_EQ(params[0].grad_fn(), "");
+  EXPECT_FALSE(params[0].grad().has_value());
+  float first = 0, last = 0;
+  for (int step = 0; step < 40; ++step) {
+    auto loss = cross_entropy(forward(x), labels);
+    if (step == 0) {
+      EXPECT_TRUE(loss.requires_grad());
+      EXPECT_EQ(loss.grad_fn(), "NllLossBackward0");
+      first = loss.item<float>();
+    }
+    last = loss.item<float>();
+    loss.backward();
+    if (step == 0) {
+      // The graph is freed; a leaf that requires grad refuses in-place ops.
+      try {
+        loss.backward();
+        FAIL() << "no error";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), StatusCode::FAILED_PRECONDITION);
+        EXPECT_THAT(e.message(), HasSubstr("Trying to backward through the "
+                                           "graph a second time"));
+      }
+      try {
+        params[1].add_(1.0);
+        (void)params[1].fetch<float>();
+        FAIL() << "no error";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), StatusCode::FAILED_PRECONDITION);
+        EXPECT_THAT(e.message(), HasSubstr("a leaf Variable that requires "
+                                           "grad is being used in an in-place "
+                                           "operation."));
+      }
+    }
+    {
+      NoGradGuard no_grad;
+      for (Tensor& p : params) {
+        std::optional<Tensor> g = p.grad();
+        ASSERT_TRUE(g.has_value());
+        EXPECT_EQ(g->shape(), p.shape());
+        p.axpy_(-0.1, *g);
+      }
+    }
+    zero_grad(params);
+  }
+  EXPECT_FALSE(params[0].grad().has_value());
+  EXPECT_LT(last, 0.5f * first) << "first " << first << ", last " << last;
+  // A no_grad result is not tracked; detach shares the memory.
+  {
+    NoGradGuard no_grad;
+    EXPECT_FALSE(forward(x).requires_grad());
+  }
+  EXPECT_FALSE(params[0].detach().requires_grad());
+  EXPECT_EQ(params[0].detach().fetch<float>(), params[0].fetch<float>());
+
+  // A whole step in one Execute: forward, loss, backward, the grads and
+  // the update, with the loss kept (its value comes back with the reply).
+  Batch b = c.batch();
+  auto h = b.max_pool2d(b.relu(b.conv2d(x, params[0], params[1])), {2, 2});
+  h = b.max_pool2d(b.relu(b.conv2d(h, params[2], params[3])), {2, 2});
+  auto out = b.linear(b.reshape(h, {-1, 16}), params[4], params[5]);
+  auto loss = b.backward(b.cross_entropy(out, labels));
+  b.keep(loss);
+  {
+    NoGradGuard no_grad;
+    for (Tensor& p : params) b.axpy_(p, -0.1, b.grad(p));
+  }
+  std::vector<Batch::Input> all(params.begin(), params.end());
+  b.zero_grad(all);
+  BatchResults r = b.run();
+  EXPECT_LT(r[loss].item<float>(), first);
+  EXPECT_FALSE(params[4].grad().has_value());
+}
+
 TEST_F(OpsClientTest, BatchRunsInOneRoundTripAndFreesTheRest) {
   Client& c = *client_;
   auto x = c.randn({8, 8}, "cpu", 1);

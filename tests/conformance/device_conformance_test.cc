@@ -968,6 +968,74 @@ TEST_P(ConformanceTest, Im2ColEveryDTypeAndWindow) {
   }
 }
 
+TEST_P(ConformanceTest, Col2ImSumsEveryWindowEntry) {
+  // The adjoint of im2col: each input element gathers the column entries
+  // whose windows read it (strides, padding, dilation, overlaps, gaps).
+  auto window = [](int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh,
+                   int64_t kw, int64_t s, int64_t p, int64_t d) {
+    WindowDims win;
+    win.n = n;
+    win.c = c;
+    win.h = h;
+    win.w = w;
+    win.kh = kh;
+    win.kw = kw;
+    win.sh = s;
+    win.sw = s + 1;
+    win.ph = p;
+    win.pw = p;
+    win.dh = d;
+    win.dw = 1;
+    win.oh = (h + 2 * p - d * (kh - 1) - 1) / s + 1;
+    win.ow = (w + 2 * p - (kw - 1) - 1) / (s + 1) + 1;
+    return win;
+  };
+  const std::vector<WindowDims> cases = {
+      window(2, 3, 5, 6, 3, 2, 1, 1, 1), window(1, 1, 4, 4, 4, 4, 1, 0, 1),
+      window(3, 2, 9, 7, 2, 3, 2, 1, 2), window(1, 2, 8, 8, 1, 1, 3, 0, 1),
+      window(2, 4, 12, 12, 5, 5, 1, 2, 1)};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16,
+                      DType::kBFloat16}) {
+    for (const WindowDims& d : cases) {
+      const Shape cols_shape = S({d.c, d.kh, d.kw, d.n, d.oh, d.ow});
+      const Shape out_shape = S({d.n, d.c, d.h, d.w});
+      SCOPED_TRACE(std::string(DTypeName(dtype)) + " " +
+                   cols_shape.ToString() + " -> " + out_shape.ToString());
+      const std::vector<uint8_t> cols =
+          RandomValues(dtype, cols_shape.NumElements(), 31);
+      DevTensor dcols = Upload(*device_, dtype, cols_shape, cols);
+      DevTensor out = Empty(*device_, dtype, out_shape);
+      ASSERT_TRUE(
+          device_->Launch({Col2ImArgs{d}, {dcols.ref()}, out.ref()}).ok());
+      std::vector<double> want(out_shape.NumElements(), 0.0);
+      size_t at = 0;
+      for (int64_t c = 0; c < d.c; ++c)
+        for (int64_t i = 0; i < d.kh; ++i)
+          for (int64_t j = 0; j < d.kw; ++j)
+            for (int64_t b = 0; b < d.n; ++b)
+              for (int64_t y = 0; y < d.oh; ++y)
+                for (int64_t x = 0; x < d.ow; ++x, ++at) {
+                  const int64_t row = y * d.sh - d.ph + i * d.dh;
+                  const int64_t col = x * d.sw - d.pw + j * d.dw;
+                  if (row >= 0 && row < d.h && col >= 0 && col < d.w) {
+                    want[((b * d.c + c) * d.h + row) * d.w + col] +=
+                        ValueAt(dtype, cols, at);
+                  }
+                }
+      const std::vector<uint8_t> got = Download(out);
+      const double rtol = dtype == DType::kFloat64   ? 1e-12
+                          : dtype == DType::kFloat32 ? 1e-5
+                          : dtype == DType::kFloat16 ? 2e-3
+                                                     : 1e-2;
+      for (size_t k = 0; k < want.size(); ++k) {
+        ASSERT_NEAR(ValueAt(dtype, got, k), want[k],
+                    rtol * std::max(1.0, std::abs(want[k])))
+            << "element " << k;
+      }
+    }
+  }
+}
+
 TEST_P(ConformanceTest, PermuteEveryDType) {
   const std::vector<std::pair<std::vector<int64_t>, std::vector<int>>> cases = {
       {{}, {}},

@@ -226,12 +226,12 @@ class FaultInjectionTest : public ::testing::Test {
   std::vector<absl::Status> Sweep(
       FaultSite site, const std::function<absl::Status()>& call,
       const std::function<void(const absl::Status&)>& after_failure = nullptr,
-      bool late = false) {
+      bool late = false, uint64_t max_calls = kMaxSweep) {
     const absl::StatusCode code = site == FaultSite::kAllocate
                                       ? absl::StatusCode::kResourceExhausted
                                       : absl::StatusCode::kInternal;
     std::vector<absl::Status> failures;
-    for (uint64_t n = 1; n <= kMaxSweep; ++n) {
+    for (uint64_t n = 1; n <= max_calls; ++n) {
       SCOPED_TRACE(absl::StrCat("fault in ", ToAbsl(FaultSiteName(site)),
                                 " call ", n, " of the call under test"));
       const std::vector<uint64_t> handles = Handles();
@@ -266,7 +266,7 @@ class FaultInjectionTest : public ::testing::Test {
       if (after_failure) after_failure(status);
       failures.push_back(status);
     }
-    ADD_FAILURE() << "the call made more than " << kMaxSweep << " calls of "
+    ADD_FAILURE() << "the call made more than " << max_calls << " calls of "
                   << FaultSiteName(site);
     return failures;
   }
@@ -855,6 +855,86 @@ INSTANTIATE_TEST_SUITE_P(Families, OpFaultTest, ::testing::ValuesIn(OpCases()),
                          [](const ::testing::TestParamInfo<OpCase>& info) {
                            return info.param.name;
                          });
+
+// A training step's backward (conv2d, relu, max_pool2d, linear,
+// cross_entropy; col2im, transposed products, the one-hot picks) fails
+// cleanly at every allocation and kernel: nothing is kept and the leaves'
+// grads stay as they were (None), since no grad is written until every one
+// is computed. Then it gives the CPU device's grads.
+TEST_F(FaultInjectionTest, BackwardFailsCleanlyAtEveryStepThenWorks) {
+  using K = OpSpec::Kind;
+  auto handles_on = [&](std::string_view device) {
+    Input target = I32({2}, 0, 1);
+    target.dtype = DType::kInt64;
+    target.bytes.clear();
+    for (int64_t k : {2, 0}) {
+      const auto* p = reinterpret_cast<const uint8_t*>(&k);
+      target.bytes.insert(target.bytes.end(), p, p + 8);
+    }
+    std::vector<uint64_t> h = {Create(F32({2, 1, 5, 5}), device),
+                               Create(F32({2, 1, 3, 3}, 0.5, -0.1), device),
+                               Create(F32({3, 8}, -0.4, 0.05), device),
+                               Create(target, device)};
+    for (uint64_t p : {h[1], h[2]}) {
+      OpSpec on;
+      on.kind = K::kRequiresGrad;
+      on.inputs = {Operand::Handle(p)};
+      EXPECT_TRUE(rt_->Run(session_, on).ok());
+    }
+    return h;
+  };
+  auto step = [](const std::vector<uint64_t>& h) {
+    auto op = [](K kind, std::vector<Operand> in) {
+      OpSpec s;
+      s.kind = kind;
+      s.inputs = std::move(in);
+      return s;
+    };
+    using O = Operand;
+    std::vector<OpSpec> ops;
+    ops.push_back(op(K::kZeroGrad, {O::Handle(h[1]), O::Handle(h[2])}));
+    ops.push_back(op(K::kConv2d, {O::Handle(h[0]), O::Handle(h[1])}));
+    ops.push_back(op(K::kUnary, {O::Result(1)}));
+    ops.back().unary = UnaryOp::kRelu;
+    ops.push_back(op(K::kMaxPool2d, {O::Result(2)}));
+    ops.back().window.kernel_size = {2};
+    ops.back().window.stride = {1};
+    ops.push_back(op(K::kReshape, {O::Result(3)}));
+    ops.back().dims = {2, 8};
+    ops.push_back(op(K::kLinear, {O::Result(4), O::Handle(h[2])}));
+    ops.push_back(op(K::kLoss, {O::Result(5), O::Handle(h[3])}));
+    ops.back().loss = LossKind::kCrossEntropy;
+    ops.push_back(op(K::kBackward, {O::Result(6)}));
+    ops.push_back(op(K::kGrad, {O::Handle(h[1])}));  // #8
+    ops.push_back(op(K::kGrad, {O::Handle(h[2])}));  // #9
+    ops.push_back(op(K::kZeroGrad, {O::Handle(h[1]), O::Handle(h[2])}));
+    return ops;
+  };
+  const std::vector<uint64_t> h = handles_on(kFaulty);
+  const std::vector<OpSpec> ops = step(h);
+  auto execute = [&] { return rt_->Execute(session_, ops, {}).status(); };
+  for (FaultSite site : {FaultSite::kAllocate, FaultSite::kAnyKernel,
+                         FaultSite::kCol2Im, FaultSite::kMatMul}) {
+    SCOPED_TRACE(FaultSiteName(site));
+    EXPECT_FALSE(Sweep(site, execute, nullptr, false, 1024).empty());
+    // Every failure left the grads None.
+    for (uint64_t p : {h[1], h[2]}) {
+      OpSpec grad;
+      grad.kind = K::kGrad;
+      grad.inputs = {Operand::Handle(p)};
+      EXPECT_EQ(rt_->Run(session_, grad).status().code(),
+                absl::StatusCode::kFailedPrecondition);
+    }
+  }
+  const uint32_t keep[] = {8, 9};
+  auto got = rt_->Execute(session_, ops, keep);
+  ASSERT_TRUE(got.ok()) << got.status();
+  auto want = rt_->Execute(session_, step(handles_on("cpu")), keep);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(ReadAll((*got)[i].handle), ReadAll((*want)[i].handle));
+  }
+}
 
 TEST_F(FaultInjectionTest, CreateFilledFailsCleanlyThenWorks) {
   struct Case {

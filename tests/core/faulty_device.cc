@@ -15,7 +15,7 @@ namespace {
 size_t Index(FaultSite site) { return static_cast<size_t>(site); }
 
 bool IsKernel(FaultSite site) {
-  return site >= FaultSite::kFill && site <= FaultSite::kIm2Col;
+  return site >= FaultSite::kFill && site <= FaultSite::kCol2Im;
 }
 
 absl::StatusCode DefaultCode(FaultSite site) {
@@ -55,6 +55,8 @@ std::string_view FaultSiteName(FaultSite site) {
       return "Where";
     case FaultSite::kIm2Col:
       return "Im2Col";
+    case FaultSite::kCol2Im:
+      return "Col2Im";
     case FaultSite::kAnyKernel:
       return "kernel";
     case FaultSite::kSynchronize:
@@ -308,6 +310,8 @@ FaultSite SiteOf(KernelKind kind) {
       return FaultSite::kWhere;
     case KernelKind::kIm2Col:
       return FaultSite::kIm2Col;
+    case KernelKind::kCol2Im:
+      return FaultSite::kCol2Im;
   }
   return FaultSite::kAnyKernel;  // unreachable
 }

@@ -86,6 +86,7 @@ enum class FaultSite {
   kCopyBlocks,
   kWhere,
   kIm2Col,
+  kCol2Im,
   kAnyKernel,  // every kernel above, counted together
   kSynchronize,
 };

@@ -302,6 +302,41 @@ void Build() {
       *run.mutable_op() = op;
       Add("Run", run);
     }
+    // Autograd: slot 9 requires grad, a convolution and pooling of it, the
+    // sum's backward, its grad; then a second backward (freed graph) and
+    // an in-place op on the leaf.
+    v1::ExecuteRequest grad;
+    v1::Op on, total, back, g, again, step;
+    *on.mutable_requires_grad()->mutable_x() = H(9);
+    *total.mutable_reduce()->mutable_x() = R(3);
+    total.mutable_reduce()->set_op(v1::SUM);
+    *back.mutable_backward()->mutable_root() = R(4);
+    *g.mutable_grad()->mutable_x() = H(9);
+    *again.mutable_backward()->mutable_root() = R(4);
+    *step.mutable_in_place()->mutable_target() = H(9);
+    step.mutable_in_place()->set_op(v1::SUB_);
+    *step.mutable_in_place()->mutable_other() = R(6);
+    step.set_no_grad(true);
+    for (const v1::Op& op : {on, weight, conv, pool, total, back, g, step}) {
+      *grad.add_ops() = op;
+    }
+    *grad.mutable_ops(2)->mutable_conv2d()->mutable_weight() = R(1);
+    *grad.mutable_ops(3)->mutable_pool2d()->mutable_x() = R(2);
+    grad.add_keep(6);
+    Add("Execute", grad);
+    *grad.add_ops() = again;
+    Add("Execute", grad);
+    v1::ExecuteRequest zero;
+    v1::Op clear;
+    *clear.mutable_zero_grad()->add_tensors() = H(9);
+    *clear.mutable_zero_grad()->add_tensors() = H(1);
+    v1::Op detach;
+    *detach.mutable_detach()->mutable_x() = H(9);
+    *zero.add_ops() = on;
+    *zero.add_ops() = clear;
+    *zero.add_ops() = detach;
+    zero.add_keep(2);
+    Add("Execute", zero);
   }
   {
     v1::FetchRequest r;

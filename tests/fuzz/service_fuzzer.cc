@@ -330,6 +330,7 @@ class Harness {
   // Back to: the live session open, holding exactly the presets.
   void Restore() {
     std::set<uint64_t> live;
+    bool tracked = false;
     if (!session_.empty()) {
       grpc::ClientContext ctx;
       v1::ListTensorsRequest req;
@@ -337,7 +338,12 @@ class Harness {
       v1::ListTensorsResponse resp;
       const grpc::Status s = stub_->ListTensors(&ctx, req, &resp);
       if (s.ok()) {
-        for (const v1::TensorInfo& t : resp.tensors()) live.insert(t.handle());
+        for (const v1::TensorInfo& t : resp.tensors()) {
+          live.insert(t.handle());
+          // A preset marked for autograd (or given a grad) is made anew,
+          // so that every input starts from the same state.
+          if (t.requires_grad()) tracked = true;
+        }
       } else {
         session_.clear();
       }
@@ -346,7 +352,7 @@ class Harness {
       session_ = OpenSession();
       handles_.clear();
     }
-    bool complete = handles_.size() == Presets().size();
+    bool complete = handles_.size() == Presets().size() && !tracked;
     for (uint64_t h : handles_) complete = complete && live.count(h) > 0;
     for (uint64_t h : live) {
       bool preset = false;

@@ -1,0 +1,586 @@
+// Autograd in the Runtime: recording ops (RecordGrad, called by Apply), the
+// autograd ops (requires_grad_, backward, grad, zero_grad, detach) and the
+// backward pass. The input gradients of each recorded op are
+// core/backward_ops.cc's; see core/autograd.h for the model.
+#include "core/autograd.h"
+
+#include <deque>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "core/grad_math.h"
+#include "core/runtime_impl.h"
+
+namespace tensord::core {
+namespace {
+
+using Kind = OpSpec::Kind;
+using TensorPtr = std::shared_ptr<const StoredTensor>;
+
+// Whether the backward of `op` reads input `i`'s values (else only its
+// metadata is kept, and its memory is not held by the graph).
+bool SavesInputData(const OpSpec& op, size_t i) {
+  switch (op.kind) {
+    case Kind::kBinary:
+      return op.binary != BinaryOp::kAdd && op.binary != BinaryOp::kSub;
+    case Kind::kUnary:
+      switch (op.unary) {
+        case UnaryOp::kAbs:
+        case UnaryOp::kLog:
+        case UnaryOp::kSilu:
+        case UnaryOp::kGelu:
+        case UnaryOp::kGeluTanh:
+          return true;
+        default:
+          return false;
+      }
+    case Kind::kReduce:
+      return op.reduce != ReduceOp::kSum && op.reduce != ReduceOp::kMean;
+    case Kind::kSoftmax:
+    case Kind::kPermute:
+    case Kind::kTranspose:
+    case Kind::kReshape:
+    case Kind::kNarrow:
+    case Kind::kSelect:
+    case Kind::kCat:
+    case Kind::kCast:
+    case Kind::kAvgPool2d:
+    case Kind::kAdaptiveAvgPool2d:
+    case Kind::kDropout:
+      return false;
+    case Kind::kLoss:  // nll/cross_entropy read the targets and the input
+      return true;
+    case Kind::kWhere:
+      return i == 0;  // the condition
+    default:
+      return true;
+  }
+}
+
+// Whether the backward of `op` reads its output's values.
+bool SavesOutputData(const OpSpec& op) {
+  switch (op.kind) {
+    case Kind::kUnary:
+      switch (op.unary) {
+        case UnaryOp::kExp:
+        case UnaryOp::kSqrt:
+        case UnaryOp::kRelu:
+        case UnaryOp::kSigmoid:
+        case UnaryOp::kTanh:
+          return true;
+        default:
+          return false;
+      }
+    case Kind::kSoftmax:
+      return true;
+    case Kind::kReduce:
+      return op.reduce != ReduceOp::kSum && op.reduce != ReduceOp::kMean;
+    case Kind::kBinary:
+      return op.binary == BinaryOp::kPow;
+    default:
+      return false;
+  }
+}
+
+// Whether gradients flow to input `i` of `op` at all (a loss's class
+// targets and a where's condition take none).
+bool Differentiable(const OpSpec& op, size_t i) {
+  switch (op.kind) {
+    case Kind::kBinary:
+      return !IsComparison(op.binary);
+    case Kind::kReduce:
+      return op.reduce != ReduceOp::kArgmax;
+    case Kind::kLoss:
+      return i == 0 || op.loss == LossKind::kMse;
+    case Kind::kWhere:
+      return i != 0;
+    case Kind::kInPlace:
+    case Kind::kRequiresGrad:
+    case Kind::kBackward:
+    case Kind::kGrad:
+    case Kind::kZeroGrad:
+    case Kind::kDetach:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// A tensor's metadata (and its memory, when `data`), without its autograd
+// state: what a node keeps.
+SavedTensor Save(const StoredTensor& t, bool data) {
+  auto copy = std::make_shared<StoredTensor>();
+  copy->device = t.device;
+  copy->dtype = t.dtype;
+  copy->shape = t.shape;
+  copy->nbytes = t.nbytes;
+  if (data) copy->buffer = t.buffer;
+  return SavedTensor{std::move(copy),
+                     t.buffer != nullptr ? t.buffer->version() : 0};
+}
+
+// PyTorch's legacy type name of a tensor, "torch.FloatTensor",
+// "torch.cuda.HalfTensor", for messages.
+std::string TorchTypeName(const StoredTensor& t) {
+  std::string_view name = "Tensor";
+  switch (t.dtype) {
+    case DType::kFloat32:
+      name = "FloatTensor";
+      break;
+    case DType::kFloat64:
+      name = "DoubleTensor";
+      break;
+    case DType::kFloat16:
+      name = "HalfTensor";
+      break;
+    case DType::kBFloat16:
+      name = "BFloat16Tensor";
+      break;
+    case DType::kInt32:
+      name = "IntTensor";
+      break;
+    case DType::kInt64:
+      name = "LongTensor";
+      break;
+    case DType::kBool:
+      name = "BoolTensor";
+      break;
+  }
+  return absl::StrCat(
+      t.device->kind() == DeviceKind::kCuda ? "torch.cuda." : "torch.",
+      ToAbsl(name));
+}
+
+// FAILED_PRECONDITION (PyTorch's message) unless every saved tensor of
+// `node` is at the version it was saved at.
+absl::Status CheckVersions(const GradNode& node) {
+  auto check = [&](const SavedTensor& s,
+                   std::string_view what) -> absl::Status {
+    if (s.data == nullptr || s.data->buffer == nullptr) {
+      return absl::OkStatus();
+    }
+    const uint64_t now = s.data->buffer->version();
+    if (now == s.version) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "one of the variables needed for gradient computation has been "
+        "modified by an inplace operation: [",
+        TorchTypeName(*s.data), " [", absl::StrJoin(s.data->shape.dims(), ", "),
+        "]], which is ", ToAbsl(what), " of ", node.Name(), ", is at version ",
+        now, "; expected version ", s.version, " instead."));
+  };
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    RETURN_IF_ERROR(check(node.inputs[i], absl::StrCat("input ", i)));
+  }
+  RETURN_IF_ERROR(check(node.output, "output 0"));
+  return check(node.extra, "the mask");
+}
+
+constexpr std::string_view kFreedGraph =
+    "Trying to backward through the graph a second time (or directly access "
+    "saved tensors after they have already been freed). Saved intermediate "
+    "values of the graph are freed when you call .backward() or "
+    "autograd.grad(). Specify retain_graph=True if you need to backward "
+    "through the graph a second time or if you need to access saved tensors "
+    "after calling backward.";
+
+}  // namespace
+
+std::string GradFnName(const OpSpec& op) {
+  auto unary = [](UnaryOp u) -> std::string_view {
+    switch (u) {
+      case UnaryOp::kNeg:
+        return "Neg";
+      case UnaryOp::kAbs:
+        return "Abs";
+      case UnaryOp::kExp:
+        return "Exp";
+      case UnaryOp::kLog:
+        return "Log";
+      case UnaryOp::kSqrt:
+        return "Sqrt";
+      case UnaryOp::kRelu:
+        return "Relu";
+      case UnaryOp::kSigmoid:
+        return "Sigmoid";
+      case UnaryOp::kTanh:
+        return "Tanh";
+      case UnaryOp::kSilu:
+        return "Silu";
+      case UnaryOp::kGelu:
+      case UnaryOp::kGeluTanh:
+        return "Gelu";
+    }
+    return "Unary";
+  };
+  const bool all = !op.dim.has_value() && op.reduce_dims.empty();
+  switch (op.kind) {
+    case Kind::kBinary:
+      switch (op.binary) {
+        case BinaryOp::kAdd:
+          return "AddBackward0";
+        case BinaryOp::kSub:
+          return op.scalar_first ? "RsubBackward1" : "SubBackward0";
+        case BinaryOp::kMul:
+          return "MulBackward0";
+        case BinaryOp::kDiv:
+          return "DivBackward0";
+        case BinaryOp::kMaximum:
+          return "MaximumBackward0";
+        case BinaryOp::kMinimum:
+          return "MinimumBackward0";
+        case BinaryOp::kPow:
+          return !op.scalar.has_value() ? "PowBackward1"
+                 : op.scalar_first      ? "PowBackward2"
+                                        : "PowBackward0";
+        default:
+          return "BinaryBackward0";
+      }
+    case Kind::kUnary:
+      return absl::StrCat(ToAbsl(unary(op.unary)), "Backward0");
+    case Kind::kMatMul:
+      return "MmBackward0";
+    case Kind::kLinear:
+      return op.inputs.size() > 2 ? "AddmmBackward0" : "MmBackward0";
+    case Kind::kReduce:
+      switch (op.reduce) {
+        case ReduceOp::kSum:
+          return all ? "SumBackward0" : "SumBackward1";
+        case ReduceOp::kMean:
+          return all ? "MeanBackward0" : "MeanBackward1";
+        case ReduceOp::kMax:
+          return all ? "MaxBackward1" : "AmaxBackward0";
+        case ReduceOp::kMin:
+          return all ? "MinBackward1" : "AminBackward0";
+        case ReduceOp::kNorm:
+          return all ? "NormBackward0" : "NormBackward1";
+        case ReduceOp::kArgmax:
+          return "ArgmaxBackward0";
+      }
+      return "ReduceBackward0";
+    case Kind::kSoftmax:
+      return op.log ? "LogSoftmaxBackward0" : "SoftmaxBackward0";
+    case Kind::kPermute:
+      return "PermuteBackward0";
+    case Kind::kTranspose:
+      return "TransposeBackward0";
+    case Kind::kReshape:
+      return "ViewBackward0";
+    case Kind::kNarrow:
+      return "SliceBackward0";
+    case Kind::kSelect:
+      return "SelectBackward0";
+    case Kind::kCat:
+      return "CatBackward0";
+    case Kind::kCast:
+      return "ToCopyBackward0";
+    case Kind::kClamp:
+      return "ClampBackward1";
+    case Kind::kWhere:
+      return "WhereBackward0";
+    case Kind::kConv2d:
+      return "ConvolutionBackward0";
+    case Kind::kMaxPool2d:
+      return "MaxPool2DWithIndicesBackward0";
+    case Kind::kAvgPool2d:
+      return "AvgPool2DBackward0";
+    case Kind::kAdaptiveAvgPool2d:
+      return "AdaptiveAvgPool2DBackward0";
+    case Kind::kDropout:
+      return "NativeDropoutBackward0";
+    case Kind::kLoss:
+      return op.loss == LossKind::kMse ? "MseLossBackward0"
+                                       : "NllLossBackward0";
+    default:
+      return absl::StrCat(OpName(op), "Backward0");
+  }
+}
+
+std::string GradNode::Name() const { return GradFnName(op); }
+
+void Runtime::Impl::RecordGrad(const OpSpec& op, std::span<const Value> in,
+                               const TensorPtr& result, TensorPtr extra) {
+  if (op.no_grad || !IsFloating(result->dtype)) return;
+  std::vector<GradEdge> next(in.size());
+  bool any = false;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!Differentiable(op, i)) continue;
+    const AutogradMeta& meta = *in[i].tensor->autograd;
+    absl::MutexLock lock(&meta.mu);
+    if (meta.grad_fn != nullptr) {
+      next[i].node = meta.grad_fn;
+    } else if (meta.requires_grad) {
+      next[i].leaf = in[i].tensor;
+      next[i].is_leaf = true;
+    } else {
+      continue;
+    }
+    any = true;
+  }
+  if (!any) return;
+  auto node = std::make_shared<GradNode>();
+  node->op = op;
+  node->op.inputs.clear();
+  node->op.inputs.resize(in.size());  // the count, for names and arity
+  node->next = std::move(next);
+  node->inputs.reserve(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    node->inputs.push_back(Save(*in[i].tensor, SavesInputData(op, i)));
+  }
+  node->output = Save(*result, SavesOutputData(op));
+  if (extra != nullptr) node->extra = Save(*extra, true);
+  AutogradMeta& meta = *result->autograd;
+  absl::MutexLock lock(&meta.mu);
+  meta.grad_fn = std::move(node);
+}
+
+absl::Status Runtime::Impl::CheckInPlaceGrad(const OpSpec& op,
+                                             std::span<const Value> in) {
+  if (op.no_grad) return absl::OkStatus();
+  const AutogradMeta& self = *in[0].tensor->autograd;
+  bool leaf = false, in_graph = false;
+  {
+    absl::MutexLock lock(&self.mu);
+    leaf = self.requires_grad && self.grad_fn == nullptr;
+    in_graph = self.grad_fn != nullptr;
+  }
+  if (leaf) {
+    return absl::FailedPreconditionError(
+        "a leaf Variable that requires grad is being used in an in-place "
+        "operation.");
+  }
+  for (size_t i = 1; i < in.size() && !in_graph; ++i) {
+    in_graph = in[i].tensor->autograd->Tracked();
+  }
+  if (in_graph) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        OpName(op),
+        " on a tensor that requires grad is not recorded for autograd by "
+        "tensord yet: write it out of place (y = x + z), or send it with "
+        "no_grad"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::ApplyAutograd(
+    const OpSpec& op, std::span<const Value> in) {
+  const TensorPtr& x = in[0].tensor;
+  AutogradMeta& meta = *x->autograd;
+  switch (op.kind) {
+    case Kind::kRequiresGrad: {
+      absl::MutexLock lock(&meta.mu);
+      if (meta.grad_fn != nullptr) {
+        if (op.requires_grad) return in[0];  // it does already
+        return absl::FailedPreconditionError(
+            "you can only change requires_grad flags of leaf variables. If "
+            "you want to use a computed variable in a subgraph that doesn't "
+            "require differentiation use var_no_grad = var.detach().");
+      }
+      meta.requires_grad = op.requires_grad;
+      return in[0];
+    }
+    case Kind::kBackward:
+      RETURN_IF_ERROR(Backward(x, in.size() > 1 ? in[1].tensor.get() : nullptr,
+                               op.retain_graph));
+      return in[0];
+    case Kind::kZeroGrad:
+      for (const Value& v : in) {
+        AutogradMeta& m = *v.tensor->autograd;
+        absl::MutexLock lock(&m.mu);
+        m.grad.reset();
+      }
+      return in[0];
+    case Kind::kGrad: {
+      TensorPtr grad;
+      {
+        absl::MutexLock lock(&meta.mu);
+        grad = meta.grad;
+      }
+      if (grad == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the tensor's grad is None: ",
+            meta.GradFn() != nullptr
+                ? "it is not a leaf (grads accumulate in leaves only)"
+            : meta.Tracked() ? "no backward has reached it since it was set"
+                             : "it does not require grad"));
+      }
+      // The grad's memory under a new handle. (A backward gives the leaf a
+      // new grad tensor; this handle keeps the values it had.)
+      return Value{Save(*grad, true).data, std::nullopt};
+    }
+    case Kind::kDetach:
+      return Value{Save(*x, true).data, std::nullopt};
+    default:
+      return absl::InternalError(
+          absl::StrCat("ApplyAutograd: not an autograd op: ", OpName(op)));
+  }
+}
+
+absl::Status Runtime::Impl::Backward(const TensorPtr& root,
+                                     const StoredTensor* grad,
+                                     bool retain_graph) {
+  std::shared_ptr<GradNode> fn;
+  bool leaf = false;
+  {
+    const AutogradMeta& meta = *root->autograd;
+    absl::MutexLock lock(&meta.mu);
+    fn = meta.grad_fn;
+    leaf = meta.requires_grad;
+  }
+  if (fn == nullptr && !leaf) {
+    return absl::FailedPreconditionError(
+        "element 0 of tensors does not require grad and does not have a "
+        "grad_fn");
+  }
+  RETURN_IF_ERROR(
+      CheckBackwardRoot(root->shape, grad != nullptr ? &grad->shape : nullptr));
+  GradMath math(*this, root->device);
+  TensorPtr seed;
+  if (grad != nullptr) {
+    ASSIGN_OR_RETURN(seed, math.Cast(Save(*grad, true).data, root->dtype));
+  } else {
+    ASSIGN_OR_RETURN(Output ones,
+                     AllocateOutput(math.slot(), root->dtype, root->shape));
+    FillSpec fill;
+    fill.kind = FillSpec::Kind::kOnes;
+    RETURN_IF_ERROR(root->device->Launch({fill, {}, ones.ref()}));
+    seed = Stored(math.slot(), std::move(ones));
+  }
+
+  // The leaves' gradients of this pass, summed per leaf. Nothing is
+  // written into a leaf until every gradient is computed, so a failed
+  // backward leaves every grad as it was.
+  std::vector<std::pair<TensorPtr, TensorPtr>> leaf_grads;
+  absl::flat_hash_map<const StoredTensor*, size_t> leaf_index;
+  auto add_leaf = [&](const TensorPtr& target, TensorPtr g) -> absl::Status {
+    GradMath m(*this, target->device);
+    ASSIGN_OR_RETURN(g, m.Cast(g, target->dtype));
+    if (!(g->shape == target->shape)) {
+      return absl::InternalError(
+          absl::StrCat("autograd: a gradient of shape ", g->shape.ToString(),
+                       " for a tensor of shape ", target->shape.ToString()));
+    }
+    auto [it, added] = leaf_index.try_emplace(target.get(), leaf_grads.size());
+    if (added) {
+      leaf_grads.emplace_back(target, std::move(g));
+    } else {
+      TensorPtr& sum = leaf_grads[it->second].second;
+      ASSIGN_OR_RETURN(sum, m.Bin(BinaryOp::kAdd, sum, g));
+    }
+    return absl::OkStatus();
+  };
+  // Each leaf's new grad: its old one plus this pass's, or a copy of this
+  // pass's (which may share memory with another gradient), all made before
+  // any is set. A grad is a new tensor each time: a handle taken on an
+  // earlier grad keeps its values.
+  auto commit = [&]() -> absl::Status {
+    std::vector<TensorPtr> updated;
+    updated.reserve(leaf_grads.size());
+    for (auto& [target, g] : leaf_grads) {
+      GradMath m(*this, target->device);
+      TensorPtr old;
+      {
+        absl::MutexLock lock(&target->autograd->mu);
+        old = target->autograd->grad;
+      }
+      if (old == nullptr) {
+        ASSIGN_OR_RETURN(Output copy, CastOut(*g, g->dtype));
+        updated.push_back(Stored(m.slot(), std::move(copy)));
+      } else {
+        ASSIGN_OR_RETURN(TensorPtr sum, m.Bin(BinaryOp::kAdd, old, g));
+        updated.push_back(std::move(sum));
+      }
+    }
+    for (size_t i = 0; i < leaf_grads.size(); ++i) {
+      AutogradMeta& meta = *leaf_grads[i].first->autograd;
+      absl::MutexLock lock(&meta.mu);
+      meta.grad = std::move(updated[i]);
+    }
+    return absl::OkStatus();
+  };
+  if (fn == nullptr) {
+    RETURN_IF_ERROR(add_leaf(root, seed));
+    return commit();
+  }
+
+  // The nodes reachable from the root, with how many edges reach each.
+  absl::flat_hash_map<GradNode*, int> deps;
+  std::vector<std::shared_ptr<GradNode>> nodes{fn};
+  absl::flat_hash_set<GradNode*> seen{fn.get()};
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (const GradEdge& e : nodes[i]->next) {
+      if (e.node == nullptr) continue;
+      ++deps[e.node.get()];
+      if (seen.insert(e.node.get()).second) nodes.push_back(e.node);
+    }
+  }
+  // Each node runs once every node that feeds it has added its gradient.
+  absl::flat_hash_map<GradNode*, TensorPtr> pending{{fn.get(), seed}};
+  std::deque<std::shared_ptr<GradNode>> ready{fn};
+  while (!ready.empty()) {
+    std::shared_ptr<GradNode> node = std::move(ready.front());
+    ready.pop_front();
+    TensorPtr g;
+    if (auto it = pending.find(node.get()); it != pending.end()) {
+      g = std::move(it->second);
+      pending.erase(it);
+    }
+    std::vector<TensorPtr> grads(node->next.size());
+    if (g != nullptr) {
+      {
+        absl::MutexLock lock(&node->mu);
+        if (node->released)
+          return absl::FailedPreconditionError(ToAbsl(kFreedGraph));
+      }
+      RETURN_IF_ERROR(CheckVersions(*node));
+      ASSIGN_OR_RETURN(grads, InputGrads(*node, g));
+      g.reset();
+    }
+    for (size_t i = 0; i < node->next.size(); ++i) {
+      const GradEdge& e = node->next[i];
+      TensorPtr gi = i < grads.size() ? std::move(grads[i]) : nullptr;
+      if (gi != nullptr && e.active()) {
+        GradMath m(*this, gi->device);
+        ASSIGN_OR_RETURN(gi, m.Cast(gi, node->inputs[i].data->dtype));
+      }
+      if (e.node != nullptr) {
+        if (gi != nullptr) {
+          TensorPtr& sum = pending[e.node.get()];
+          if (sum == nullptr) {
+            sum = std::move(gi);
+          } else {
+            GradMath m(*this, gi->device);
+            ASSIGN_OR_RETURN(sum, m.Bin(BinaryOp::kAdd, sum, gi));
+          }
+        }
+        if (--deps[e.node.get()] == 0) ready.push_back(e.node);
+      } else if (e.is_leaf && gi != nullptr) {
+        if (TensorPtr target = e.leaf.lock()) {
+          RETURN_IF_ERROR(add_leaf(target, std::move(gi)));
+        }
+      }
+    }
+  }
+  RETURN_IF_ERROR(commit());
+  if (!retain_graph) {
+    for (const std::shared_ptr<GradNode>& node : nodes) {
+      absl::MutexLock lock(&node->mu);
+      bool had_data = false;
+      for (SavedTensor* s : {&node->output, &node->extra}) {
+        if (s->data != nullptr && s->data->buffer != nullptr) had_data = true;
+      }
+      for (const SavedTensor& s : node->inputs) {
+        if (s.data->buffer != nullptr) had_data = true;
+      }
+      if (!had_data) continue;  // nothing to free: it may run again
+      node->released = true;
+      for (SavedTensor& s : node->inputs) s = Save(*s.data, false);
+      if (node->output.data != nullptr) {
+        node->output = Save(*node->output.data, false);
+      }
+      node->extra = SavedTensor{};
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tensord::core

@@ -1,0 +1,102 @@
+// Autograd's data: what a stored tensor knows about its gradient, and the
+// graph nodes that ops record. Autograd lives in the server, next to the
+// tensors, so every client language gets it through the proto.
+//
+// A tensor requires grad when it is a leaf the client marked
+// (requires_grad_) or the result of an op recorded with an input that
+// requires grad (it then has a grad_fn). Recording (Runtime::Impl::Apply,
+// core/autograd.cc) happens for every op on such inputs unless the op is
+// sent with no_grad; a node keeps the forward op, the data of the inputs
+// (and output) its backward reads, each with its memory's version at the
+// time (Buffer::version), and one edge per input: the input's grad_fn, or
+// the leaf itself. backward(root) (core/autograd.cc) visits the nodes
+// reachable from the root's grad_fn in dependency order, computes each
+// node's input grads from its output grad with the same kernels as the
+// forward ops (core/backward_ops.cc), and accumulates them into the leaves'
+// grads; unless the graph is retained it frees the saved tensors, and a
+// second backward through those nodes is FAILED_PRECONDITION (PyTorch's
+// message).
+//
+// Cycles cannot form: what a node saves is a copy of the tensor's metadata
+// sharing its memory but not its AutogradMeta, and leaves are held weakly
+// (a released leaf's grad is dropped, as PyTorch drops a dead variable's).
+//
+// Thread-safety: AutogradMeta and GradNode guard their mutable state with
+// their own mutexes; the rest is set before the object is shared.
+#ifndef TENSORD_CORE_AUTOGRAD_H_
+#define TENSORD_CORE_AUTOGRAD_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "core/ops.h"
+
+namespace tensord::core {
+
+struct StoredTensor;  // core/handle_table.h
+struct GradNode;
+
+// What a tensor knows about its gradient. Every stored tensor has one.
+struct AutogradMeta {
+  mutable absl::Mutex mu;
+  // A leaf the client asked gradients for.
+  bool requires_grad ABSL_GUARDED_BY(mu) = false;
+  // The op that made the tensor, when recorded (then it is not a leaf).
+  std::shared_ptr<GradNode> grad_fn ABSL_GUARDED_BY(mu);
+  // The accumulated gradient of a leaf (null: None).
+  std::shared_ptr<const StoredTensor> grad ABSL_GUARDED_BY(mu);
+
+  // requires_grad (leaf) or grad_fn set: autograd tracks this tensor.
+  bool Tracked() const {
+    absl::MutexLock lock(&mu);
+    return requires_grad || grad_fn != nullptr;
+  }
+  std::shared_ptr<GradNode> GradFn() const {
+    absl::MutexLock lock(&mu);
+    return grad_fn;
+  }
+};
+
+// A tensor a node keeps for its backward: a copy of its metadata sharing
+// its memory (buffer null when the backward needs only the metadata), and
+// the memory's version when it was saved.
+struct SavedTensor {
+  std::shared_ptr<const StoredTensor> data;
+  uint64_t version = 0;
+};
+
+// Where an input's gradient goes: the node that made the input, or the
+// leaf itself; neither when the input does not require grad.
+struct GradEdge {
+  std::shared_ptr<GradNode> node;
+  std::weak_ptr<const StoredTensor> leaf;
+  bool is_leaf = false;
+  bool active() const { return node != nullptr || is_leaf; }
+};
+
+// One recorded op. Its only output is the tensor whose grad_fn it is.
+struct GradNode {
+  OpSpec op;                        // the forward op (operands cleared)
+  std::vector<SavedTensor> inputs;  // one per forward input
+  SavedTensor output;               // data only for ops that read it
+  SavedTensor extra;                // dropout: the mask it applied
+  std::vector<GradEdge> next;       // one per forward input
+
+  // PyTorch's name for the node: "MulBackward0", "ConvolutionBackward0".
+  std::string Name() const;
+
+  absl::Mutex mu;
+  // backward ran without retain_graph: the saved tensors are gone.
+  bool released ABSL_GUARDED_BY(mu) = false;
+};
+
+// PyTorch's grad_fn name of a node recording `op`.
+std::string GradFnName(const OpSpec& op);
+
+}  // namespace tensord::core
+
+#endif  // TENSORD_CORE_AUTOGRAD_H_

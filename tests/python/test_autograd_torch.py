@@ -1,0 +1,289 @@
+"""Autograd in the server, over the wire, compared with PyTorch's:
+Python stubs generated from tensord.proto drive a real daemon. Seed 001's
+CIFAR-10 network runs forward, cross_entropy and backward as one Execute,
+and every parameter's grad matches torch.autograd's on the same inputs
+(float64, 1e-10); so do conv2d and pooling grads over stride, padding,
+dilation and groups; a hand-written SGD step under no_grad matches torch's;
+and the autograd errors carry PyTorch's own messages. Needs Debian's
+python3-torch (test-only; deploy/install-deps.sh).
+
+  test_autograd_torch.py TENSORD PROTO_ROOT
+"""
+import os
+import sys
+import unittest
+
+import grpc
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "e2e"))
+from daemon import Daemon  # noqa: E402
+import tensord_stubs  # noqa: E402  (beside this file)
+
+TENSORD, PROTO_ROOT = sys.argv[1], sys.argv[2]
+pb, pb_grpc = tensord_stubs.load(PROTO_ROOT)
+
+NP = {pb.FLOAT32: np.float32, pb.FLOAT64: np.float64, pb.INT64: np.int64}
+PB = {np.dtype(v): k for k, v in NP.items()}
+
+
+def h(info):
+    return pb.Operand(handle=info.handle)
+
+
+def r(i):
+    return pb.Operand(result_of=i)
+
+
+class AutogradTorchTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        torch.set_num_threads(1)
+        cls.daemon = Daemon(TENSORD)
+        cls.channel = grpc.insecure_channel(cls.daemon.address)
+        cls.stub = pb_grpc.TensorServiceStub(cls.channel)
+        cls.session = cls.stub.OpenSession(
+            pb.OpenSessionRequest(client_name="py-autograd")).session
+        cls.rng = np.random.default_rng(12)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stub.CloseSession(pb.CloseSessionRequest(session=cls.session))
+        cls.channel.close()
+        code, log = cls.daemon.stop()
+        cls.daemon.__exit__(None, None, None)
+        assert code == 0, log
+
+    def create(self, array, requires_grad=False):
+        array = np.asarray(array).copy(order="C")
+        info = self.stub.Create(pb.CreateRequest(
+            session=self.session, device="cpu", dtype=PB[array.dtype],
+            shape=list(array.shape), data=array.tobytes())).tensor
+        if requires_grad:
+            info = self.run_op(requires_grad=pb.RequiresGradArgs(x=h(info)))
+            self.assertTrue(info.requires_grad)
+        return info
+
+    def fetch(self, info):
+        data = b"".join(c.data for c in self.stub.Fetch(
+            pb.FetchRequest(session=self.session, handle=info.handle)))
+        return np.frombuffer(data, dtype=NP[info.dtype]).reshape(list(info.shape))
+
+    def run_op(self, **kind):
+        return self.stub.Run(pb.RunRequest(session=self.session,
+                                           op=pb.Op(**kind))).tensor
+
+    def execute(self, ops, keep):
+        return self.stub.Execute(pb.ExecuteRequest(
+            session=self.session, ops=ops, keep=keep)).kept
+
+    def grad(self, info):
+        return self.fetch(self.run_op(grad=pb.GradArgs(x=h(info))))
+
+    def error_of(self, call):
+        with self.assertRaises(grpc.RpcError) as err:
+            call()
+        return err.exception
+
+    def torch_error(self, call):
+        with self.assertRaises(RuntimeError) as err:
+            call()
+        return str(err.exception)
+
+    def test_seed_001_net_gradients_match_torch(self):
+        # Conv2d(3,6,5) -> ReLU -> MaxPool2d(2,2) -> Conv2d(6,16,5) -> ReLU ->
+        # MaxPool2d(2,2) -> flatten -> Linear(400,120) -> ReLU ->
+        # Linear(120,84) -> ReLU -> Linear(84,10); CrossEntropyLoss.
+        shapes = {"conv1.weight": (6, 3, 5, 5), "conv1.bias": (6,),
+                  "conv2.weight": (16, 6, 5, 5), "conv2.bias": (16,),
+                  "fc1.weight": (120, 400), "fc1.bias": (120,),
+                  "fc2.weight": (84, 120), "fc2.bias": (84,),
+                  "fc3.weight": (10, 84), "fc3.bias": (10,)}
+        params = {k: self.rng.standard_normal(s) * 0.1 for k, s in shapes.items()}
+        x = self.rng.standard_normal((4, 3, 32, 32))
+        labels = np.array([3, 0, 9, 5], dtype=np.int64)
+        remote = {k: self.create(v, requires_grad=True) for k, v in params.items()}
+        tx, tl = self.create(x), self.create(labels)
+
+        P = lambda k: h(remote[k])  # noqa: E731
+        ops = [
+            pb.Op(conv2d=pb.Conv2dArgs(x=h(tx), weight=P("conv1.weight"),
+                                       bias=P("conv1.bias"))),          # 0
+            pb.Op(unary=pb.UnaryArgs(op=pb.RELU, x=r(0))),              # 1
+            pb.Op(pool2d=pb.Pool2dArgs(op=pb.MAX_POOL, x=r(1),
+                                       kernel_size=[2], stride=[2])),   # 2
+            pb.Op(conv2d=pb.Conv2dArgs(x=r(2), weight=P("conv2.weight"),
+                                       bias=P("conv2.bias"))),          # 3
+            pb.Op(unary=pb.UnaryArgs(op=pb.RELU, x=r(3))),              # 4
+            pb.Op(pool2d=pb.Pool2dArgs(op=pb.MAX_POOL, x=r(4),
+                                       kernel_size=[2], stride=[2])),   # 5
+            pb.Op(reshape=pb.ReshapeArgs(x=r(5), shape=[4, 400])),      # 6
+            pb.Op(linear=pb.LinearArgs(x=r(6), weight=P("fc1.weight"),
+                                       bias=P("fc1.bias"))),            # 7
+            pb.Op(unary=pb.UnaryArgs(op=pb.RELU, x=r(7))),              # 8
+            pb.Op(linear=pb.LinearArgs(x=r(8), weight=P("fc2.weight"),
+                                       bias=P("fc2.bias"))),            # 9
+            pb.Op(unary=pb.UnaryArgs(op=pb.RELU, x=r(9))),              # 10
+            pb.Op(linear=pb.LinearArgs(x=r(10), weight=P("fc3.weight"),
+                                       bias=P("fc3.bias"))),            # 11
+            pb.Op(loss=pb.LossArgs(op=pb.CROSS_ENTROPY, input=r(11),
+                                   target=h(tl))),                      # 12
+            pb.Op(backward=pb.BackwardArgs(root=r(12))),                # 13
+        ]
+        (loss,) = self.execute(ops, keep=[13])
+        self.assertEqual(loss.grad_fn, "NllLossBackward0")
+
+        t = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+        y = F.max_pool2d(F.relu(F.conv2d(torch.from_numpy(x), t["conv1.weight"],
+                                         t["conv1.bias"])), 2, 2)
+        y = F.max_pool2d(F.relu(F.conv2d(y, t["conv2.weight"], t["conv2.bias"])),
+                         2, 2)
+        y = torch.flatten(y, 1)
+        y = F.relu(F.linear(y, t["fc1.weight"], t["fc1.bias"]))
+        y = F.relu(F.linear(y, t["fc2.weight"], t["fc2.bias"]))
+        y = F.linear(y, t["fc3.weight"], t["fc3.bias"])
+        want = F.cross_entropy(y, torch.from_numpy(labels))
+        want.backward()
+        np.testing.assert_allclose(self.fetch(loss), want.detach().numpy(),
+                                   rtol=1e-12)
+        for k in params:
+            np.testing.assert_allclose(self.grad(remote[k]), t[k].grad.numpy(),
+                                       rtol=1e-10, atol=1e-12, err_msg=k)
+
+    def test_window_op_gradients_match_torch(self):
+        convs = [((2, 3, 7, 9), (4, 3, 3, 2), 1, (2, 1), (1, 0), 1),
+                 ((1, 4, 8, 8), (6, 2, 3, 3), 2, 1, 1, (2, 1)),
+                 ((3, 6, 5, 6), (6, 1, 3, 3), 6, 2, 1, 1),
+                 ((3, 5, 5), (2, 3, 3, 3), 1, 1, 2, 2)]  # unbatched
+        for xs, ws, groups, stride, padding, dilation in convs:
+            x = self.rng.standard_normal(xs)
+            w = self.rng.standard_normal(ws)
+            b = self.rng.standard_normal(ws[0])
+            tx, tw, tb = (self.create(v, requires_grad=True) for v in (x, w, b))
+            up = self.rng.standard_normal(
+                F.conv2d(torch.from_numpy(x), torch.from_numpy(w),
+                         stride=stride, padding=padding, dilation=dilation,
+                         groups=groups).shape)
+            tu = self.create(up)
+            pairs = lambda v: [v] if isinstance(v, int) else list(v)  # noqa: E731
+            self.execute([
+                pb.Op(conv2d=pb.Conv2dArgs(
+                    x=h(tx), weight=h(tw), bias=h(tb), stride=pairs(stride),
+                    padding=pairs(padding), dilation=pairs(dilation),
+                    groups=groups)),
+                pb.Op(backward=pb.BackwardArgs(root=r(0), gradient=h(tu))),
+            ], keep=[])
+            X, W, B = (torch.tensor(v, requires_grad=True) for v in (x, w, b))
+            F.conv2d(X, W, B, stride=stride, padding=padding, dilation=dilation,
+                     groups=groups).backward(torch.from_numpy(up))
+            for remote, local in ((tx, X), (tw, W), (tb, B)):
+                np.testing.assert_allclose(self.grad(remote), local.grad.numpy(),
+                                           rtol=1e-10, atol=1e-12,
+                                           err_msg=str((xs, ws)))
+        pools = [("max", 2, 2, 0, 1, True), ("max", (3, 2), (2, 1), 1, (1, 2), True),
+                 ("avg", 3, 2, 1, 1, True), ("avg", 3, 2, 1, 1, False),
+                 ("avg", (2, 3), 1, (1, 0), 1, False)]
+        for kind, k, s, p, d, include in pools:
+            x = self.rng.standard_normal((2, 3, 7, 6))
+            tx = self.create(x, requires_grad=True)
+            args = pb.Pool2dArgs(op=pb.MAX_POOL if kind == "max" else pb.AVG_POOL,
+                                 x=h(tx), kernel_size=np.atleast_1d(k).tolist(),
+                                 stride=np.atleast_1d(s).tolist(),
+                                 padding=np.atleast_1d(p).tolist())
+            X = torch.tensor(x, requires_grad=True)
+            if kind == "max":
+                args.dilation.extend(np.atleast_1d(d).tolist())
+                y = F.max_pool2d(X, k, s, p, d)
+            else:
+                args.exclude_pad = not include
+                y = F.avg_pool2d(X, k, s, p, count_include_pad=include)
+            up = self.rng.standard_normal(y.shape)
+            y.backward(torch.from_numpy(up))
+            self.execute([pb.Op(pool2d=args),
+                          pb.Op(backward=pb.BackwardArgs(
+                              root=r(0), gradient=h(self.create(up))))], keep=[])
+            np.testing.assert_allclose(self.grad(tx), X.grad.numpy(), rtol=1e-10,
+                                       atol=1e-12, err_msg=str((kind, k, s, p, d)))
+
+    def test_sgd_steps_under_no_grad_match_torch(self):
+        w0 = self.rng.standard_normal((3, 4))
+        x = self.rng.standard_normal((5, 4))
+        target = self.rng.standard_normal((5, 3))
+        tw = self.create(w0, requires_grad=True)
+        tx, tt = self.create(x), self.create(target)
+        W = torch.tensor(w0, requires_grad=True)
+        for _ in range(3):
+            self.execute([
+                pb.Op(linear=pb.LinearArgs(x=h(tx), weight=h(tw))),        # 0
+                pb.Op(loss=pb.LossArgs(op=pb.MSE_LOSS, input=r(0),
+                                       target=h(tt))),                     # 1
+                pb.Op(backward=pb.BackwardArgs(root=r(1))),                # 2
+                pb.Op(grad=pb.GradArgs(x=h(tw))),                          # 3
+                pb.Op(in_place=pb.InPlaceArgs(
+                    op=pb.AXPY_, target=h(tw), other=r(3),
+                    alpha=pb.Scalar(float_value=-0.1)), no_grad=True),     # 4
+                pb.Op(zero_grad=pb.ZeroGradArgs(tensors=[h(tw)])),         # 5
+            ], keep=[])
+            F.mse_loss(F.linear(torch.from_numpy(x), W),
+                       torch.from_numpy(target)).backward()
+            with torch.no_grad():
+                W -= 0.1 * W.grad
+            W.grad = None
+        np.testing.assert_allclose(self.fetch(tw), W.detach().numpy(), rtol=1e-12)
+
+    def test_errors_carry_pytorchs_messages(self):
+        x = self.create(np.array([1.0, 2.0]), requires_grad=True)
+        X = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+        y = self.run_op(binary=pb.BinaryArgs(op=pb.MUL, lhs=h(x), rhs=h(x)))
+        self.assertEqual(y.grad_fn, "MulBackward0")
+        err = self.error_of(lambda: self.run_op(backward=pb.BackwardArgs(root=h(y))))
+        self.assertEqual(err.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(err.details(), self.torch_error(lambda: (X * X).backward()))
+
+        s = self.run_op(reduce=pb.ReduceArgs(op=pb.SUM, x=h(y)))
+        self.run_op(backward=pb.BackwardArgs(root=h(s)))
+        err = self.error_of(lambda: self.run_op(backward=pb.BackwardArgs(root=h(s))))
+        self.assertEqual(err.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        S = (X * X).sum()
+        S.backward()
+        self.assertEqual(err.details(), self.torch_error(S.backward))
+
+        err = self.error_of(lambda: self.run_op(in_place=pb.InPlaceArgs(
+            op=pb.ADD_, target=h(x), scalar=pb.Scalar(float_value=1))))
+        self.assertEqual(err.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertEqual(err.details(), self.torch_error(lambda: X.add_(1)))
+
+        plain = self.create(np.array([1.0, 2.0]))
+        total = self.run_op(reduce=pb.ReduceArgs(op=pb.SUM, x=h(plain)))
+        err = self.error_of(lambda: self.run_op(backward=pb.BackwardArgs(root=h(total))))
+        self.assertEqual(err.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertEqual(err.details(), self.torch_error(
+            lambda: torch.tensor([1.0, 2.0]).sum().backward()))
+
+        ints = self.create(np.array([1, 2], dtype=np.int64))
+        err = self.error_of(lambda: self.run_op(
+            requires_grad=pb.RequiresGradArgs(x=h(ints))))
+        self.assertEqual(err.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(err.details(), self.torch_error(
+            lambda: torch.tensor([1, 2]).requires_grad_()))
+
+        # An in-place change to a tensor saved for backward: PyTorch's text up
+        # to the saving op (it says "output 0 of", naming the op that made the
+        # saved tensor; tensord names the op that saved it).
+        w = self.create(np.array([3.0, 4.0]))
+        z = self.run_op(binary=pb.BinaryArgs(op=pb.MUL, lhs=h(x), rhs=h(w)))
+        zs = self.run_op(reduce=pb.ReduceArgs(op=pb.SUM, x=h(z)))
+        self.run_op(in_place=pb.InPlaceArgs(op=pb.ADD_, target=h(w),
+                                            scalar=pb.Scalar(float_value=1)))
+        err = self.error_of(lambda: self.run_op(backward=pb.BackwardArgs(root=h(zs))))
+        self.assertEqual(err.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("one of the variables needed for gradient computation has "
+                      "been modified by an inplace operation: "
+                      "[torch.DoubleTensor [2]], which is input 1 of MulBackward0, "
+                      "is at version 1; expected version 0 instead.", err.details())
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
