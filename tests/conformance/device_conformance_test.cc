@@ -909,29 +909,32 @@ TEST_P(ConformanceTest, WhereEveryDTypeAndBroadcast) {
 
 // im2col: every element of the columns is its window's input element or
 // the padding bits, by the formula of core/device.h, for every element size.
+// A window over [n, c, h, w]: stride s down and s + 1 across, padding p,
+// dilation d down and 1 across (the im2col and col2im cases).
+WindowDims TestWindow(int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh,
+                      int64_t kw, int64_t s, int64_t p, int64_t d) {
+  WindowDims win;
+  win.n = n;
+  win.c = c;
+  win.h = h;
+  win.w = w;
+  win.kh = kh;
+  win.kw = kw;
+  win.sh = s;
+  win.sw = s + 1;
+  win.ph = p;
+  win.pw = p;
+  win.dh = d;
+  win.dw = 1;
+  win.oh = (h + 2 * p - d * (kh - 1) - 1) / s + 1;
+  win.ow = (w + 2 * p - (kw - 1) - 1) / (s + 1) + 1;
+  return win;
+}
+
 TEST_P(ConformanceTest, Im2ColEveryDTypeAndWindow) {
-  auto window = [](int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh,
-                   int64_t kw, int64_t s, int64_t p, int64_t d) {
-    WindowDims win;
-    win.n = n;
-    win.c = c;
-    win.h = h;
-    win.w = w;
-    win.kh = kh;
-    win.kw = kw;
-    win.sh = s;
-    win.sw = s + 1;
-    win.ph = p;
-    win.pw = p;
-    win.dh = d;
-    win.dw = 1;
-    win.oh = (h + 2 * p - d * (kh - 1) - 1) / s + 1;
-    win.ow = (w + 2 * p - (kw - 1) - 1) / (s + 1) + 1;
-    return win;
-  };
   const std::vector<WindowDims> cases = {
-      window(2, 3, 5, 6, 3, 2, 1, 1, 1), window(1, 1, 4, 4, 4, 4, 1, 0, 1),
-      window(3, 2, 9, 7, 2, 3, 2, 1, 2), window(1, 4, 32, 32, 5, 5, 1, 2, 1)};
+      TestWindow(2, 3, 5, 6, 3, 2, 1, 1, 1), TestWindow(1, 1, 4, 4, 4, 4, 1, 0, 1),
+      TestWindow(3, 2, 9, 7, 2, 3, 2, 1, 2), TestWindow(1, 4, 32, 32, 5, 5, 1, 2, 1)};
   for (DType dtype : kAllDTypes) {
     const size_t elem = DTypeSize(dtype);
     for (const WindowDims& d : cases) {
@@ -971,29 +974,10 @@ TEST_P(ConformanceTest, Im2ColEveryDTypeAndWindow) {
 TEST_P(ConformanceTest, Col2ImSumsEveryWindowEntry) {
   // The adjoint of im2col: each input element gathers the column entries
   // whose windows read it (strides, padding, dilation, overlaps, gaps).
-  auto window = [](int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh,
-                   int64_t kw, int64_t s, int64_t p, int64_t d) {
-    WindowDims win;
-    win.n = n;
-    win.c = c;
-    win.h = h;
-    win.w = w;
-    win.kh = kh;
-    win.kw = kw;
-    win.sh = s;
-    win.sw = s + 1;
-    win.ph = p;
-    win.pw = p;
-    win.dh = d;
-    win.dw = 1;
-    win.oh = (h + 2 * p - d * (kh - 1) - 1) / s + 1;
-    win.ow = (w + 2 * p - (kw - 1) - 1) / (s + 1) + 1;
-    return win;
-  };
   const std::vector<WindowDims> cases = {
-      window(2, 3, 5, 6, 3, 2, 1, 1, 1), window(1, 1, 4, 4, 4, 4, 1, 0, 1),
-      window(3, 2, 9, 7, 2, 3, 2, 1, 2), window(1, 2, 8, 8, 1, 1, 3, 0, 1),
-      window(2, 4, 12, 12, 5, 5, 1, 2, 1)};
+      TestWindow(2, 3, 5, 6, 3, 2, 1, 1, 1), TestWindow(1, 1, 4, 4, 4, 4, 1, 0, 1),
+      TestWindow(3, 2, 9, 7, 2, 3, 2, 1, 2), TestWindow(1, 2, 8, 8, 1, 1, 3, 0, 1),
+      TestWindow(2, 4, 12, 12, 5, 5, 1, 2, 1)};
   for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16,
                       DType::kBFloat16}) {
     for (const WindowDims& d : cases) {
