@@ -57,7 +57,7 @@ test-asan: deps
 	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
 	cd $(ASAN_BUILD_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --output-on-failure -j $(JOBS) --timeout 600
+	  ctest --output-on-failure -j $(JOBS) --timeout 600 -LE long
 
 # The runtime and handle-table concurrency tests under ThreadSanitizer (core
 # only: Debian's gRPC is not TSan-instrumented). OpenBLAS's own threads are

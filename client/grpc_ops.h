@@ -88,6 +88,10 @@ Tensor& RunInPlace(Tensor& target, v1::InPlaceOp op, const Tensor* other,
 void RunOnTarget(const Tensor& target, v1::Op op);
 // `op` as this thread sends it: with no_grad under a NoGradGuard.
 void MarkGradMode(v1::Op& op);
+// Zeros of t's shape, dtype and device, in t's session.
+Tensor ZerosLike(const Tensor& t);
+// A tensor of t's shape, dtype and device in t's session, from `bytes`.
+Tensor FromBytesLike(const Tensor& t, std::string_view bytes);
 
 }  // namespace tensord::client::internal
 

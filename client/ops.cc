@@ -308,6 +308,27 @@ Tensor& RunInPlace(Tensor& target, v1::InPlaceOp op, const Tensor* other,
   return target;
 }
 
+Tensor ZerosLike(const Tensor& t) {
+  v1::CreateRequest request;
+  request.set_device(t.device().str());
+  request.set_dtype(DTypeToProto(t.dtype()));
+  request.mutable_shape()->Add(t.shape().begin(), t.shape().end());
+  request.mutable_fill()->set_kind(v1::Fill::ZEROS);
+  const std::shared_ptr<const Session>& session = TensorAccess::State(t)->session;
+  std::shared_ptr<const TensorState> made;
+  if (session->CreateOnStream(request, &made)) {
+    return TensorAccess::Make(std::move(made));
+  }
+  return TensorAccess::Make(
+      session->MakeTensor(&v1::TensorService::Stub::Create, std::move(request)));
+}
+
+Tensor FromBytesLike(const Tensor& t, std::string_view bytes) {
+  const std::shared_ptr<const Session>& session = TensorAccess::State(t)->session;
+  return TensorAccess::Make(session->Adopt(session->CreateFromBytes(
+      DTypeToProto(t.dtype()), t.shape(), bytes, t.device().str())));
+}
+
 void RunOnTarget(const Tensor& target, v1::Op op) {
   MarkGradMode(op);
   v1::RunRequest request;

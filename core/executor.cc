@@ -155,6 +155,9 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
       out = DropoutOut(x, op.dropout_p, op.train, op.seed,
                        !op.no_grad && x.autograd->Tracked() ? &extra : nullptr);
       break;
+    case OpSpec::Kind::kOptimizerStep:
+      RETURN_IF_ERROR(OptimizerStep(op, in));
+      return in[0];
     default:  // the autograd ops, above
       return absl::InternalError(absl::StrCat("Apply: ", OpName(op)));
   }

@@ -1,10 +1,12 @@
 #include "core/op_plan.h"
 
+#include <cmath>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/absl_compat.h"
 #include "core/op_checks.h"
 #include "core/status.h"
@@ -37,6 +39,9 @@ absl::Status CheckArity(const OpSpec& op, size_t n) {
     case OpSpec::Kind::kCat:
     case OpSpec::Kind::kZeroGrad:
       hi = 1024;
+      break;
+    case OpSpec::Kind::kOptimizerStep:
+      hi = 3 * 1024;
       break;
     case OpSpec::Kind::kBackward:
       hi = 2;
@@ -99,6 +104,92 @@ absl::StatusOr<OpResult> PlanInPlace(const OpSpec& op,
   RETURN_IF_ERROR(PlanBinary(bop, self, other ? &*other : nullptr, scalar,
                              &self, target)
                       .status());
+  return OpResult{in[0].dtype, in[0].shape, true};
+}
+
+// Python's repr of a float, as PyTorch's ValueError messages print it.
+std::string PyFloat(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::abs(v) < 1e16) {
+    return absl::StrFormat("%.1f", v);
+  }
+  return absl::StrFormat("%.17g", v).size() <= absl::StrFormat("%g", v).size()
+             ? absl::StrFormat("%.17g", v)
+             : absl::StrFormat("%g", v);
+}
+
+absl::Status CheckOptimizerArgs(const OptimizerArgs& a) {
+  auto invalid = [](std::string_view what, double v) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Invalid ", ToAbsl(what), ": ", PyFloat(v)));
+  };
+  if (!(a.lr >= 0)) return invalid("learning rate", a.lr);
+  if (a.kind == OptimizerKind::kSgd) {
+    if (!(a.momentum >= 0)) return invalid("momentum value", a.momentum);
+    if (!(a.weight_decay >= 0)) {
+      return invalid("weight_decay value", a.weight_decay);
+    }
+    if (a.nesterov && (a.momentum <= 0 || a.dampening != 0)) {
+      return absl::InvalidArgumentError(
+          "Nesterov momentum requires a momentum and zero dampening");
+    }
+  } else {
+    if (!(a.eps >= 0)) return invalid("epsilon value", a.eps);
+    if (!(a.beta1 >= 0 && a.beta1 < 1)) {
+      return invalid("beta parameter at index 0", a.beta1);
+    }
+    if (!(a.beta2 >= 0 && a.beta2 < 1)) {
+      return invalid("beta parameter at index 1", a.beta2);
+    }
+    if (!(a.weight_decay >= 0)) {
+      return invalid("weight_decay value", a.weight_decay);
+    }
+  }
+  if (a.step < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step must count from 1, got ", a.step));
+  }
+  return absl::OkStatus();
+}
+
+// optimizer.step(): the arguments, then the parameters (floating) and
+// each one's state tensors (its shape, dtype and device).
+absl::StatusOr<OpResult> PlanOptimizerStep(const OpSpec& op,
+                                           std::span<const OpInput> in) {
+  const OptimizerArgs& a = op.optimizer;
+  RETURN_IF_ERROR(CheckOptimizerArgs(a));
+  const size_t k = static_cast<size_t>(OptimizerStateCount(a));
+  const std::string name = OpName(op);
+  if (in.size() % (k + 1) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " takes the parameters and, for each, ", k,
+        k == 1 ? " state tensor" : " state tensors", ": ", in.size(),
+        " tensors is not a multiple of ", k + 1));
+  }
+  const size_t n = in.size() / (k + 1);
+  auto describe = [](const OpInput& t) {
+    return absl::StrCat(t.shape.ToString(), " ", ToAbsl(DTypeName(t.dtype)),
+                        " on ", ToAbsl(t.device));
+  };
+  static constexpr std::string_view kStateNames[2][2] = {
+      {"momentum_buffer", ""}, {"exp_avg", "exp_avg_sq"}};
+  for (size_t i = 0; i < n; ++i) {
+    if (!IsFloating(in[i].dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": parameter ", i, " is ", ToAbsl(DTypeName(in[i].dtype)),
+          "; parameters are floating"));
+    }
+    for (size_t j = 0; j < k; ++j) {
+      const OpInput& s = in[n * (j + 1) + i];
+      if (s.dtype != in[i].dtype || !(s.shape == in[i].shape) ||
+          s.device != in[i].device) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, ": ",
+            ToAbsl(kStateNames[a.kind == OptimizerKind::kSgd ? 0 : 1][j]),
+            " of parameter ", i, " is ", describe(s),
+            "; the parameter is ", describe(in[i])));
+      }
+    }
+  }
   return OpResult{in[0].dtype, in[0].shape, true};
 }
 
@@ -208,8 +299,10 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
                                 std::span<const OpInput> in,
                                 const Target& target) {
   RETURN_IF_ERROR(CheckArity(op, in.size()));
-  // zero_grad's tensors may live anywhere; every other op's on one device.
-  const bool one_device = op.kind != OpSpec::Kind::kZeroGrad;
+  // zero_grad's tensors may live anywhere, an optimizer step's parameters
+  // too (each with its state); every other op's on one device.
+  const bool one_device = op.kind != OpSpec::Kind::kZeroGrad &&
+                          op.kind != OpSpec::Kind::kOptimizerStep;
   for (size_t i = 1; i < in.size() && one_device; ++i) {
     if (in[i].device != in[0].device) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -325,6 +418,8 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
     case OpSpec::Kind::kGrad:
     case OpSpec::Kind::kDetach:
       return Result(x.dtype, x.shape);
+    case OpSpec::Kind::kOptimizerStep:
+      return PlanOptimizerStep(op, in);
   }
   return absl::InternalError(absl::StrCat("PlanOp: unknown op kind ",
                                           static_cast<int>(op.kind)));

@@ -1,6 +1,7 @@
 #include "core/ops.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
 
 namespace tensord::core {
 
@@ -80,8 +81,27 @@ std::string OpName(const OpSpec& op) {
       return "zero_grad";
     case OpSpec::Kind::kDetach:
       return "detach";
+    case OpSpec::Kind::kOptimizerStep:
+      return absl::StrCat(ToAbsl(OptimizerName(op.optimizer.kind)), ".step");
   }
   return "unknown";
+}
+
+std::string_view OptimizerName(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return "SGD";
+    case OptimizerKind::kAdam:
+      return "Adam";
+    case OptimizerKind::kAdamW:
+      return "AdamW";
+  }
+  return "optimizer";
+}
+
+int OptimizerStateCount(const OptimizerArgs& args) {
+  if (args.kind == OptimizerKind::kSgd) return args.momentum != 0 ? 1 : 0;
+  return 2;
 }
 
 std::string_view LossName(LossKind kind) {

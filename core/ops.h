@@ -77,6 +77,29 @@ enum class LossKind {
 enum class LossReduction { kMean, kSum, kNone };
 std::string_view LossName(LossKind kind);  // "nll_loss", ...
 
+// An optimizer's step (torch.optim's update rules, in PyTorch 1.13's order
+// of operations), fused over a list of parameters whose state tensors the
+// op also updates in place: SGD's momentum buffers, Adam's exp_avg and
+// exp_avg_sq. Each parameter's gradient is its grad; a parameter whose
+// grad is None is skipped, as PyTorch skips it.
+enum class OptimizerKind { kSgd, kAdam, kAdamW };
+std::string_view OptimizerName(OptimizerKind kind);  // "SGD", "Adam", ...
+struct OptimizerArgs {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  double lr = 1e-3;
+  double weight_decay = 0;  // AdamW: decoupled
+  bool maximize = false;
+  double momentum = 0, dampening = 0;  // SGD
+  bool nesterov = false;               // SGD
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // Adam, AdamW
+  // This step's number, from 1: Adam's bias correction; SGD's first step
+  // sets each momentum buffer to the gradient.
+  int64_t step = 1;
+};
+// How many state tensors each parameter has: 1 for SGD with momentum, 0
+// without, 2 for Adam and AdamW.
+int OptimizerStateCount(const OptimizerArgs& args);
+
 struct OpSpec {
   enum class Kind {
     kBinary,     // inputs[0] (op) inputs[1], or (op) scalar
@@ -108,6 +131,10 @@ struct OpSpec {
     kGrad,          // inputs[0].grad: a new handle on the grad's memory
     kZeroGrad,      // every input's grad set to None
     kDetach,        // inputs[0].detach(): its memory, no autograd history
+    // optimizer.step(): inputs are the n parameters, then each kind of
+    // state for all of them in turn (Adam: n exp_avg, then n exp_avg_sq);
+    // returns inputs[0].
+    kOptimizerStep,
   };
   Kind kind = Kind::kBinary;
   BinaryOp binary = BinaryOp::kAdd;
@@ -153,6 +180,7 @@ struct OpSpec {
   bool requires_grad = true;
   // kBackward: keep the graph's saved tensors for another backward.
   bool retain_graph = false;
+  OptimizerArgs optimizer;  // kOptimizerStep
   // Any op: do not record it for autograd (torch.no_grad()), which is also
   // what lets an in-place op update a leaf that requires grad.
   bool no_grad = false;

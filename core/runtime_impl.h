@@ -11,6 +11,7 @@
 //                 autograd ops (requires_grad_, grad, zero_grad, detach)
 //   backward_ops.cc  each recorded op's input gradients (with
 //                 window_ops.cc and loss_ops.cc for their own ops)
+//   optimizer_ops.cc  SGD, Adam and AdamW steps
 // Included only by those files.
 // Thread-safety: as Runtime.
 #ifndef TENSORD_CORE_RUNTIME_IMPL_H_
@@ -300,6 +301,9 @@ class Runtime::Impl {
                                                      const TensorPtr& grad);
   absl::StatusOr<std::vector<TensorPtr>> LossGrads(const GradNode& node,
                                                    const TensorPtr& grad);
+  // optimizer.step() (core/ops.h's OptimizerArgs), in place on the
+  // parameters and their state (optimizer_ops.cc).
+  absl::Status OptimizerStep(const OpSpec& op, std::span<const Value> in);
   // Arithmetic on whole tensors for the backward formulas
   // (core/grad_math.h).
   class GradMath;

@@ -43,18 +43,32 @@ struct IntFlag {
   std::string_view help;
 };
 
-// AddressFromArgs() for examples that also take numeric flags. Prints usage
-// and exits with status 2 on an unknown argument or a malformed number.
+// A text flag: `--name VALUE` or `--name=VALUE`.
+struct StringFlag {
+  std::string_view name;  // "--data"
+  std::string* value;
+  std::string_view help;
+};
+
+// AddressFromArgs() for examples that also take numeric and text flags.
+// Prints usage and exits with status 2 on an unknown argument or a
+// malformed number.
 inline std::string ParseArgs(int argc, char** argv,
-                             std::initializer_list<IntFlag> flags) {
+                             std::initializer_list<IntFlag> flags,
+                             std::initializer_list<StringFlag> texts = {}) {
   std::string address;
   auto usage = [&] {
     std::cerr << "usage: " << argv[0] << " [--address HOST:PORT]";
     for (const IntFlag& f : flags) std::cerr << " [" << f.name << " N]";
+    for (const StringFlag& f : texts) std::cerr << " [" << f.name << " TEXT]";
     std::cerr << "\n";
     for (const IntFlag& f : flags) {
       std::cerr << "  " << f.name << "  " << f.help << " (default "
                 << *f.value << ")\n";
+    }
+    for (const StringFlag& f : texts) {
+      std::cerr << "  " << f.name << "  " << f.help << " (default '"
+                << *f.value << "')\n";
     }
     std::exit(2);
   };
@@ -76,6 +90,11 @@ inline std::string ParseArgs(int argc, char** argv,
       continue;
     }
     bool known = false;
+    for (const StringFlag& f : texts) {
+      if (arg != f.name) continue;
+      known = true;
+      *f.value = std::string(value);
+    }
     for (const IntFlag& f : flags) {
       if (arg != f.name) continue;
       known = true;

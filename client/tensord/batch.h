@@ -35,6 +35,9 @@ namespace tensord::client {
 // given as inputs are held by the batch until run() returns. A Batch is not
 // thread-safe; run() may be called once.
 
+namespace optim {
+class Optimizer;
+}  // namespace optim
 class BatchResults;
 
 class Batch {
@@ -162,6 +165,7 @@ class Batch {
 
  private:
   friend class Client;
+  friend class optim::Optimizer;  // records its step
   explicit Batch(std::shared_ptr<const internal::Session> session);
   Value Record(const void* op);  // op: a tensord.v1.Op
   std::shared_ptr<internal::BatchState> state_;

@@ -57,6 +57,9 @@
 
 #include "tensord/autograd.h"
 #include "tensord/batch.h"
+#include "tensord/data.h"
+#include "tensord/nn.h"
+#include "tensord/optim.h"
 #include "tensord/errors.h"
 #include "tensord/shared_memory.h"
 #include "tensord/tensor.h"

@@ -299,6 +299,43 @@ absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
       RETURN_IF_ERROR(AddOperand(op.detach().x(), "x", spec));
       break;
     }
+    case v1::Op::kOptimizerStep: {
+      const v1::OptimizerStepArgs& a = op.optimizer_step();
+      spec.kind = Kind::kOptimizerStep;
+      core::OptimizerArgs& o = spec.optimizer;
+      switch (a.kind()) {
+        case v1::SGD:
+          o.kind = core::OptimizerKind::kSgd;
+          break;
+        case v1::ADAM:
+          o.kind = core::OptimizerKind::kAdam;
+          break;
+        case v1::ADAMW:
+          o.kind = core::OptimizerKind::kAdamW;
+          break;
+        default:
+          return absl::InvalidArgumentError(absl::StrCat(
+              "optimizer kind is not set or unknown (",
+              static_cast<int>(a.kind()), "); expected SGD, ADAM or ADAMW"));
+      }
+      for (const v1::Operand& p : a.params()) {
+        RETURN_IF_ERROR(AddOperand(p, "params", spec));
+      }
+      for (const v1::Operand& s : a.state()) {
+        RETURN_IF_ERROR(AddOperand(s, "state", spec));
+      }
+      if (a.has_lr()) o.lr = a.lr();
+      o.weight_decay = a.weight_decay();
+      o.maximize = a.maximize();
+      o.momentum = a.momentum();
+      o.dampening = a.dampening();
+      o.nesterov = a.nesterov();
+      if (a.has_beta1()) o.beta1 = a.beta1();
+      if (a.has_beta2()) o.beta2 = a.beta2();
+      if (a.has_eps()) o.eps = a.eps();
+      o.step = a.step();
+      break;
+    }
     case v1::Op::kDropout: {
       const v1::DropoutArgs& a = op.dropout();
       spec.kind = Kind::kDropout;

@@ -233,6 +233,82 @@ class AutogradTorchTest(unittest.TestCase):
             W.grad = None
         np.testing.assert_allclose(self.fetch(tw), W.detach().numpy(), rtol=1e-12)
 
+    def test_optimizers_match_torch_for_ten_steps(self):
+        configs = [
+            ("SGD", dict(lr=0.1)),
+            ("SGD", dict(lr=0.05, momentum=0.9)),
+            ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01)),
+            ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01)),
+            ("SGD", dict(lr=0.05, momentum=0.5, maximize=True)),
+            ("Adam", dict()),
+            ("Adam", dict(lr=0.01, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.1)),
+            ("Adam", dict(lr=0.01, maximize=True)),
+            ("AdamW", dict(lr=0.01, weight_decay=0.05)),
+        ]
+        kinds = {"SGD": pb.SGD, "Adam": pb.ADAM, "AdamW": pb.ADAMW}
+        x = self.rng.standard_normal((6, 4))
+        target = self.rng.standard_normal((6, 3))
+        tx, tt = self.create(x), self.create(target)
+        for name, cfg in configs:
+            w0, b0 = self.rng.standard_normal((3, 4)), self.rng.standard_normal(3)
+            params = [self.create(w0, requires_grad=True),
+                      self.create(b0, requires_grad=True)]
+            states = 2 if name != "SGD" else (1 if cfg.get("momentum") else 0)
+            state = [self.stub.Create(pb.CreateRequest(
+                session=self.session, device="cpu", dtype=pb.FLOAT64,
+                shape=list(p.shape), fill=pb.Fill(kind=pb.Fill.ZEROS))).tensor
+                for _ in range(states) for p in params]
+            W = torch.tensor(w0, requires_grad=True)
+            B = torch.tensor(b0, requires_grad=True)
+            opt = getattr(torch.optim, name)([W, B], **cfg)
+            for step in range(1, 11):
+                args = pb.OptimizerStepArgs(
+                    kind=kinds[name], params=[h(p) for p in params],
+                    state=[h(s) for s in state], lr=cfg.get("lr", 0.001),
+                    weight_decay=cfg.get("weight_decay", 0),
+                    maximize=cfg.get("maximize", False),
+                    momentum=cfg.get("momentum", 0),
+                    dampening=cfg.get("dampening", 0),
+                    nesterov=cfg.get("nesterov", False), step=step)
+                if "betas" in cfg:
+                    args.beta1, args.beta2 = cfg["betas"]
+                if "eps" in cfg:
+                    args.eps = cfg["eps"]
+                self.execute([
+                    pb.Op(linear=pb.LinearArgs(x=h(tx), weight=h(params[0]),
+                                               bias=h(params[1]))),
+                    pb.Op(loss=pb.LossArgs(op=pb.MSE_LOSS, input=r(0),
+                                           target=h(tt))),
+                    pb.Op(backward=pb.BackwardArgs(root=r(1))),
+                    pb.Op(optimizer_step=args),
+                    pb.Op(zero_grad=pb.ZeroGradArgs(tensors=[h(p) for p in params])),
+                ], keep=[])
+                opt.zero_grad()
+                F.mse_loss(F.linear(torch.from_numpy(x), W, B),
+                           torch.from_numpy(target)).backward()
+                opt.step()
+            for remote, local in zip(params, (W, B)):
+                np.testing.assert_allclose(self.fetch(remote), local.detach().numpy(),
+                                           rtol=1e-12, atol=1e-14,
+                                           err_msg=f"{name} {cfg}")
+        # PyTorch's argument messages.
+        p = self.create(np.zeros(2), requires_grad=True)
+        for args, want in [
+                (pb.OptimizerStepArgs(kind=pb.SGD, lr=-0.1, step=1),
+                 lambda: torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=-0.1)),
+                (pb.OptimizerStepArgs(kind=pb.SGD, lr=0.1, nesterov=True, step=1),
+                 lambda: torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1,
+                                         nesterov=True)),
+                (pb.OptimizerStepArgs(kind=pb.ADAM, beta1=1.0, step=1),
+                 lambda: torch.optim.Adam([torch.zeros(1, requires_grad=True)],
+                                          betas=(1.0, 0.9)))]:
+            args.params.append(h(p))
+            err = self.error_of(lambda: self.run_op(optimizer_step=args))
+            self.assertEqual(err.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            with self.assertRaises(ValueError) as torch_err:
+                want()
+            self.assertEqual(err.details(), str(torch_err.exception))
+
     def test_errors_carry_pytorchs_messages(self):
         x = self.create(np.array([1.0, 2.0]), requires_grad=True)
         X = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)

@@ -1,0 +1,296 @@
+// torch.nn's modules on the client (tensord/nn.h): parameters are server
+// tensors that require grad; forward calls the client's ops. The state_dict
+// file is safetensors (https://github.com/huggingface/safetensors: an
+// 8-byte little-endian header length, a JSON header naming each tensor's
+// dtype, shape and byte range, then the bytes), its header parsed with
+// protobuf's JSON parser into a google.protobuf.Struct.
+#include "tensord/nn.h"
+
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include "client/grpc_ops.h"
+#include "tensord/autograd.h"
+#include "tensord/client.h"
+
+namespace tensord::client::nn {
+namespace {
+
+thread_local uint64_t next_seed = 0x5eed;
+
+uint64_t NextSeed() { return next_seed++; }
+
+// A parameter as PyTorch initialises it: uniform in [-bound, bound).
+Tensor Uniform(const Client& client, std::vector<int64_t> shape, double bound,
+               const Device& device) {
+  NoGradGuard no_grad;
+  Tensor u = client.rand(std::move(shape), device, NextSeed());
+  return u * (2 * bound) - bound;
+}
+
+std::string_view SafetensorsDType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "F32";
+    case DType::kFloat64:
+      return "F64";
+    case DType::kFloat16:
+      return "F16";
+    case DType::kBFloat16:
+      return "BF16";
+    case DType::kInt32:
+      return "I32";
+    case DType::kInt64:
+      return "I64";
+    case DType::kBool:
+      return "BOOL";
+  }
+  return "?";
+}
+
+Error FileError(const std::filesystem::path& path, std::string_view why) {
+  return Error(StatusCode::UNKNOWN,
+               "state_dict " + path.string() + ": " + std::string(why));
+}
+
+}  // namespace
+
+void manual_seed(uint64_t seed) { next_seed = seed; }
+
+void Module::register_parameter(std::string name, Tensor* t) {
+  t->requires_grad_();
+  params_.emplace_back(std::move(name), t);
+}
+
+void Module::CollectInto(
+    const std::string& prefix,
+    std::vector<std::pair<std::string, Tensor*>>* out) const {
+  for (const auto& [name, t] : params_) out->emplace_back(prefix + name, t);
+  for (const auto& [name, child] : children_) {
+    child->CollectInto(prefix + name + ".", out);
+  }
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor*>> all;
+  CollectInto("", &all);
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [name, t] : all) out.emplace_back(name, *t);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_parameters()) out.push_back(std::move(t));
+  return out;
+}
+
+Module& Module::to(const Device& device) {
+  std::vector<std::pair<std::string, Tensor*>> all;
+  CollectInto("", &all);
+  for (auto& [name, t] : all) {
+    if (t->device() == device) continue;
+    *t = t->to(device);
+    t->requires_grad_();
+  }
+  return *this;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+void Module::save(const std::filesystem::path& path) const {
+  std::vector<std::pair<std::string, Tensor*>> all;
+  CollectInto("", &all);
+  std::sort(all.begin(), all.end());
+  std::string header = "{";
+  std::vector<std::string> data;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : all) {
+    data.push_back(t->fetch_bytes());
+    std::string shape;
+    for (int64_t d : t->shape()) {
+      if (!shape.empty()) shape += ',';
+      shape += std::to_string(d);
+    }
+    if (header.size() > 1) header += ",";
+    header += "\"" + name + "\":{\"dtype\":\"" +
+              std::string(SafetensorsDType(t->dtype())) + "\",\"shape\":[" +
+              shape + "],\"data_offsets\":[" + std::to_string(offset) + "," +
+              std::to_string(offset + data.back().size()) + "]}";
+    offset += data.back().size();
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');  // aligns the data
+  std::ofstream out(path, std::ios::binary);
+  const uint64_t n = header.size();
+  char length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>(n >> (8 * i));
+  out.write(length, 8);
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  for (const std::string& bytes : data) {
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  if (!out) throw FileError(path, "cannot write");
+}
+
+void Module::load(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FileError(path, "cannot open");
+  const std::string file((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  if (file.size() < 8) throw FileError(path, "shorter than a header");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) {
+    n |= static_cast<uint64_t>(static_cast<unsigned char>(file[i])) << (8 * i);
+  }
+  if (n > file.size() - 8) throw FileError(path, "header past the file's end");
+  google::protobuf::Struct header;
+  if (!google::protobuf::util::JsonStringToMessage(file.substr(8, n), &header)
+           .ok()) {
+    throw FileError(path, "the header is not JSON");
+  }
+  const std::string_view body(file.data() + 8 + n, file.size() - 8 - n);
+  std::vector<std::pair<std::string, Tensor*>> all;
+  CollectInto("", &all);
+  for (auto& [name, t] : all) {
+    auto it = header.fields().find(name);
+    if (it == header.fields().end() || !it->second.has_struct_value()) {
+      throw Error(
+          StatusCode::INVALID_ARGUMENT,
+          "state_dict " + path.string() + " has no tensor '" + name + "'");
+    }
+    const auto& f = it->second.struct_value().fields();
+    std::vector<int64_t> shape;
+    if (f.count("shape")) {
+      for (const auto& d : f.at("shape").list_value().values()) {
+        shape.push_back(static_cast<int64_t>(d.number_value()));
+      }
+    }
+    const std::string dtype =
+        f.count("dtype") ? f.at("dtype").string_value() : "";
+    if (shape != t->shape() || dtype != SafetensorsDType(t->dtype())) {
+      throw Error(StatusCode::INVALID_ARGUMENT,
+                  "state_dict " + path.string() + ": '" + name + "' is " +
+                      dtype + " of another shape than the parameter's " +
+                      std::string(DTypeName(t->dtype())));
+    }
+    uint64_t begin = 0, end = 0;
+    if (f.count("data_offsets") &&
+        f.at("data_offsets").list_value().values_size() == 2) {
+      begin = static_cast<uint64_t>(
+          f.at("data_offsets").list_value().values(0).number_value());
+      end = static_cast<uint64_t>(
+          f.at("data_offsets").list_value().values(1).number_value());
+    }
+    if (end < begin || end > body.size() || end - begin != t->nbytes()) {
+      throw FileError(path, "bad data_offsets for '" + name + "'");
+    }
+    const Tensor loaded =
+        internal::FromBytesLike(*t, body.substr(begin, end - begin));
+    *t = loaded;
+    t->requires_grad_();
+  }
+}
+
+Linear::Linear(const Client& client, int64_t in_features, int64_t out_features,
+               bool with_bias, const Device& device)
+    : weight(Uniform(client, {out_features, in_features},
+                     1 / std::sqrt(static_cast<double>(in_features)), device)) {
+  register_parameter("weight", &weight);
+  if (with_bias) {
+    bias = Uniform(client, {out_features},
+                   1 / std::sqrt(static_cast<double>(in_features)), device);
+    register_parameter("bias", &*bias);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+
+namespace {
+std::pair<int64_t, int64_t> Pair(const std::vector<int64_t>& v) {
+  if (v.empty()) return {1, 1};
+  return {v[0], v.size() > 1 ? v[1] : v[0]};
+}
+}  // namespace
+
+namespace {
+// nn.Conv2d's weight shape and its init bound, 1 / sqrt(fan_in).
+std::vector<int64_t> ConvShape(int64_t in, int64_t out,
+                               const std::vector<int64_t>& kernel,
+                               int64_t groups) {
+  const auto [kh, kw] = Pair(kernel);
+  return {out, in / std::max<int64_t>(groups, 1), kh, kw};
+}
+double ConvBound(int64_t in, const std::vector<int64_t>& kernel,
+                 int64_t groups) {
+  const auto [kh, kw] = Pair(kernel);
+  return 1 / std::sqrt(static_cast<double>(in / std::max<int64_t>(groups, 1) *
+                                           kh * kw));
+}
+}  // namespace
+
+Conv2d::Conv2d(const Client& client, int64_t in_channels, int64_t out_channels,
+               std::vector<int64_t> kernel_size, Conv2dOptions options,
+               bool with_bias, const Device& device)
+    : weight(Uniform(
+          client,
+          ConvShape(in_channels, out_channels, kernel_size, options.groups),
+          ConvBound(in_channels, kernel_size, options.groups), device)),
+      options_(std::move(options)) {
+  register_parameter("weight", &weight);
+  if (with_bias) {
+    bias =
+        Uniform(client, {out_channels},
+                ConvBound(in_channels, kernel_size, options_.groups), device);
+    register_parameter("bias", &*bias);
+  }
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  return conv2d(x, weight, bias, options_);
+}
+
+MaxPool2d::MaxPool2d(std::vector<int64_t> kernel_size, Pool2dOptions options)
+    : kernel_size_(std::move(kernel_size)), options_(std::move(options)) {}
+
+Tensor MaxPool2d::forward(const Tensor& x) {
+  return max_pool2d(x, kernel_size_, options_);
+}
+
+AvgPool2d::AvgPool2d(std::vector<int64_t> kernel_size, Pool2dOptions options)
+    : kernel_size_(std::move(kernel_size)), options_(std::move(options)) {}
+
+Tensor AvgPool2d::forward(const Tensor& x) {
+  return avg_pool2d(x, kernel_size_, options_);
+}
+
+Tensor Flatten::forward(const Tensor& x) {
+  if (start_dim_ == 0 || x.dim() == 0) return x.reshape({-1});
+  return x.reshape({x.shape()[0], -1});
+}
+
+Tensor Dropout::forward(const Tensor& x) {
+  return dropout(x, p_, is_training(), NextSeed());
+}
+
+Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> modules) {
+  size_t i = 0;
+  for (const auto& m : modules) register_module(std::to_string(i++), m);
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor y = x;
+  for (const auto& [name, m] : children()) y = m->forward(y);
+  return y;
+}
+
+}  // namespace tensord::client::nn
