@@ -57,17 +57,19 @@ std::string Tensor::grad_fn() const { return InfoOf(*this).grad_fn(); }
 
 void Tensor::backward(const std::optional<Tensor>& gradient,
                       bool retain_graph) const {
-  // A unary call after the stream drains: the caller learns at once
-  // whether the backward ran, as in PyTorch.
-  state_->session->DrainStream();
-  v1::RunRequest request;
-  v1::BackwardArgs* args = request.mutable_op()->mutable_backward();
+  // On the command stream when the session pipelines, like every other op:
+  // the seed's step (zero_grad, forward, backward, step) then costs one
+  // round trip, at loss.item(). An error only the server knows (a freed
+  // graph, a saved tensor changed in place) surfaces at the next sync
+  // point, naming the op; the planner's (a non-scalar root) at this call.
+  v1::Op op;
+  v1::BackwardArgs* args = op.mutable_backward();
   *args->mutable_root() = HandleOperand(*this);
-  if (gradient.has_value())
+  if (gradient.has_value()) {
     *args->mutable_gradient() = HandleOperand(*gradient);
+  }
   args->set_retain_graph(retain_graph);
-  internal::MarkGradMode(*request.mutable_op());
-  state_->session->Call(&v1::TensorService::Stub::Run, std::move(request));
+  internal::RunOnTarget(*this, std::move(op));
 }
 
 std::optional<Tensor> Tensor::grad() const {

@@ -22,36 +22,9 @@
 #include <memory>
 #include <string>
 
+#include "cifar_net.h"
 #include "example_flags.h"
 #include "tensord/client.h"
-
-namespace nn = tensord::nn;
-
-class Net : public nn::Module {
- public:
-  explicit Net(const tensord::Client& c) {
-    conv1 = register_module("conv1", std::make_shared<nn::Conv2d>(c, 3, 6, 5));
-    pool = register_module("pool", std::make_shared<nn::MaxPool2d>(2, 2));
-    conv2 = register_module("conv2", std::make_shared<nn::Conv2d>(c, 6, 16, 5));
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(c, 16 * 5 * 5, 120));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(c, 120, 84));
-    fc3 = register_module("fc3", std::make_shared<nn::Linear>(c, 84, 10));
-  }
-
-  tensord::Tensor forward(const tensord::Tensor& input) override {
-    auto x = (*pool)((*conv1)(input).relu());
-    x = (*pool)((*conv2)(x).relu());
-    x = x.reshape({x.shape()[0], -1});  // flatten all dimensions except batch
-    x = (*fc1)(x).relu();
-    x = (*fc2)(x).relu();
-    return (*fc3)(x);
-  }
-
- private:
-  std::shared_ptr<nn::Conv2d> conv1, conv2;
-  std::shared_ptr<nn::MaxPool2d> pool;
-  std::shared_ptr<nn::Linear> fc1, fc2, fc3;
-};
 
 int main(int argc, char** argv) {
   int64_t epochs = 2, batch_size = 4, train_n = 5000, test_n = 1000;
@@ -87,8 +60,8 @@ int main(int argc, char** argv) {
               << " held out (" << (data_dir.empty() ? "synthetic" : "CIFAR-10")
               << ")\n";
 
-    nn::manual_seed(static_cast<uint64_t>(seed));
-    Net net(client);
+    tensord::nn::manual_seed(static_cast<uint64_t>(seed));
+    tensord::examples::Net net(client);
     net.to(device);
     if (!load.empty()) net.load(load);
 
@@ -100,11 +73,11 @@ int main(int argc, char** argv) {
       int64_t i = 0;
       for (const tensord::data::Batch& data : trainloader) {
         // get the inputs; data is a list of [inputs, labels]
-        auto inputs = client.FromBytes(
-            tensord::DType::kFloat32, data.shape,
-            {reinterpret_cast<const char*>(data.images.data()),
-             data.images.size() * sizeof(float)},
-            device);
+        auto inputs =
+            client.FromBytes(tensord::DType::kFloat32, data.shape,
+                             {reinterpret_cast<const char*>(data.images.data()),
+                              data.images.size() * sizeof(float)},
+                             device);
         auto labels = client.tensor<int64_t>(data.labels, device);
 
         // zero the parameter gradients
@@ -138,11 +111,11 @@ int main(int argc, char** argv) {
     tensord::data::DataLoader testloader(testset, 100, false);
     int64_t correct = 0, total = 0;
     for (const tensord::data::Batch& data : testloader) {
-      auto images = client.FromBytes(
-          tensord::DType::kFloat32, data.shape,
-          {reinterpret_cast<const char*>(data.images.data()),
-           data.images.size() * sizeof(float)},
-          device);
+      auto images =
+          client.FromBytes(tensord::DType::kFloat32, data.shape,
+                           {reinterpret_cast<const char*>(data.images.data()),
+                            data.images.size() * sizeof(float)},
+                           device);
       // the class with the highest energy is what we choose as prediction
       const auto predicted = net(images).argmax(1).fetch<int64_t>();
       for (size_t k = 0; k < predicted.size(); ++k) {

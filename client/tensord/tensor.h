@@ -217,10 +217,12 @@ class Tensor {
   // PyTorch's backward: accumulates d(this)/d(leaf), times `gradient`
   // (ones when absent, for a one-element tensor), into every leaf that
   // requires grad, then frees the graph's saved tensors unless
-  // `retain_graph`. Waits for the server's answer and throws its error:
-  // INVALID_ARGUMENT "grad can be implicitly created only for scalar
-  // outputs"; FAILED_PRECONDITION for a tensor without grad_fn, a freed
-  // graph, or an in-place change to a saved tensor.
+  // `retain_graph`. INVALID_ARGUMENT "grad can be implicitly created only
+  // for scalar outputs" at this call; FAILED_PRECONDITION for a tensor
+  // without grad_fn, a freed graph, or an in-place change to a saved
+  // tensor: at this call, or when the session pipelines (it goes on the
+  // command stream without waiting) at the next sync point (item(), a
+  // fetch), naming the op.
   void backward(const std::optional<Tensor>& gradient = std::nullopt,
                 bool retain_graph = false) const;
   // The accumulated gradient (PyTorch's x.grad), nullopt while it is None.

@@ -337,6 +337,30 @@ void Build() {
     *zero.add_ops() = detach;
     zero.add_keep(2);
     Add("Execute", zero);
+    // An optimizer step after a backward: SGD with momentum (slot 9 its
+    // own state), then Adam with state of another shape (an error).
+    v1::ExecuteRequest train;
+    v1::Op sgd, adam;
+    v1::OptimizerStepArgs* s = sgd.mutable_optimizer_step();
+    s->set_kind(v1::SGD);
+    *s->add_params() = H(9);
+    *s->add_state() = H(9);
+    s->set_lr(0.1);
+    s->set_momentum(0.9);
+    s->set_step(2);
+    v1::OptimizerStepArgs* a = adam.mutable_optimizer_step();
+    a->set_kind(v1::ADAM);
+    *a->add_params() = H(9);
+    *a->add_state() = H(0);
+    *a->add_state() = H(9);
+    a->set_step(1);
+    for (const v1::Op& op : {on, weight, conv, pool, total, back, sgd, adam}) {
+      *train.add_ops() = op;
+    }
+    *train.mutable_ops(2)->mutable_conv2d()->mutable_weight() = R(1);
+    *train.mutable_ops(3)->mutable_pool2d()->mutable_x() = R(2);
+    train.add_keep(6);
+    Add("Execute", train);
   }
   {
     v1::FetchRequest r;

@@ -1,0 +1,220 @@
+// train_bench: seed 001's training step (zero_grad, forward, cross_entropy,
+// backward, SGD step, loss.item()) on the tutorial's Net through tensord,
+// beside the same step in local PyTorch (Debian's python3-torch, in its own
+// process, on as many threads as the daemon's OpenBLAS uses), interleaved:
+// tensord, torch, tensord, torch... at each batch size. The best time per
+// step of --repeats runs counts; the ratio is tensord / torch. Also conv2d
+// forward GFLOP/s (seed 001's conv1 at batch 64) through the service and in
+// PyTorch. By default the server runs in this process on a loopback TCP
+// port; --address measures an external tensord. Prints a table and one JSON
+// line; torch's BLAS is printed as torch reports it (Debian's: "generic",
+// i.e. libblas.so.3, OpenBLAS on this machine, and oneDNN for convolutions).
+//
+//   train_bench [--batches 4,64] [--steps 50] [--repeats 3] [--threads 2]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "examples/cifar_net.h"
+#include "server/program_flags.h"
+#include "server/server.h"
+#include "tensord/client.h"
+
+ABSL_FLAG(std::string, batches, "4,64", "batch sizes");
+ABSL_FLAG(int, steps, 50, "timed steps per run");
+ABSL_FLAG(int, repeats, 3, "runs per side (the best counts)");
+ABSL_FLAG(int, threads, 2, "torch threads (match the daemon's BLAS threads)");
+ABSL_FLAG(std::string, address, "",
+          "measure this tensord instead of an in-process one");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Milliseconds per training step through tensord at `batch`.
+double TensordStep(const tensord::Client& client, int batch, int steps) {
+  tensord::nn::manual_seed(1);
+  tensord::examples::Net net(client);
+  tensord::optim::SGD optimizer(net.parameters(),
+                                {.lr = 0.001, .momentum = 0.9});
+  auto inputs = client.randn({batch, 3, 32, 32}, "cpu", 2);
+  std::vector<int64_t> labels(batch);
+  for (int i = 0; i < batch; ++i) labels[i] = i % 10;
+  auto target = client.tensor<int64_t>(labels);
+  double running = 0;
+  auto step = [&] {
+    optimizer.zero_grad();
+    auto loss = tensord::cross_entropy(net(inputs), target);
+    loss.backward();
+    optimizer.step();
+    running += loss.item<float>();
+  };
+  for (int i = 0; i < 3; ++i) step();  // warm-up
+  const auto t0 = Clock::now();
+  for (int i = 0; i < steps; ++i) step();
+  return Seconds(t0, Clock::now()) * 1e3 / steps;
+}
+
+// conv1's forward GFLOP/s at batch 64 through tensord.
+double TensordConv(const tensord::Client& client, int steps) {
+  auto x = client.randn({64, 3, 32, 32}, "cpu", 3);
+  auto w = client.randn({6, 3, 5, 5}, "cpu", 4);
+  auto b = client.randn({6}, "cpu", 5);
+  (void)tensord::conv2d(x, w, b).sum().item<float>();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < steps; ++i) {
+    (void)tensord::conv2d(x, w, b).sum().item<float>();
+  }
+  const double flops = 2.0 * 64 * 6 * 28 * 28 * 3 * 5 * 5;
+  return flops * steps / Seconds(t0, Clock::now()) / 1e9;
+}
+
+// The same step in local PyTorch: {ms per step, conv GFLOP/s, BLAS}.
+struct TorchResult {
+  double ms = 0, conv_gflops = 0;
+  std::string blas;
+};
+TorchResult TorchStep(int batch, int steps, int threads) {
+  std::ostringstream script;
+  script << R"PY(
+import time, torch, torch.nn as nn, torch.nn.functional as F
+torch.set_num_threads()PY"
+         << threads << R"PY()
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 6, 5); self.pool = nn.MaxPool2d(2, 2)
+        self.conv2 = nn.Conv2d(6, 16, 5); self.fc1 = nn.Linear(400, 120)
+        self.fc2 = nn.Linear(120, 84); self.fc3 = nn.Linear(84, 10)
+    def forward(self, x):
+        x = self.pool(F.relu(self.conv1(x))); x = self.pool(F.relu(self.conv2(x)))
+        x = torch.flatten(x, 1); x = F.relu(self.fc1(x)); x = F.relu(self.fc2(x))
+        return self.fc3(x)
+torch.manual_seed(1)
+net = Net(); opt = torch.optim.SGD(net.parameters(), lr=0.001, momentum=0.9)
+b, steps = )PY"
+         << batch << ", " << steps << R"PY(
+x = torch.randn(b, 3, 32, 32); y = torch.arange(b) % 10
+running = 0.0
+def step():
+    global running
+    opt.zero_grad(); loss = F.cross_entropy(net(x), y); loss.backward(); opt.step()
+    running += loss.item()
+for _ in range(3): step()
+t0 = time.perf_counter()
+for _ in range(steps): step()
+ms = (time.perf_counter() - t0) * 1e3 / steps
+cx = torch.randn(64, 3, 32, 32); cw = torch.randn(6, 3, 5, 5); cb = torch.randn(6)
+F.conv2d(cx, cw, cb).sum().item()
+t0 = time.perf_counter()
+for _ in range(steps): F.conv2d(cx, cw, cb).sum().item()
+gf = 2.0 * 64 * 6 * 28 * 28 * 3 * 5 * 5 * steps / (time.perf_counter() - t0) / 1e9
+import re
+blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+blas = blas.group(1) if blas else "unknown"
+if "USE_MKLDNN=ON" in torch.__config__.show(): blas += "+oneDNN"
+print(ms, gf, blas)
+)PY";
+  const std::string path = "/tmp/tensord_train_bench.py";
+  FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs(script.str().c_str(), f);
+  std::fclose(f);
+  TorchResult r;
+  FILE* p = popen(("/usr/bin/python3 " + path).c_str(), "r");
+  char line[512] = {0};
+  if (p != nullptr && std::fgets(line, sizeof(line), p) != nullptr) {
+    std::istringstream in(line);
+    in >> r.ms >> r.conv_gflops >> r.blas;
+  }
+  if (p != nullptr) pclose(p);
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tensord::server::ParseProgramFlags(
+      argc, argv,
+      {.name = "train_bench",
+       .summary = "seed 001's training step through tensord beside local "
+                  "PyTorch, interleaved, at each batch size; conv2d forward "
+                  "GFLOP/s beside PyTorch's. Prints a table and one JSON "
+                  "line.",
+       .example = "train_bench --batches 4,64 --steps 50 --repeats 3",
+       .flag_files = {__FILE__}});
+  const int steps = std::max(1, absl::GetFlag(FLAGS_steps));
+  const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
+  const int threads = std::max(1, absl::GetFlag(FLAGS_threads));
+  std::vector<int> batches;
+  for (absl::string_view b :
+       absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
+    int v = 0;
+    if (absl::SimpleAtoi(b, &v) && v > 0) batches.push_back(v);
+  }
+  std::unique_ptr<tensord::server::Server> server;
+  std::string address = absl::GetFlag(FLAGS_address);
+  if (address.empty()) {
+    tensord::server::ServerOptions options;
+    options.listen = "127.0.0.1:0";
+    auto started = tensord::server::Server::Start(std::move(options));
+    if (!started.ok()) {
+      std::fprintf(stderr, "train_bench: %s\n",
+                   std::string(started.status().message()).c_str());
+      return 1;
+    }
+    server = std::move(*started);
+    address = "127.0.0.1:" + std::to_string(server->port());
+  }
+  tensord::Client client(address);
+  std::printf("%-22s %8s %12s %12s %8s\n", "measurement", "batch", "tensord",
+              "torch", "ratio");
+  std::string json = "{\"bench\":\"train_bench\",\"rows\":[";
+  std::string blas;
+  for (int batch : batches) {
+    double best_ours = 1e30, best_torch = 1e30;
+    for (int r = 0; r < repeats; ++r) {
+      best_ours = std::min(best_ours, TensordStep(client, batch, steps));
+      TorchResult t = TorchStep(batch, steps, threads);
+      if (t.ms > 0) best_torch = std::min(best_torch, t.ms);
+      blas = t.blas;
+    }
+    std::printf("%-22s %8d %9.3f ms %9.3f ms %8.2f\n", "train_step", batch,
+                best_ours, best_torch, best_ours / best_torch);
+    if (json.back() != '[') json += ',';
+    json += "{\"row\":\"train_step\",\"batch\":";
+    json += std::to_string(batch);
+    json += ",\"tensord_ms\":";
+    json += std::to_string(best_ours);
+    json += ",\"torch_ms\":";
+    json += std::to_string(best_torch);
+    json += '}';
+  }
+  double ours = 0, theirs = 0;
+  for (int r = 0; r < repeats; ++r) {
+    ours = std::max(ours, TensordConv(client, steps));
+    theirs = std::max(theirs, TorchStep(1, 1, threads).conv_gflops);
+  }
+  std::printf("%-22s %8d %8.2f GF/s %8.2f GF/s %8.2f\n", "conv2d_forward", 64,
+              ours, theirs, ours / theirs);
+  json += ",{\"row\":\"conv2d_forward\",\"batch\":64,\"tensord_gflops\":";
+  json += std::to_string(ours);
+  json += ",\"torch_gflops\":";
+  json += std::to_string(theirs);
+  json += "}],\"torch_blas\":\"";
+  json += blas;
+  json += "\"}";
+  std::printf("torch BLAS: %s; torch threads: %d\n%s\n", blas.c_str(), threads,
+              json.c_str());
+  return 0;
+}

@@ -1,0 +1,42 @@
+// Seed 001's network ("Training a Classifier", PyTorch's CIFAR-10
+// tutorial) as a tensord::nn module, line for line: the example
+// train_cifar_net trains it, bench/train_bench times its training step.
+#ifndef TENSORD_EXAMPLES_CIFAR_NET_H_
+#define TENSORD_EXAMPLES_CIFAR_NET_H_
+
+#include <memory>
+
+#include "tensord/client.h"
+
+namespace tensord::examples {
+
+class Net : public nn::Module {
+ public:
+  explicit Net(const Client& c) {
+    conv1 = register_module("conv1", std::make_shared<nn::Conv2d>(c, 3, 6, 5));
+    pool = register_module("pool", std::make_shared<nn::MaxPool2d>(2, 2));
+    conv2 = register_module("conv2", std::make_shared<nn::Conv2d>(c, 6, 16, 5));
+    fc1 = register_module("fc1",
+                          std::make_shared<nn::Linear>(c, 16 * 5 * 5, 120));
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(c, 120, 84));
+    fc3 = register_module("fc3", std::make_shared<nn::Linear>(c, 84, 10));
+  }
+
+  Tensor forward(const Tensor& input) override {
+    auto x = (*pool)((*conv1)(input).relu());
+    x = (*pool)((*conv2)(x).relu());
+    x = x.reshape({x.shape()[0], -1});  // flatten all dimensions except batch
+    x = (*fc1)(x).relu();
+    x = (*fc2)(x).relu();
+    return (*fc3)(x);
+  }
+
+ private:
+  std::shared_ptr<nn::Conv2d> conv1, conv2;
+  std::shared_ptr<nn::MaxPool2d> pool;
+  std::shared_ptr<nn::Linear> fc1, fc2, fc3;
+};
+
+}  // namespace tensord::examples
+
+#endif  // TENSORD_EXAMPLES_CIFAR_NET_H_
