@@ -567,6 +567,44 @@ Tensor mse_loss(const Tensor& input, const Tensor& target,
                                           -100));
 }
 
+std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
+  return {x.max(dim, keepdim), x.argmax(dim, keepdim)};
+}
+
+std::pair<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
+  return {x.min(dim, keepdim), (-x).argmax(dim, keepdim)};
+}
+
+Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
+  const int64_t rank = x.dim();
+  if (rank == 0) return x.reshape({1});
+  const int64_t start = start_dim < 0 ? start_dim + rank : start_dim;
+  const int64_t end = end_dim < 0 ? end_dim + rank : end_dim;
+  if (start < 0 || start >= rank || end < 0 || end >= rank) {
+    throw Error(StatusCode::INVALID_ARGUMENT,
+                "Dimension out of range (expected to be in range of [" +
+                    std::to_string(-rank) + ", " + std::to_string(rank - 1) +
+                    "], but got " +
+                    std::to_string(start < 0 || start >= rank ? start_dim
+                                                              : end_dim) +
+                    ")");
+  }
+  if (start > end) {
+    throw Error(StatusCode::INVALID_ARGUMENT,
+                "flatten() has invalid args: start_dim cannot come after "
+                "end_dim");
+  }
+  std::vector<int64_t> shape(x.shape().begin(), x.shape().begin() + start);
+  shape.push_back(-1);
+  shape.insert(shape.end(), x.shape().begin() + end + 1, x.shape().end());
+  if (x.numel() == 0) {  // -1 cannot be inferred beside a zero
+    int64_t merged = 1;
+    for (int64_t d = start; d <= end; ++d) merged *= x.shape()[d];
+    shape[start] = merged;
+  }
+  return x.reshape(shape);
+}
+
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   if (tensors.empty()) {
     throw Error(StatusCode::INVALID_ARGUMENT,

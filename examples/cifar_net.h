@@ -25,7 +25,7 @@ class Net : public nn::Module {
   Tensor forward(const Tensor& input) override {
     auto x = (*pool)((*conv1)(input).relu());
     x = (*pool)((*conv2)(x).relu());
-    x = x.reshape({x.shape()[0], -1});  // flatten all dimensions except batch
+    x = flatten(x, 1);  // flatten all dimensions except batch
     x = (*fc1)(x).relu();
     x = (*fc2)(x).relu();
     return (*fc3)(x);

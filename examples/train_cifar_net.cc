@@ -117,7 +117,9 @@ int main(int argc, char** argv) {
                             data.images.size() * sizeof(float)},
                            device);
       // the class with the highest energy is what we choose as prediction
-      const auto predicted = net(images).argmax(1).fetch<int64_t>();
+      auto outputs = net(images);
+      const auto [energy, predicted_classes] = tensord::max(outputs, 1);
+      const auto predicted = predicted_classes.fetch<int64_t>();
       for (size_t k = 0; k < predicted.size(); ++k) {
         correct += predicted[k] == data.labels[k];
       }

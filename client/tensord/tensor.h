@@ -342,6 +342,17 @@ Tensor mse_loss(const Tensor& input, const Tensor& target,
                 Reduction reduction = Reduction::kMean);
 // torch.cat along `dim`; all tensors on one device.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// torch.max(x, dim) / torch.min(x, dim): the values and their int64
+// indices (the first of equal values), as the seed evaluates with
+// `_, predicted = torch.max(outputs.data, 1)`. Two ops (max and argmax;
+// min's index is the argmax of -x).
+std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim,
+                              bool keepdim = false);
+std::pair<Tensor, Tensor> min(const Tensor& x, int64_t dim,
+                              bool keepdim = false);
+// torch.flatten(x, start_dim, end_dim): those dims (negative from the end)
+// merged into one; a 0-d tensor becomes [1].
+Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
 // torch.where(condition, input, other): input where the bool condition
 // holds, other elsewhere, all broadcast; input and other each a tensor or a
 // number, their dtypes promoted.

@@ -435,6 +435,20 @@ TEST_F(OpsClientTest, ConvolutionAndPoolingRunSeed001sForwardPass) {
               "input[4, 1, 32, 32] to have 3 channels, but got 1 channels "
               "instead");
   }
+  // The seed's evaluation: `_, predicted = torch.max(outputs.data, 1)`.
+  auto scores = c.tensor<float>({{0.1f, 0.9f, 0.3f}, {2.0f, -1.0f, 2.0f}});
+  auto [values, predicted] = tensord::max(scores, 1);
+  EXPECT_THAT(values.fetch<float>(), ElementsAre(0.9f, 2.0f));
+  EXPECT_THAT(predicted.fetch<int64_t>(), ElementsAre(1, 0));  // first max
+  auto [low, where] = tensord::min(scores, 1, true);
+  EXPECT_THAT(low.shape(), ElementsAre(2, 1));
+  EXPECT_THAT(where.fetch<int64_t>(), ElementsAre(0, 1));
+  EXPECT_THAT(tensord::flatten(c.zeros({4, 16, 5, 5}), 1).shape(),
+              ElementsAre(4, 400));
+  EXPECT_THAT(tensord::flatten(c.zeros({2, 3, 4}), 0, 1).shape(),
+              ElementsAre(6, 4));
+  EXPECT_THAT(tensord::flatten(c.zeros({})).shape(), ElementsAre(1));
+  EXPECT_THROW(tensord::flatten(scores, 2), Error);
   // The same ops in one Execute.
   Batch b = c.batch();
   auto pooled = b.max_pool2d(b.conv2d(x, conv1_w, conv1_b), {2});
