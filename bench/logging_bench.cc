@@ -12,6 +12,8 @@
 // --address measures an external tensord.
 //
 //   logging_bench [--steps 1000] [--size 100] [--repeats 3] [--address A]
+#include <grpcpp/grpcpp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -20,9 +22,8 @@
 #include <string>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/flags/flag.h"
+#include "bench/bench_server.h"
 #include "examples/logging_common.h"
 #include "server/program_flags.h"
 #include "server/server.h"
@@ -51,19 +52,9 @@ int main(int argc, char** argv) {
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
 
   std::unique_ptr<tensord::server::Server> server;
-  std::string address = absl::GetFlag(FLAGS_address);
-  if (address.empty()) {
-    tensord::server::ServerOptions options;
-    options.listen = "127.0.0.1:0";
-    auto started = tensord::server::Server::Start(std::move(options));
-    if (!started.ok()) {
-      std::fprintf(stderr, "logging_bench: %s\n",
-                   std::string(started.status().message()).c_str());
-      return 1;
-    }
-    server = std::move(*started);
-    address = server->address();
-  }
+  const std::string address = tensord::bench::BenchAddress(
+      "logging_bench", absl::GetFlag(FLAGS_address), &server);
+  if (address.empty()) return 1;
   try {
     // The pipelined client (the default) and one with a unary call per op
     // (the path before issue 17), each with its own copy of the inputs.
@@ -122,9 +113,10 @@ int main(int argc, char** argv) {
                   m.best * 1e6 / steps, m.best / batched);
     }
     std::printf("logs agree within %g\n", max_diff);
-    std::printf("{\"benchmark\":\"logging\",\"device\":\"%s\",\"steps\":%d,"
-                "\"size\":%d",
-                dev.str().c_str(), steps, size);
+    std::printf(
+        "{\"benchmark\":\"logging\",\"device\":\"%s\",\"steps\":%d,"
+        "\"size\":%d",
+        dev.str().c_str(), steps, size);
     for (const Mode& m : modes) {
       std::printf(",\"%s_ms\":%.3f", m.name, m.best * 1e3);
     }

@@ -22,6 +22,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_server.h"
 #include "examples/cifar_net.h"
 #include "server/program_flags.h"
 #include "server/server.h"
@@ -163,19 +164,9 @@ int main(int argc, char** argv) {
     if (absl::SimpleAtoi(b, &v) && v > 0) batches.push_back(v);
   }
   std::unique_ptr<tensord::server::Server> server;
-  std::string address = absl::GetFlag(FLAGS_address);
-  if (address.empty()) {
-    tensord::server::ServerOptions options;
-    options.listen = "127.0.0.1:0";
-    auto started = tensord::server::Server::Start(std::move(options));
-    if (!started.ok()) {
-      std::fprintf(stderr, "train_bench: %s\n",
-                   std::string(started.status().message()).c_str());
-      return 1;
-    }
-    server = std::move(*started);
-    address = "127.0.0.1:" + std::to_string(server->port());
-  }
+  const std::string address = tensord::bench::BenchAddress(
+      "train_bench", absl::GetFlag(FLAGS_address), &server);
+  if (address.empty()) return 1;
   tensord::Client client(address);
   std::printf("%-22s %8s %12s %12s %8s\n", "measurement", "batch", "tensord",
               "torch", "ratio");

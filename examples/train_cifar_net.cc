@@ -68,16 +68,20 @@ int main(int argc, char** argv) {
     tensord::optim::SGD optimizer(net.parameters(),
                                   {.lr = std::stod(lr_text), .momentum = 0.9});
 
+    // A batch's images on the device (the seed's inputs.to(device)).
+    auto upload = [&](const tensord::data::Batch& data) {
+      return client.FromBytes(
+          tensord::DType::kFloat32, data.shape,
+          {reinterpret_cast<const char*>(data.images.data()),
+           data.images.size() * sizeof(float)},
+          device);
+    };
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {  // loop over the dataset
       double running_loss = 0.0;
       int64_t i = 0;
       for (const tensord::data::Batch& data : trainloader) {
         // get the inputs; data is a list of [inputs, labels]
-        auto inputs =
-            client.FromBytes(tensord::DType::kFloat32, data.shape,
-                             {reinterpret_cast<const char*>(data.images.data()),
-                              data.images.size() * sizeof(float)},
-                             device);
+        auto inputs = upload(data);
         auto labels = client.tensor<int64_t>(data.labels, device);
 
         // zero the parameter gradients
@@ -111,11 +115,7 @@ int main(int argc, char** argv) {
     tensord::data::DataLoader testloader(testset, 100, false);
     int64_t correct = 0, total = 0;
     for (const tensord::data::Batch& data : testloader) {
-      auto images =
-          client.FromBytes(tensord::DType::kFloat32, data.shape,
-                           {reinterpret_cast<const char*>(data.images.data()),
-                            data.images.size() * sizeof(float)},
-                           device);
+      auto images = upload(data);
       // the class with the highest energy is what we choose as prediction
       auto outputs = net(images);
       const auto [energy, predicted_classes] = tensord::max(outputs, 1);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "server/server.h"
+#include "tests/client/in_process_fixture.h"
 #include "tensord/client.h"
 
 namespace tensord {
@@ -22,32 +23,9 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-class NnClientTest : public ::testing::Test {
+class NnClientTest : public InProcessClientTest {
  protected:
-  void SetUp() override {
-    server::ServerOptions options;
-    options.listen = "";
-    options.runtime.host_devices = 2;
-    server_ = std::move(server::Server::Start(std::move(options))).value();
-    client_.emplace(server_->InProcessChannel());
-    dir_ = std::filesystem::temp_directory_path() /
-           ("tensord-nn-" + client_->session().substr(0, 8));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override {
-    client_.reset();
-    server_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-  uint64_t Held() {
-    uint64_t held = 0;
-    for (const DeviceInfo& d : client_->devices()) held += d.held_memory;
-    return held;
-  }
-
-  std::unique_ptr<server::Server> server_;
-  std::optional<Client> client_;
-  std::filesystem::path dir_;
+  NnClientTest() : InProcessClientTest("tensord-nn-") {}
 };
 
 // d2l's `net = nn.Sequential(nn.Linear(3, 1))` on a device, and a module

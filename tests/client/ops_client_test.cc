@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "server/server.h"
+#include "tests/client/in_process_fixture.h"
 #include "tensord/client.h"
 
 namespace tensord {
@@ -26,37 +27,14 @@ using ::testing::FloatNear;
 using ::testing::HasSubstr;
 using ::testing::Pointwise;
 
-class OpsClientTest : public ::testing::Test {
+class OpsClientTest : public InProcessClientTest {
  protected:
-  void SetUp() override {
-    server::ServerOptions options;
-    options.listen = "";
-    options.runtime.host_devices = 2;
-    server_ = std::move(server::Server::Start(std::move(options))).value();
-    client_.emplace(server_->InProcessChannel());
-    dir_ = std::filesystem::temp_directory_path() /
-           ("tensord-ops-" + client_->session().substr(0, 8));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override {
-    client_.reset();
-    server_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-  uint64_t Held() {
-    uint64_t held = 0;
-    for (const DeviceInfo& d : client_->devices()) held += d.held_memory;
-    return held;
-  }
+  OpsClientTest() : InProcessClientTest("tensord-ops-") {}
   static int Python(const std::string& code) {
     std::ofstream("/dev/null");
     const std::string cmd = "/usr/bin/python3 -c \"" + code + "\"";
     return std::system(cmd.c_str());
   }
-
-  std::unique_ptr<server::Server> server_;
-  std::optional<Client> client_;
-  std::filesystem::path dir_;
 };
 
 TEST_F(OpsClientTest, TensorMethodsAndScalars) {
