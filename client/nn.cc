@@ -96,7 +96,9 @@ Module& Module::to(const Device& device) {
   CollectInto("", &all);
   for (auto& [name, t] : all) {
     if (t->device() == device) continue;
-    *t = t->to(device);
+    // The move's result has a grad_fn (gradients flow back across moves);
+    // a parameter is a leaf, as PyTorch's module.to keeps it.
+    *t = t->to(device).detach();
     t->requires_grad_();
   }
   return *this;

@@ -47,6 +47,7 @@ bool SavesInputData(const OpSpec& op, size_t i) {
     case Kind::kAvgPool2d:
     case Kind::kAdaptiveAvgPool2d:
     case Kind::kDropout:
+    case Kind::kMoveTo:
       return false;
     case Kind::kLoss:  // nll/cross_entropy read the targets and the input
       return true;
@@ -272,6 +273,7 @@ std::string GradFnName(const OpSpec& op) {
     case Kind::kCat:
       return "CatBackward0";
     case Kind::kCast:
+    case Kind::kMoveTo:
       return "ToCopyBackward0";
     case Kind::kClamp:
       return "ClampBackward1";

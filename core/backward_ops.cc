@@ -626,6 +626,15 @@ absl::StatusOr<std::vector<Runtime::Impl::TensorPtr>> Runtime::Impl::InputGrads(
       return Pool2dGrads(node, grad);
     case Kind::kLoss:
       return LossGrads(node, grad);
+    case Kind::kMoveTo: {  // the gradient moved back to the input's device
+      const StoredTensor& x = *node.inputs[0].data;
+      DeviceSlot& slot = SlotOf(x.device);
+      ASSIGN_OR_RETURN(Output back, AllocateOutput(slot, grad->dtype, x.shape));
+      RETURN_IF_ERROR(x.device->CopyFromDevice(*grad->device, *grad->buffer,
+                                               *back.buffer, back.nbytes));
+      out[0] = Stored(slot, std::move(back));
+      break;
+    }
     default:
       return Unimplemented(node, "");
   }

@@ -420,6 +420,9 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
       return Result(x.dtype, x.shape);
     case OpSpec::Kind::kOptimizerStep:
       return PlanOptimizerStep(op, in);
+    case OpSpec::Kind::kMoveTo:
+      return absl::InvalidArgumentError(
+          "to(device) is the To request, not an op of Run or Execute");
   }
   return absl::InternalError(absl::StrCat("PlanOp: unknown op kind ",
                                           static_cast<int>(op.kind)));

@@ -81,6 +81,8 @@ std::string OpName(const OpSpec& op) {
       return "zero_grad";
     case OpSpec::Kind::kDetach:
       return "detach";
+    case OpSpec::Kind::kMoveTo:
+      return "to";
     case OpSpec::Kind::kOptimizerStep:
       return absl::StrCat(ToAbsl(OptimizerName(op.optimizer.kind)), ".step");
   }

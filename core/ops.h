@@ -135,6 +135,9 @@ struct OpSpec {
     // state for all of them in turn (Adam: n exp_avg, then n exp_avg_sq);
     // returns inputs[0].
     kOptimizerStep,
+    // x.to(device), as the To request records it for autograd (not an op
+    // a client sends: PlanOp refuses it).
+    kMoveTo,
   };
   Kind kind = Kind::kBinary;
   BinaryOp binary = BinaryOp::kAdd;

@@ -486,8 +486,18 @@ absl::StatusOr<TensorMeta> Runtime::To(std::string_view session,
                    impl_->Allocate(*dst_slot, t.nbytes));
   RETURN_IF_ERROR(dst_slot->device->CopyFromDevice(*t.device, *t.buffer,
                                                    *buffer, t.nbytes));
-  return impl_->Register(session, *dst_slot, t.dtype, t.shape, t.nbytes,
-                         std::move(buffer), src.tag);
+  auto moved = std::make_shared<StoredTensor>();
+  moved->device = dst_slot->device.get();
+  moved->dtype = t.dtype;
+  moved->shape = t.shape;
+  moved->nbytes = t.nbytes;
+  moved->buffer = std::move(buffer);
+  // Gradients flow back across the move (PyTorch's ToCopyBackward0).
+  OpSpec move;
+  move.kind = OpSpec::Kind::kMoveTo;
+  const Impl::Value in[] = {Impl::Value{src.tensor, src}};
+  impl_->RecordGrad(move, in, moved, nullptr);
+  return impl_->Register(session, std::move(moved), src.tag);
 }
 
 absl::StatusOr<std::unique_ptr<Runtime::Reader>> Runtime::OpenReader(

@@ -605,6 +605,52 @@ TEST_F(AutogradTest, PyTorchsRulesWithTheirCodes) {
   EXPECT_THAT(s.message(), HasSubstr("only change requires_grad flags of leaf"));
 }
 
+TEST(AutogradMoveTest, GradientsFlowBackAcrossDevices) {
+  // x on cpu:0 requires grad; y = x.to("cpu:1") * w; y.sum().backward()
+  // gives x.grad = w, on cpu:0.
+  RuntimeOptions options;
+  options.host_devices = 2;
+  options.host_memory_budget = 16 << 20;
+  auto rt = Runtime::Create(std::move(options)).value();
+  const std::string s = rt->OpenSession("move").value();
+  auto make = [&](std::string_view device, std::vector<double> v) {
+    std::vector<uint8_t> bytes(v.size() * 8);
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    const int64_t dims[] = {static_cast<int64_t>(v.size())};
+    return rt->CreateFromData(s, device, DType::kFloat64, dims, bytes, "")
+        .value()
+        .handle;
+  };
+  const uint64_t x = make("cpu:0", {1, 2, 3});
+  const uint64_t w = make("cpu:1", {4, 5, 6});
+  OpSpec on;
+  on.kind = Kind::kRequiresGrad;
+  on.inputs = {Operand::Handle(x)};
+  ASSERT_TRUE(rt->Run(s, on).ok());
+  auto moved = rt->To(s, x, "cpu:1", false).value();
+  EXPECT_EQ(moved.grad_fn, "ToCopyBackward0");
+  std::vector<OpSpec> ops(3);
+  ops[0].kind = Kind::kBinary;
+  ops[0].binary = BinaryOp::kMul;
+  ops[0].inputs = {Operand::Handle(moved.handle), Operand::Handle(w)};
+  ops[1].kind = Kind::kReduce;
+  ops[1].inputs = {Operand::Result(0)};
+  ops[2].kind = Kind::kBackward;
+  ops[2].inputs = {Operand::Result(1)};
+  ASSERT_TRUE(rt->Execute(s, ops, {}).ok());
+  OpSpec grad;
+  grad.kind = Kind::kGrad;
+  grad.inputs = {Operand::Handle(x)};
+  auto g = rt->Run(s, grad).value();
+  EXPECT_EQ(g.device, "cpu:0");
+  std::vector<double> v(3);
+  ASSERT_TRUE(rt->OpenReader(s, g.handle)
+                  .value()
+                  ->Read(0, {reinterpret_cast<uint8_t*>(v.data()), 24})
+                  .ok());
+  EXPECT_THAT(v, ::testing::ElementsAre(4, 5, 6));
+}
+
 TEST_F(AutogradTest, ATrainingLoopHoldsOnlyParametersAndGrads) {
   // 200 steps of w -= 0.1 * grad(mean((x w - t)^2)) in one Execute each;
   // the device holds the same bytes after the first step as after the last.
