@@ -280,32 +280,40 @@ Runtime::Impl::Conv2dGrads(const GradNode& node, const TensorPtr& g) {
   const int64_t cols = win.n * win.oh * win.ow;
   const int64_t k = win.c / gr * win.kh * win.kw;
   std::vector<TensorPtr> out(node.inputs.size());
-  // g as [groups, oc / groups, n * oh * ow].
-  ASSIGN_OR_RETURN(TensorPtr gcm, ChannelMajor(m, g, win, oc));
-  ASSIGN_OR_RETURN(gcm, m.Reshape(gcm, {gr, oc_g, cols}));
   const int64_t swap[] = {0, 2, 1};
   if (node.next[0].active()) {  // col2im(w^T g) per group
     if (k == 0) {
       ASSIGN_OR_RETURN(out[0], m.Zeros(x->shape, plan.dtype));
     } else {
+      // g as [groups, oc / groups, n * oh * ow].
+      ASSIGN_OR_RETURN(TensorPtr gcm, ChannelMajor(m, g, win, oc));
+      ASSIGN_OR_RETURN(gcm, m.Reshape(gcm, {gr, oc_g, cols}));
       ASSIGN_OR_RETURN(TensorPtr wg, m.Reshape(w, {gr, oc_g, k}));
       ASSIGN_OR_RETURN(TensorPtr wt, m.Permute(wg, swap));
       ASSIGN_OR_RETURN(TensorPtr dcols, m.MatMul(wt, gcm));
       ASSIGN_OR_RETURN(out[0], FoldColumns(m, dcols, win, x->shape));
     }
   }
-  if (node.next[1].active()) {  // g cols^T per group
+  if (node.next[1].active()) {  // (cols g^T)^T per group
     if (k == 0) {
       ASSIGN_OR_RETURN(out[1], m.Zeros(w->shape, plan.dtype));
     } else {
+      // The columns [g, K, n*oh*ow] times g read as [g, n*oh*ow, oc/g]
+      // (a permute of g, not of the far larger columns), then the small
+      // [g, K, oc/g] result transposed.
       ASSIGN_OR_RETURN(Shape shape, Dims({gr, k, cols}));
       ASSIGN_OR_RETURN(Output unfolded,
                        AllocateOutput(m.slot(), x->dtype, std::move(shape)));
       RETURN_IF_ERROR(m.device().Launch(
           {Im2ColArgs{win, 0}, {RefOf(*x)}, unfolded.ref()}));
       const TensorPtr columns = Stored(m.slot(), std::move(unfolded));
-      ASSIGN_OR_RETURN(TensorPtr ct, m.Permute(columns, swap));
-      ASSIGN_OR_RETURN(TensorPtr gw, m.MatMul(gcm, ct));
+      ASSIGN_OR_RETURN(TensorPtr g4,
+                       m.Reshape(g, {win.n, gr, oc_g, win.oh * win.ow}));
+      const int64_t rows_first[] = {1, 0, 3, 2};
+      ASSIGN_OR_RETURN(TensorPtr gt, m.Permute(g4, rows_first));
+      ASSIGN_OR_RETURN(gt, m.Reshape(gt, {gr, cols, oc_g}));
+      ASSIGN_OR_RETURN(TensorPtr gwt, m.MatMul(columns, gt));  // [g, K, oc/g]
+      ASSIGN_OR_RETURN(TensorPtr gw, m.Permute(gwt, swap));
       ASSIGN_OR_RETURN(out[1], m.Reshape(gw, w->shape));
     }
   }
