@@ -957,6 +957,7 @@ BatchResults Batch::run() {
                                         ? *existing
                                         : internal::TensorAccess::Make(
                                               state_->session->Adopt(info)));
+    if (!info.value().empty()) results.values_.emplace(index, info.value());
   }
   state_->inputs.clear();
   return results;

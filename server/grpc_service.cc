@@ -632,7 +632,19 @@ absl::Status TensorServiceImpl::ExecuteImpl(grpc::CallbackServerContext* ctx,
                                      {req.keep().data(),
                                       static_cast<size_t>(req.keep_size())},
                                      [ctx] { return ctx->IsCancelled(); }));
-  for (const core::TensorMeta& meta : kept) ToProto(meta, resp->add_kept());
+  for (const core::TensorMeta& meta : kept) {
+    v1::TensorInfo* info = resp->add_kept();
+    ToProto(meta, info);
+    if (meta.shape.NumElements() != 1) continue;
+    // One element (a loss): its bytes ride the reply.
+    ASSIGN_OR_RETURN(std::unique_ptr<core::Runtime::Reader> reader,
+                     runtime_->OpenReader(req.session(), meta.handle,
+                                          core::Runtime::ReaderUse::kCall));
+    std::string* value = info->mutable_value();
+    value->resize(meta.nbytes);
+    RETURN_IF_ERROR(reader->Read(
+        0, {reinterpret_cast<uint8_t*>(value->data()), meta.nbytes}));
+  }
   return absl::OkStatus();
 }
 

@@ -6,11 +6,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -176,10 +178,27 @@ class BatchResults {
  public:
   // The tensor of a kept Value. INVALID_ARGUMENT if `v` was not kept.
   const Tensor& operator[](Batch::Value v) const;
+  // The single element of a kept one-element result as T, as it was when
+  // the batch ran: it came back in the Execute reply, so this costs no
+  // round trip (the seed's `running_loss += loss.item()`). Otherwise as
+  // (*this)[v].item<T>().
+  template <typename T>
+  T item(Batch::Value v) const {
+    const Tensor& t = (*this)[v];
+    auto it = values_.find(v.index());
+    if (it == values_.end() || it->second.size() != sizeof(T) ||
+        t.dtype() != kDTypeOf<T>) {
+      return t.item<T>();
+    }
+    T out;
+    std::memcpy(&out, it->second.data(), sizeof(T));
+    return out;
+  }
 
  private:
   friend class Batch;
   std::map<uint32_t, Tensor> tensors_;
+  std::map<uint32_t, std::string> values_;  // one-element results' bytes
 };
 
 }  // namespace tensord::client

@@ -134,6 +134,9 @@ class AutogradTorchTest(unittest.TestCase):
         ]
         (loss,) = self.execute(ops, keep=[13])
         self.assertEqual(loss.grad_fn, "NllLossBackward0")
+        # The kept one-element result's bytes ride the reply.
+        self.assertEqual(np.frombuffer(loss.value, np.float64)[0],
+                         self.fetch(loss)[()])
 
         t = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
         y = F.max_pool2d(F.relu(F.conv2d(torch.from_numpy(x), t["conv1.weight"],
