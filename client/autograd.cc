@@ -30,6 +30,12 @@ namespace internal {
 void MarkGradMode(v1::Op& op) {
   if (NoGradGuard::active()) op.set_no_grad(true);
 }
+
+std::string AutogradSuffix(const Tensor& t) {
+  const v1::TensorInfo info = InfoOf(t);
+  if (!info.grad_fn().empty()) return "grad_fn=<" + info.grad_fn() + ">";
+  return info.requires_grad() ? "requires_grad=True" : "";
+}
 }  // namespace internal
 
 using internal::HandleOperand;

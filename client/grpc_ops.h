@@ -88,6 +88,9 @@ Tensor& RunInPlace(Tensor& target, v1::InPlaceOp op, const Tensor* other,
 void RunOnTarget(const Tensor& target, v1::Op op);
 // `op` as this thread sends it: with no_grad under a NoGradGuard.
 void MarkGradMode(v1::Op& op);
+// PyTorch's repr suffix for t's autograd state: "grad_fn=<MulBackward0>",
+// "requires_grad=True" for a leaf, or "" (asks the server; autograd.cc).
+std::string AutogradSuffix(const Tensor& t);
 // Zeros of t's shape, dtype and device, in t's session.
 Tensor ZerosLike(const Tensor& t);
 // A tensor of t's shape, dtype and device in t's session, from `bytes`.

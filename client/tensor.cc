@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "client/grpc_ops.h"
 #include "client/grpc_session.h"
 #include "client/host_copy.h"
 #include "client/tensor_repr.h"
@@ -106,8 +107,10 @@ void Tensor::CheckSingleElement() const {
 }
 
 std::string Tensor::str() const {
-  return internal::FormatTensor(state_->shape, state_->dtype, fetch_bytes(),
-                                state_->device.str());
+  const std::string bytes = fetch_bytes();
+  return internal::FormatTensor(state_->shape, state_->dtype, bytes,
+                                state_->device.str(),
+                                internal::AutogradSuffix(*this));
 }
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {

@@ -311,7 +311,8 @@ std::string PyTuple(const std::vector<int64_t>& shape) {
 }  // namespace
 
 std::string FormatTensor(const std::vector<int64_t>& shape, DType dtype,
-                         std::string_view bytes, std::string_view device) {
+                         std::string_view bytes, std::string_view device,
+                         std::string_view autograd) {
   int64_t numel = 1;
   for (int64_t n : shape) {
     if (n < 0) {
@@ -353,6 +354,7 @@ std::string FormatTensor(const std::vector<int64_t>& shape, DType dtype,
     const Formatter formatter(elements, printer.Shown());
     body = printer.Print(formatter, static_cast<int64_t>(prefix.size()));
   }
+  if (!autograd.empty()) suffixes.emplace_back(autograd);
   return AddSuffixes(prefix + body, suffixes, prefix.size());
 }
 

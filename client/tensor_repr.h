@@ -22,10 +22,13 @@ namespace tensord::client::internal {
 // "tensor([ 5, 16,  3], device='cuda:0')". The device suffix is left out for
 // the default device ("cpu", "cpu:0" or ""); the dtype suffix for the
 // default dtypes (float32, int64, bool), except that empty tensors name any
-// dtype but float32, as PyTorch does. Throws Error(INVALID_ARGUMENT) when
-// `bytes` does not hold exactly numel(shape) elements of `dtype`.
+// dtype but float32, as PyTorch does. `autograd`, when not empty, is the
+// last suffix ("grad_fn=<MulBackward0>", "requires_grad=True"). Throws
+// Error(INVALID_ARGUMENT) when `bytes` does not hold exactly numel(shape)
+// elements of `dtype`.
 std::string FormatTensor(const std::vector<int64_t>& shape, DType dtype,
-                         std::string_view bytes, std::string_view device);
+                         std::string_view bytes, std::string_view device,
+                         std::string_view autograd = "");
 
 }  // namespace tensord::client::internal
 

@@ -385,9 +385,12 @@ Runtime::Impl::Pool2dGrads(const GradNode& node, const TensorPtr& g) {
     ASSIGN_OR_RETURN(TensorPtr hit,
                      m.Bin(BinaryOp::kEq, Stored(m.slot(), std::move(positions)),
                            Stored(m.slot(), std::move(index))));
-    ASSIGN_OR_RETURN(hit, m.Mask(hit, g->dtype));
     ASSIGN_OR_RETURN(TensorPtr g3, m.Reshape(gcm, {win.c, 1, cols}));
-    ASSIGN_OR_RETURN(dcols, m.Bin(BinaryOp::kMul, hit, g3));
+    using Bound = OpSpec::Bound;  // g where the window's maximum is, else 0
+    ASSIGN_OR_RETURN(
+        dcols, m.Keep(WhereOut(*hit, Bound{Bound::Kind::kTensor, {}}, g3.get(),
+                               Bound{Bound::Kind::kScalar, Scalar::Float(0)},
+                               nullptr)));
   } else {
     // Each window's elements share its gradient over its divisor.
     TensorPtr share;

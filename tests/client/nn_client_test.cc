@@ -66,8 +66,13 @@ TEST_F(NnClientTest, ParametersAreNamedAsPyTorchNamesThem) {
   EXPECT_EQ(first.weight.device(), Device("cpu:1"));
   EXPECT_TRUE(first.weight.requires_grad());
   EXPECT_EQ(first.weight.grad_fn(), "");
-  EXPECT_THAT(net(c.ones({2, 3}, DType::kFloat32, "cpu:1")).shape(),
-              ElementsAre(2, 1));
+  // d2l: net(X) prints with its device and grad_fn, as PyTorch's repr.
+  auto y = net(c.ones({2, 3}, DType::kFloat32, "cpu:1"));
+  EXPECT_THAT(y.shape(), ElementsAre(2, 1));
+  EXPECT_THAT(y.str(), ::testing::EndsWith(
+                           "device='cpu:1', grad_fn=<AddmmBackward0>)"));
+  auto leaf = c.tensor<float>({1, 2}).requires_grad_();
+  EXPECT_EQ(leaf.str(), "tensor([1., 2.], requires_grad=True)");
 
   Small small(c);
   names.clear();
