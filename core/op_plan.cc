@@ -1,6 +1,7 @@
 #include "core/op_plan.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -112,9 +113,12 @@ std::string PyFloat(double v) {
   if (std::isfinite(v) && v == std::floor(v) && std::abs(v) < 1e16) {
     return absl::StrFormat("%.1f", v);
   }
-  return absl::StrFormat("%.17g", v).size() <= absl::StrFormat("%g", v).size()
-             ? absl::StrFormat("%.17g", v)
-             : absl::StrFormat("%g", v);
+  // The shortest digits that read back as v, as Python's repr.
+  for (int digits = 1; digits < 17; ++digits) {
+    const std::string text = absl::StrFormat("%.*g", digits, v);
+    if (std::strtod(text.c_str(), nullptr) == v) return text;
+  }
+  return absl::StrFormat("%.17g", v);
 }
 
 absl::Status CheckOptimizerArgs(const OptimizerArgs& a) {

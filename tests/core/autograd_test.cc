@@ -651,6 +651,20 @@ TEST(AutogradMoveTest, GradientsFlowBackAcrossDevices) {
   EXPECT_THAT(v, ::testing::ElementsAre(4, 5, 6));
 }
 
+TEST_F(AutogradTest, OptimizerArgumentsArePrintedAsPythonPrintsThem) {
+  const uint64_t p = MakeF64({2}, {1, 2});
+  for (const auto& [lr, text] :
+       std::vector<std::pair<double, std::string>>{
+           {-0.1, "-0.1"}, {-2, "-2.0"}, {-0.123456789, "-0.123456789"},
+           {-1e-05, "-1e-05"}}) {
+    OpSpec step = Op(Kind::kOptimizerStep, {p});
+    step.optimizer.lr = lr;
+    absl::Status s = rt_->Run(session_, step).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(), "Invalid learning rate: " + text);
+  }
+}
+
 TEST_F(AutogradTest, ATrainingLoopHoldsOnlyParametersAndGrads) {
   // 200 steps of w -= 0.1 * grad(mean((x w - t)^2)) in one Execute each;
   // the device holds the same bytes after the first step as after the last.
