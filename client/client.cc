@@ -221,4 +221,14 @@ std::vector<TensorInfo> Client::tensors() const {
   return out;
 }
 
+std::vector<TensorInfo> Client::held() const {
+  v1::ListTensorsRequest request;
+  request.set_page_size(1);  // `held` rides the first page, whole
+  const v1::ListTensorsResponse page =
+      session_->Call(&TensorService::Stub::ListTensors, request);
+  std::vector<TensorInfo> out;
+  for (const v1::TensorInfo& t : page.held()) out.push_back(FromProto(t));
+  return out;
+}
+
 }  // namespace tensord::client

@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "core/grad_math.h"
 #include "core/runtime_impl.h"
+#include "core/session_memory.h"
 
 namespace tensord::core {
 namespace {
@@ -299,6 +300,54 @@ std::string GradFnName(const OpSpec& op) {
 
 std::string GradNode::Name() const { return GradFnName(op); }
 
+void SetGrad(AutogradMeta& meta, std::shared_ptr<const StoredTensor> grad) {
+  meta.grad_charge.reset();  // before the old grad's memory goes
+  meta.grad = std::move(grad);
+  if (meta.grad == nullptr) return;
+  if (std::shared_ptr<SessionMemory> memory = meta.owner.lock()) {
+    const StoredTensor* held[] = {meta.grad.get()};
+    meta.grad_charge =
+        memory->Hold(held, absl::StrCat("grad of tensor ", meta.owner_handle));
+  }
+}
+
+void ChargeToSession(const StoredTensor& t,
+                     const std::shared_ptr<SessionMemory>& memory,
+                     uint64_t handle) {
+  std::shared_ptr<GradNode> root;
+  {
+    AutogradMeta& meta = *t.autograd;
+    absl::MutexLock lock(&meta.mu);
+    root = meta.grad_fn;
+    // Set even while untracked: requires_grad_ may come later.
+    if (meta.owner.expired() || meta.owner_handle != handle) {
+      meta.owner = memory;
+      meta.owner_handle = handle;
+      if (meta.grad != nullptr) SetGrad(meta, std::move(meta.grad));
+    }
+  }
+  // The graph's nodes not yet counted; a counted node's inputs were
+  // counted with it, and a released node's saved nothing that remains.
+  std::vector<std::shared_ptr<GradNode>> stack;
+  if (root != nullptr) stack.push_back(std::move(root));
+  while (!stack.empty()) {
+    std::shared_ptr<GradNode> node = std::move(stack.back());
+    stack.pop_back();
+    absl::MutexLock lock(&node->mu);
+    if (node->charged || node->released) continue;
+    node->charged = true;
+    std::vector<const StoredTensor*> saved;
+    for (const SavedTensor& s : node->inputs) saved.push_back(s.data.get());
+    saved.push_back(node->output.data.get());
+    saved.push_back(node->extra.data.get());
+    node->charge =
+        memory->Hold(saved, absl::StrCat("saved by ", node->Name()));
+    for (const GradEdge& e : node->next) {
+      if (e.node != nullptr) stack.push_back(e.node);
+    }
+  }
+}
+
 void Runtime::Impl::RecordGrad(const OpSpec& op, std::span<const Value> in,
                                const TensorPtr& result, TensorPtr extra) {
   if (op.no_grad || !IsFloating(result->dtype)) return;
@@ -388,7 +437,7 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::ApplyAutograd(
       for (const Value& v : in) {
         AutogradMeta& m = *v.tensor->autograd;
         absl::MutexLock lock(&m.mu);
-        m.grad.reset();
+        SetGrad(m, nullptr);
       }
       return in[0];
     case Kind::kGrad: {
@@ -495,7 +544,7 @@ absl::Status Runtime::Impl::Backward(const TensorPtr& root,
     for (size_t i = 0; i < leaf_grads.size(); ++i) {
       AutogradMeta& meta = *leaf_grads[i].first->autograd;
       absl::MutexLock lock(&meta.mu);
-      meta.grad = std::move(updated[i]);
+      SetGrad(meta, std::move(updated[i]));
     }
     return absl::OkStatus();
   };
@@ -575,6 +624,7 @@ absl::Status Runtime::Impl::Backward(const TensorPtr& root,
       }
       if (!had_data) continue;  // nothing to free: it may run again
       node->released = true;
+      node->charge.reset();  // before the memory it counts goes
       for (SavedTensor& s : node->inputs) s = Save(*s.data, false);
       if (node->output.data != nullptr) {
         node->output = Save(*node->output.data, false);

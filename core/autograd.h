@@ -39,6 +39,8 @@ namespace tensord::core {
 
 struct StoredTensor;  // core/handle_table.h
 struct GradNode;
+class HeldCharge;     // core/session_memory.h
+class SessionMemory;  // core/session_memory.h
 
 // What a tensor knows about its gradient. Every stored tensor has one.
 struct AutogradMeta {
@@ -49,6 +51,13 @@ struct AutogradMeta {
   std::shared_ptr<GradNode> grad_fn ABSL_GUARDED_BY(mu);
   // The accumulated gradient of a leaf (null: None).
   std::shared_ptr<const StoredTensor> grad ABSL_GUARDED_BY(mu);
+  // The session whose handle names this tensor (set when it is
+  // registered), and that handle: a leaf's grad counts as that session's
+  // memory (core/session_memory.h) through grad_charge, declared after
+  // grad so that it goes first.
+  std::weak_ptr<SessionMemory> owner ABSL_GUARDED_BY(mu);
+  uint64_t owner_handle ABSL_GUARDED_BY(mu) = 0;
+  std::shared_ptr<const HeldCharge> grad_charge ABSL_GUARDED_BY(mu);
 
   // requires_grad (leaf) or grad_fn set: autograd tracks this tensor.
   bool Tracked() const {
@@ -92,10 +101,26 @@ struct GradNode {
   absl::Mutex mu;
   // backward ran without retain_graph: the saved tensors are gone.
   bool released ABSL_GUARDED_BY(mu) = false;
+  // Counted toward a session's memory (ChargeToSession); the charge keeps
+  // the saved tensors' memory on the session's account until the node
+  // releases them or dies (declared last, so it goes first).
+  bool charged ABSL_GUARDED_BY(mu) = false;
+  std::shared_ptr<const HeldCharge> charge ABSL_GUARDED_BY(mu);
 };
 
 // PyTorch's grad_fn name of a node recording `op`.
 std::string GradFnName(const OpSpec& op);
+
+// Sets a leaf's grad (null: None), moving its charge to the new one.
+void SetGrad(AutogradMeta& meta, std::shared_ptr<const StoredTensor> grad)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(meta.mu);
+
+// `t` was registered in a session under `handle`: its grad, and the saved
+// tensors of every node of its graph not yet counted, count toward that
+// session's memory from now on (core/session_memory.h).
+void ChargeToSession(const StoredTensor& t,
+                     const std::shared_ptr<SessionMemory>& memory,
+                     uint64_t handle);
 
 }  // namespace tensord::core
 

@@ -27,6 +27,15 @@ absl::Status UnknownSession(std::string_view session) {
                                           cut ? "...'" : "'"));
 }
 
+// How much of a session's use autograd holds, for quota messages.
+std::string HeldNote(uint64_t held, const char* unit) {
+  if (held == 0) return "";
+  return absl::StrCat(" (", held, " ", unit,
+                      " of them held by autograd without a handle: tensors "
+                      "saved for backward and leaves' grads, listed by "
+                      "ListTensors as `held`)");
+}
+
 absl::Status UnknownHandle(uint64_t handle) {
   return absl::NotFoundError(
       absl::StrCat("unknown tensor handle ", handle, " in this session"));
@@ -148,6 +157,7 @@ std::vector<std::weak_ptr<SessionBound>> HandleTable::EndSession(
   for (auto& [handle, entry] : s.entries) entries->push_back(std::move(entry));
   s.entries.clear();
   s.bytes = 0;
+  s.memory->End();
   s.requests.clear();
   s.request_order.clear();
   s.regions.clear();
@@ -198,20 +208,23 @@ std::vector<ExpiredSession> HandleTable::ReapExpired(
 absl::Status HandleTable::QuotaCheck(const Session& s, uint64_t bytes,
                                      uint64_t tensors) const {
   const uint64_t max_tensors = options_.session_max_tensors;
-  if (max_tensors != 0 && (tensors > max_tensors ||
-                           s.entries.size() > max_tensors - tensors)) {
+  const uint64_t max_bytes = options_.session_max_bytes;
+  if (max_tensors == 0 && max_bytes == 0) return absl::OkStatus();
+  const uint64_t held_tensors = s.entries.size() + s.memory->extra_tensors();
+  const uint64_t held_bytes = s.bytes + s.memory->extra_bytes();
+  if (max_tensors != 0 &&
+      (tensors > max_tensors || held_tensors > max_tensors - tensors)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "session tensor quota exceeded (--session-max-tensors): requested ",
         tensors, " more tensor", tensors == 1 ? "" : "s",
-        "; the session holds ", s.entries.size(), " of its limit of ",
-        max_tensors, " tensors"));
+        "; the session holds ", held_tensors, " of its limit of ",
+        max_tensors, " tensors", HeldNote(held_tensors - s.entries.size(), "tensors")));
   }
-  const uint64_t max_bytes = options_.session_max_bytes;
-  if (max_bytes != 0 && (bytes > max_bytes || s.bytes > max_bytes - bytes)) {
+  if (max_bytes != 0 && (bytes > max_bytes || held_bytes > max_bytes - bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "session memory quota exceeded (--session-max-bytes): requested ",
-        bytes, " bytes; the session holds ", s.bytes, " of its limit of ",
-        max_bytes, " bytes"));
+        bytes, " bytes; the session holds ", held_bytes, " of its limit of ",
+        max_bytes, " bytes", HeldNote(held_bytes - s.bytes, "bytes")));
   }
   return absl::OkStatus();
 }
@@ -333,6 +346,8 @@ std::vector<SessionSummary> HandleTable::ListSessions(bool with_entries) const {
       summary.bytes += entry.tensor->nbytes;
       if (with_entries) summary.entries.push_back(entry);
     }
+    summary.tensors += session->memory->extra_tensors();
+    summary.bytes += session->memory->extra_bytes();
     out.push_back(std::move(summary));
   }
   std::sort(out.begin(), out.end(),
@@ -357,11 +372,15 @@ absl::StatusOr<HandleEntry> HandleTable::Insert(
   entry.tensor = std::move(tensor);
   entry.tag = std::string(tag);
   entry.created = entry.last_used = HandleEntry::Clock::now();
-  absl::MutexLock lock(&(*s)->mu);
-  if ((*s)->closed) return UnknownSession(session);
-  RETURN_IF_ERROR(QuotaCheck(**s, entry.tensor->nbytes, 1));
-  (*s)->bytes += entry.tensor->nbytes;
-  (*s)->entries.emplace(entry.handle, entry);
+  {
+    absl::MutexLock lock(&(*s)->mu);
+    if ((*s)->closed) return UnknownSession(session);
+    RETURN_IF_ERROR(QuotaCheck(**s, entry.tensor->nbytes, 1));
+    (*s)->bytes += entry.tensor->nbytes;
+    (*s)->entries.emplace(entry.handle, entry);
+    (*s)->memory->AddEntry(*entry.tensor);
+  }
+  ChargeToSession(*entry.tensor, (*s)->memory, entry.handle);
   return entry;
 }
 
@@ -393,6 +412,12 @@ absl::StatusOr<std::vector<HandleEntry>> HandleTable::List(
   return out;
 }
 
+absl::StatusOr<std::vector<HeldTensor>> HandleTable::ListHeld(
+    std::string_view session) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));
+  return s->memory->ListExtra();
+}
+
 absl::StatusOr<HandleEntry> HandleTable::Remove(std::string_view session,
                                                 uint64_t handle) {
   auto s = FindSession(session);
@@ -403,6 +428,7 @@ absl::StatusOr<HandleEntry> HandleTable::Remove(std::string_view session,
   HandleEntry entry = std::move(it->second);
   (*s)->entries.erase(it);
   (*s)->bytes -= entry.tensor->nbytes;
+  (*s)->memory->RemoveEntry(*entry.tensor);
   return entry;
 }
 
@@ -414,7 +440,7 @@ absl::Status HandleTable::Rename(std::string_view session, uint64_t from,
         kFirstClientHandle, " (2^63) and above"));
   }
   ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));
-  absl::MutexLock lock(&s->mu);
+  absl::ReleasableMutexLock lock(&s->mu);
   auto it = s->entries.find(from);
   if (it == s->entries.end()) return UnknownHandle(from);
   if (s->entries.contains(to)) {
@@ -424,7 +450,10 @@ absl::Status HandleTable::Rename(std::string_view session, uint64_t from,
   HandleEntry entry = std::move(it->second);
   s->entries.erase(it);
   entry.handle = to;
+  std::shared_ptr<const StoredTensor> tensor = entry.tensor;
   s->entries.emplace(to, std::move(entry));
+  lock.Release();
+  ChargeToSession(*tensor, s->memory, to);  // grads now name `to`
   return absl::OkStatus();
 }
 

@@ -14,8 +14,10 @@
 // hold (an upload's memory, a reader's tensor) are tied to it with Bind()
 // and let go when the session ends, so a stalled stream holds no memory
 // past its session. Per-session quotas (bytes and
-// tensor count of registered tensors) are enforced by Insert() and may be
-// checked before allocating with Admit(). Each session keeps a bounded log
+// tensor count) are enforced by Insert() and may be checked before
+// allocating with Admit(); they count the registered tensors and the memory
+// autograd holds for the session beyond them (core/session_memory.h: saved
+// tensors, leaves' grads), which ListHeld() lists. Each session keeps a bounded log
 // of recent request ids with their results, for exactly-once retries.
 //
 // Thread-safety: all methods are thread-safe. The session map has one mutex,
@@ -43,6 +45,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/session_bound.h"
+#include "core/session_memory.h"
 #include "core/shape.h"
 
 namespace tensord::core {
@@ -78,8 +81,8 @@ struct SessionSummary {
   std::string id_prefix;  // first 8 hex digits of the id
   std::string client_name;
   uint64_t serial = 0;  // the order sessions were opened in, from 1
-  uint64_t tensors = 0;
-  uint64_t bytes = 0;
+  uint64_t tensors = 0;  // entries, and held tensors no entry shares
+  uint64_t bytes = 0;    // of the same
   HandleEntry::Clock::time_point created;
   std::vector<HandleEntry> entries;  // filled when asked for
 };
@@ -196,6 +199,9 @@ class HandleTable {
   absl::StatusOr<HandleEntry> Lookup(std::string_view session, uint64_t handle);
   // All entries of the session, ordered by handle; does not mark them used.
   absl::StatusOr<std::vector<HandleEntry>> List(std::string_view session) const;
+  // What the session holds without a handle (SessionMemory::ListExtra).
+  absl::StatusOr<std::vector<HeldTensor>> ListHeld(
+      std::string_view session) const;
   // Removes one entry and returns it. NOT_FOUND as Lookup.
   absl::StatusOr<HandleEntry> Remove(std::string_view session, uint64_t handle);
   // Gives entry `from` the handle `to`, a handle the client chose (the
@@ -239,6 +245,9 @@ class HandleTable {
     bool closed ABSL_GUARDED_BY(mu) = false;
     absl::flat_hash_map<uint64_t, HandleEntry> entries ABSL_GUARDED_BY(mu);
     uint64_t bytes ABSL_GUARDED_BY(mu) = 0;  // of `entries`
+    // Autograd's memory beyond the entries; told of every entry.
+    const std::shared_ptr<SessionMemory> memory =
+        std::make_shared<SessionMemory>();
     // The request log: id -> response (nullopt while running), oldest first.
     struct Logged {
       std::optional<std::string> response;

@@ -390,6 +390,24 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::ListTensors(
   return out;
 }
 
+absl::StatusOr<std::vector<TensorMeta>> Runtime::ListHeld(
+    std::string_view session) {
+  ASSIGN_OR_RETURN(std::vector<HeldTensor> held,
+                   impl_->table().ListHeld(session));
+  std::vector<TensorMeta> out;
+  out.reserve(held.size());
+  for (HeldTensor& h : held) {
+    TensorMeta meta;
+    meta.device = std::move(h.device);
+    meta.dtype = h.dtype;
+    meta.shape = std::move(h.shape);
+    meta.nbytes = h.nbytes;
+    meta.tag = std::move(h.tag);
+    out.push_back(std::move(meta));
+  }
+  return out;
+}
+
 absl::Status Runtime::Release(std::string_view session, uint64_t handle) {
   ASSIGN_OR_RETURN(HandleEntry entry, impl_->table().Remove(session, handle));
   std::vector<HandleEntry> entries;

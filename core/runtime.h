@@ -313,6 +313,10 @@ class Runtime {
   absl::StatusOr<TensorMeta> GetTensor(std::string_view session,
                                        uint64_t handle);
   absl::StatusOr<std::vector<TensorMeta>> ListTensors(std::string_view session);
+  // The memory the session holds without a handle, counted toward its
+  // quotas: tensors saved for backward (tag "saved by MulBackward0") and
+  // leaves' grads no handle names ("grad of tensor 17"). handle = 0.
+  absl::StatusOr<std::vector<TensorMeta>> ListHeld(std::string_view session);
   absl::Status Release(std::string_view session, uint64_t handle);
   // Gives tensor `from` the client-chosen handle `to` (see
   // HandleTable::Rename for the rules and codes).

@@ -812,8 +812,14 @@ absl::Status TensorServiceImpl::ListTensorsImpl(
                    ParsePageRequest(req.page_size(), req.page_token()));
   ASSIGN_OR_RETURN(std::vector<core::TensorMeta> tensors,
                    runtime_->ListTensors(req.session()));  // by handle
+  ASSIGN_OR_RETURN(std::vector<core::TensorMeta> held,
+                   runtime_->ListHeld(req.session()));
   uint64_t total = 0;
   for (const core::TensorMeta& t : tensors) total += t.nbytes;
+  for (const core::TensorMeta& t : held) {
+    total += t.nbytes;
+    if (req.page_token().empty()) ToProto(t, resp->add_held());
+  }
   resp->set_total_bytes(total);
   resp->set_next_page_token(EmitPage(
       tensors, page, [](const core::TensorMeta& t) { return t.handle; },

@@ -216,6 +216,11 @@ class Client {
 
   // The session's live tensors (what is held, and where).
   std::vector<TensorInfo> tensors() const;
+  // The memory the session holds without a handle, which counts toward its
+  // quotas as tensors() do: tensors autograd saved for a backward (tag
+  // "saved by MulBackward0") and leaves' grads no handle names ("grad of
+  // tensor 17"). handle is 0.
+  std::vector<TensorInfo> held() const;
 
   // Waits until everything this client has sent has run on the server, as
   // torch.cuda.synchronize() (see ClientOptions::pipeline); throws the

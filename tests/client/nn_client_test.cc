@@ -144,6 +144,13 @@ TEST_F(NnClientTest, ATrainingLoopEndsHoldingParametersAndStateOnly) {
   const size_t params = net.parameters().size();
   // The inputs, the parameters, Adam's two moments per parameter.
   EXPECT_EQ(c.tensors().size(), 2 + params + 2 * params);
+  // Beyond its handles the session holds the parameters' grads, and
+  // nothing any step's graph saved.
+  const std::vector<TensorInfo> held = c.held();
+  EXPECT_EQ(held.size(), params);
+  for (const TensorInfo& t : held) {
+    EXPECT_THAT(t.tag, ::testing::StartsWith("grad of tensor ")) << t.tag;
+  }
   EXPECT_EQ(Held(), held_after_first);
 
   // The step in one Execute, and SGD's own messages.

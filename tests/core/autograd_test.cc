@@ -707,6 +707,96 @@ TEST_F(AutogradTest, ATrainingLoopHoldsOnlyParametersAndGrads) {
   }
   EXPECT_EQ(rt_->ListDevices()[0].held_bytes, held_after_first);
   EXPECT_EQ(rt_->ListTensors(session_).value().size(), 3u);
+  EXPECT_TRUE(rt_->ListHeld(session_).value().empty());
+}
+
+TEST_F(AutogradTest, SavedTensorsAndGradsAreTheSessionsMemory) {
+  // y = h * h saves h; once the client releases h, the graph still holds
+  // its memory, and the session is charged for it: listed as held,
+  // counted in the session's bytes and quota. backward frees it; the grad
+  // it leaves in w is held next, until a handle names it or zero_grad.
+  const uint64_t x = MakeF64({8, 3}, std::vector<double>(24, 0.5));
+  const uint64_t w = MakeF64({3, 1}, {1, 2, 3});
+  ASSERT_TRUE(RequiresGrad(w).ok());
+  auto held = [&] { return rt_->ListHeld(session_).value(); };
+  auto session_bytes = [&] { return rt_->ListSessions()[0].bytes; };
+  const uint64_t h = rt_->Run(session_, Op(Kind::kMatMul, {x, w}))->handle;
+  OpSpec square = Op(Kind::kBinary, {h, h});
+  square.binary = BinaryOp::kMul;
+  const uint64_t y = rt_->Run(session_, square)->handle;
+  EXPECT_TRUE(held().empty()) << "h is saved, but its handle holds it";
+  const uint64_t before = session_bytes();
+  ASSERT_TRUE(rt_->Release(session_, h).ok());
+  ASSERT_EQ(held().size(), 1u);
+  EXPECT_EQ(held()[0].tag, "saved by MulBackward0");
+  EXPECT_EQ(held()[0].nbytes, 64u);
+  EXPECT_EQ(held()[0].shape.ToString(), "[8, 1]");
+  EXPECT_EQ(held()[0].handle, 0u);
+  EXPECT_EQ(session_bytes(), before) << "h's memory moved from its handle";
+
+  OpSpec sum = Op(Kind::kReduce, {y});
+  sum.reduce = ReduceOp::kSum;
+  const uint64_t loss = rt_->Run(session_, sum)->handle;
+  ASSERT_TRUE(Backward(loss).ok());
+  ASSERT_EQ(held().size(), 1u) << "the graph is freed; the grad is held";
+  EXPECT_EQ(held()[0].tag, absl::StrCat("grad of tensor ", w));
+  EXPECT_EQ(held()[0].nbytes, 24u);
+  const uint64_t g = rt_->Run(session_, Op(Kind::kGrad, {w}))->handle;
+  EXPECT_TRUE(held().empty()) << "a handle names the grad now";
+  ASSERT_TRUE(rt_->Release(session_, g).ok());
+  EXPECT_EQ(held().size(), 1u);
+  ASSERT_TRUE(rt_->Run(session_, Op(Kind::kZeroGrad, {w})).ok());
+  EXPECT_TRUE(held().empty());
+
+  // Dropping the graph's last tensor frees what it saved.
+  ASSERT_TRUE(rt_->Release(session_, y).ok());
+  const uint64_t h2 = rt_->Run(session_, Op(Kind::kMatMul, {x, w}))->handle;
+  square.inputs = {Operand::Handle(h2), Operand::Handle(h2)};
+  const uint64_t y2 = rt_->Run(session_, square)->handle;
+  ASSERT_TRUE(rt_->Release(session_, h2).ok());
+  EXPECT_EQ(held().size(), 1u);
+  ASSERT_TRUE(rt_->Release(session_, y2).ok());
+  EXPECT_TRUE(held().empty());
+  ASSERT_TRUE(rt_->Release(session_, loss).ok());
+  EXPECT_EQ(session_bytes(), 24u * 8 + 24u) << "x and w";
+}
+
+TEST(AutogradQuotaTest, HeldMemoryCountsTowardTheSessionQuota) {
+  RuntimeOptions options;
+  options.session_max_bytes = 1024;
+  auto rt = Runtime::Create(std::move(options)).value();
+  const std::string s = rt->OpenSession("quota").value();
+  auto make = [&](int64_t n) {
+    const int64_t dims[] = {n};
+    return rt->CreateFromData(s, "cpu", DType::kFloat64, dims,
+                              std::vector<uint8_t>(n * 8, 0), "");
+  };
+  const uint64_t x = make(48).value().handle;  // 384 bytes
+  OpSpec mark;
+  mark.kind = Kind::kRequiresGrad;
+  mark.requires_grad = true;
+  mark.inputs = {Operand::Handle(x)};
+  ASSERT_TRUE(rt->Run(s, mark).ok());
+  OpSpec exp;
+  exp.kind = Kind::kUnary;
+  exp.unary = UnaryOp::kExp;
+  exp.inputs = {Operand::Handle(x)};
+  const uint64_t e = rt->Run(s, exp).value().handle;  // 384, saved by exp
+  OpSpec sum;
+  sum.kind = Kind::kReduce;
+  sum.reduce = ReduceOp::kSum;
+  sum.inputs = {Operand::Handle(e)};
+  const uint64_t loss = rt->Run(s, sum).value().handle;  // 8
+  ASSERT_TRUE(rt->Release(s, e).ok());
+  // 392 bytes in handles, 384 held by the graph: 256 more do not fit.
+  absl::Status refused = make(32).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.message(),
+              HasSubstr("the session holds 776 of its limit of "
+                                   "1024 bytes (384 bytes of them held by "
+                                   "autograd"));
+  ASSERT_TRUE(rt->Release(s, loss).ok());  // the graph goes with it
+  EXPECT_TRUE(make(32).ok());
 }
 
 }  // namespace
