@@ -45,6 +45,9 @@ build_pkgs=(
   # proto (tests/python): a test-only package, never in the runtime ones
   # or the image.
   python3-torch
+  # The Python client (client/python) installs into a venv (Debian 12
+  # refuses pip into the system Python); its tests run under pytest.
+  python3-venv python3-pytest
   # tests/deploy parses the Kubernetes and Compose YAML.
   python3-yaml
   # deploy/bundle.sh sets the bundle's RUNPATH (tests/bundle).

@@ -1,0 +1,295 @@
+"""Client: one session on one tensord server, with torch's factory functions.
+
+Contract:
+  * connect(address=None, token_file=None, tls=False, ...) opens the channel
+    (_channel.py) and a session (_session.py) and returns a Client; the
+    newest client is also the default one that tensord.tensor(...),
+    tensord.nn and tensord.optim use when no client is named.
+  * client.cuda.is_available() / device_count() / get_device_name(i) describe
+    the server's GPUs; client.device(name) is a tensord.device; devices()
+    the server's DeviceInfo list (name, model, memory...).
+  * Factories as torch's: tensor, as_tensor, zeros, ones, full, empty
+    (zeros), arange, rand, randn and their *_like forms, each with dtype=,
+    device= (default "cpu") and requires_grad=; from_numpy(a) and
+    from_torch(t) copy host data to a device (dtype and shape exact,
+    bfloat16 included); manual_seed(s) makes the following rand/randn
+    reproducible (seeds s, s+1, ...; not torch's values).
+  * tensors() lists what the session holds (after the releases of dropped
+    tensors are answered); held_bytes() is their total.
+  * close() (or leaving a `with` block) closes the session, freeing every
+    tensor of it; tensors of a closed client fail with NOT_FOUND.
+Thread-safety: a Client may be shared by threads.
+"""
+import collections
+import threading
+
+import numpy as np
+
+from tensord import _channel, _dtypes
+from tensord._device import device as Device
+from tensord._device import name_of
+from tensord._dispatch import Dispatcher
+from tensord._session import Session
+from tensord._tensor import Tensor
+from tensord.v1 import tensord_pb2 as pb
+
+TensorRecord = collections.namedtuple(
+    "TensorRecord", ["handle", "device", "dtype", "shape", "nbytes", "tag",
+                     "age_ms", "idle_ms", "requires_grad", "grad_fn"])
+
+_default_lock = threading.Lock()
+_default_client = None
+
+
+def default_client():
+    """The client tensord-level functions use: the newest connect()'s."""
+    with _default_lock:
+        if _default_client is None or _default_client.closed:
+            raise RuntimeError("no open tensord client: call tensord.connect() first")
+        return _default_client
+
+
+def connect(address=None, token_file=None, tls=False, *, tls_ca_file=None,
+            tls_cert_file=None, tls_key_file=None, tls_server_name=None,
+            client_name="tensord-python", session_ttl_ms=0, session=None):
+    """A Client on a new session (or attached to `session`, an id within its lease)."""
+    global _default_client
+    channel, metadata = _channel.open_channel(
+        address, token_file, tls, tls_ca_file, tls_cert_file, tls_key_file, tls_server_name)
+    try:
+        client = Client(channel, metadata, client_name, session_ttl_ms, session)
+    except BaseException:
+        channel.close()
+        raise
+    with _default_lock:
+        _default_client = client
+    return client
+
+
+def _size_arg(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = size[0]
+    return [int(n) for n in size]
+
+
+def _bfloat16_bits(values):
+    """float32 values -> bfloat16 bit patterns, rounded to nearest even."""
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    nan = np.isnan(np.asarray(values, dtype=np.float32))
+    return np.where(nan, 0x7FC0, rounded).astype(np.uint16)
+
+
+class _Cuda:
+    """client.cuda: torch.cuda's queries, answered by the server."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def _gpus(self):
+        return [d for d in self._client.devices() if d.kind == "cuda"]
+
+    def is_available(self):
+        return bool(self._gpus())
+
+    def device_count(self):
+        return len(self._gpus())
+
+    def get_device_name(self, index=0):
+        gpus = self._gpus()
+        if not 0 <= index < len(gpus):
+            raise AssertionError("Invalid device id")
+        return gpus[index].model
+
+
+class Client:
+    def __init__(self, channel, metadata=(), client_name="tensord-python",
+                 session_ttl_ms=0, session=None):
+        self._channel = channel
+        self._session = Session(channel, metadata, client_name, session_ttl_ms, session)
+        self._dispatcher = Dispatcher(self._session)
+        self._seed_lock = threading.Lock()
+        self._next_seed = None
+        self.cuda = _Cuda(self)
+
+    # --- the session -------------------------------------------------------
+
+    @property
+    def session(self):
+        """The session id (its only credential: connect(session=...) re-attaches)."""
+        return self._session.id
+
+    @property
+    def closed(self):
+        return self._session.closed
+
+    def close(self):
+        self._session.close()
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def devices(self):
+        return list(self._session.call("ListDevices", pb.ListDevicesRequest()).devices)
+
+    def device(self, name, index=None):
+        return Device(name, index)
+
+    def tensors(self):
+        """What the session holds now, as TensorRecords (by handle)."""
+        records, token = [], ""
+        while True:
+            reply = self._session.call("ListTensors", pb.ListTensorsRequest(page_token=token))
+            records += [TensorRecord(t.handle, t.device, _dtypes.from_wire(t.dtype),
+                                     tuple(t.shape), t.nbytes, t.tag, t.age_ms, t.idle_ms,
+                                     t.requires_grad, t.grad_fn or None)
+                        for t in reply.tensors]
+            token = reply.next_page_token
+            if not token:
+                return records
+
+    def held_bytes(self):
+        """Bytes the session's tensors hold on the server."""
+        return self._session.call("ListTensors", pb.ListTensorsRequest(page_size=1)).total_bytes
+
+    def manual_seed(self, seed):
+        with self._seed_lock:
+            self._next_seed = int(seed)
+
+    def _seed(self, seed):
+        if seed is not None:
+            return int(seed)
+        with self._seed_lock:
+            if self._next_seed is None:
+                return None
+            self._next_seed += 1
+            return self._next_seed - 1
+
+    # --- making tensors ----------------------------------------------------
+
+    def _finish(self, info, requires_grad):
+        t = Tensor._adopt(self, info)
+        return t.requires_grad_() if requires_grad else t
+
+    def _from_array(self, array, dtype, device, requires_grad=False):
+        """A tensor of `dtype` holding `array`'s values (converted)."""
+        if dtype is _dtypes.bfloat16:
+            array = _bfloat16_bits(array)
+        else:
+            array = np.asarray(array).astype(dtype.numpy_storage, copy=False)
+        if not array.flags.c_contiguous:
+            array = array.copy(order="C")  # (np.ascontiguousarray makes 0-d 1-d)
+        info = self._dispatcher.create_data(dtype, array.shape, memoryview(array).cast("B"),
+                                            name_of(device))
+        return self._finish(info, requires_grad)
+
+    def tensor(self, data, dtype=None, device=None, requires_grad=False):
+        """torch.tensor: a copy of `data` (numbers, nested lists, a numpy array,
+        a torch tensor or a tensord Tensor) on `device`."""
+        if isinstance(data, Tensor):
+            t = data.detach().to(device or data.device, dtype or data.dtype, copy=True)
+            return t.requires_grad_() if requires_grad else t
+        if type(data).__module__.startswith("torch"):
+            t = self.from_torch(data, device)
+            t = t if dtype is None else t.to(dtype)
+            return t.requires_grad_() if requires_grad else t
+        if isinstance(data, np.ndarray):
+            dtype = dtype or _dtypes.from_numpy(data.dtype)
+        else:
+            dtype = dtype or _dtypes.infer(data)
+            data = np.asarray(data, dtype=np.float64 if dtype.is_floating_point else None)
+        return self._from_array(data, dtype, device, requires_grad)
+
+    def as_tensor(self, data, dtype=None, device=None):
+        if isinstance(data, Tensor):
+            return data.to(device or data.device, dtype or data.dtype)
+        return self.tensor(data, dtype, device)
+
+    def from_numpy(self, array, device=None):
+        """A tensor with `array`'s values, dtype and shape."""
+        array = np.asarray(array)
+        return self._from_array(array, _dtypes.from_numpy(array.dtype), device)
+
+    def from_torch(self, tensor, device=None):
+        """A tensor with torch `tensor`'s values, dtype and shape (bfloat16 too)."""
+        import torch
+        host = tensor.detach().cpu().contiguous()
+        dtype = _dtypes.from_torch(host.dtype)
+        if host.dtype == torch.bfloat16:
+            bits = host.view(torch.int16).numpy().view(np.uint16)
+            info = self._dispatcher.create_data(
+                dtype, bits.shape, memoryview(bits.copy(order="C")).cast("B"),
+                name_of(device))
+            t = Tensor._adopt(self, info)
+        else:
+            t = self._from_array(host.numpy(), dtype, device)
+        return t.requires_grad_() if tensor.requires_grad else t
+
+    def _fill(self, size, fill, dtype, device, requires_grad):
+        dtype = dtype or _dtypes.float32
+        info = self._dispatcher.create_fill(dtype, size, fill, name_of(device))
+        return self._finish(info, requires_grad)
+
+    def zeros(self, *size, dtype=None, device=None, requires_grad=False):
+        return self._fill(_size_arg(size), pb.Fill(kind=pb.Fill.ZEROS), dtype, device,
+                          requires_grad)
+
+    empty = zeros
+
+    def ones(self, *size, dtype=None, device=None, requires_grad=False):
+        return self._fill(_size_arg(size), pb.Fill(kind=pb.Fill.ONES), dtype, device,
+                          requires_grad)
+
+    def full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+        return self._fill(_size_arg([size]), pb.Fill(kind=pb.Fill.FULL, value=fill_value),
+                          dtype or _dtypes.of_scalar(fill_value), device, requires_grad)
+
+    def arange(self, start, end=None, step=1, dtype=None, device=None, requires_grad=False):
+        if end is None:
+            start, end = 0, start
+        if dtype is None:
+            integral = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
+            dtype = _dtypes.int64 if integral else _dtypes.float32
+        if step == 0:
+            raise RuntimeError("step must be nonzero")
+        fill = pb.Fill(kind=pb.Fill.ARANGE, start=start, end=end, step=step)
+        return self._fill([], fill, dtype, device, requires_grad)
+
+    def rand(self, *size, dtype=None, device=None, requires_grad=False, seed=None):
+        fill = pb.Fill(kind=pb.Fill.RAND)
+        seed = self._seed(seed)
+        if seed is not None:
+            fill.seed = seed
+        return self._fill(_size_arg(size), fill, dtype, device, requires_grad)
+
+    def randn(self, *size, dtype=None, device=None, requires_grad=False, seed=None):
+        fill = pb.Fill(kind=pb.Fill.RANDN)
+        seed = self._seed(seed)
+        if seed is not None:
+            fill.seed = seed
+        return self._fill(_size_arg(size), fill, dtype, device, requires_grad)
+
+    def _like(self, factory, t, dtype, device, **kwargs):
+        return factory(list(t.shape), dtype=dtype or t.dtype, device=device or t.device,
+                       **kwargs)
+
+    def zeros_like(self, t, dtype=None, device=None, requires_grad=False):
+        return self._like(self.zeros, t, dtype, device, requires_grad=requires_grad)
+
+    def ones_like(self, t, dtype=None, device=None, requires_grad=False):
+        return self._like(self.ones, t, dtype, device, requires_grad=requires_grad)
+
+    def rand_like(self, t, dtype=None, device=None, requires_grad=False):
+        return self._like(self.rand, t, dtype, device, requires_grad=requires_grad)
+
+    def randn_like(self, t, dtype=None, device=None, requires_grad=False):
+        return self._like(self.randn, t, dtype, device, requires_grad=requires_grad)
+
+    def full_like(self, t, fill_value, dtype=None, device=None, requires_grad=False):
+        return self.full(list(t.shape), fill_value, dtype=dtype or t.dtype,
+                         device=device or t.device, requires_grad=requires_grad)

@@ -1,0 +1,183 @@
+"""The functional forms of tensord's ops: torch.cat/where/stack and torch.nn.functional's.
+
+Contract: each function takes tensord Tensors (of one client; numbers where
+PyTorch takes them), sends one op (or, for stack, a few) through the
+tensors' client and returns the result Tensor; argument names and defaults
+are PyTorch's. What the server lacks raises NotImplementedError naming the
+missing option (ceil_mode, return_indices, ...). tensord re-exports the
+torch-level ones; tensord.nn.functional the torch.nn.functional ones.
+Stateless.
+"""
+from tensord._tensor import Tensor, operand, scalar_message
+from tensord.v1 import tensord_pb2 as pb
+
+
+def _first_tensor(*values):
+    for v in values:
+        if isinstance(v, Tensor):
+            return v
+    raise TypeError("expected at least one tensord Tensor")
+
+
+def _pair(value):
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value]
+
+
+# --- torch.* ------------------------------------------------------------------
+
+def cat(tensors, dim=0):
+    tensors = list(tensors)
+    first = _first_tensor(*tensors)
+    return first._run(cat=pb.CatArgs(xs=[first._same_client(t) for t in tensors], dim=dim))
+
+
+concat = cat
+
+
+def stack(tensors, dim=0):
+    tensors = list(tensors)
+    return cat([t.unsqueeze(dim) for t in tensors], dim)
+
+
+def where(condition, input, other):
+    args = pb.WhereArgs(condition=operand(condition))
+    for value, tensor_field, scalar_field in ((input, "input", "input_scalar"),
+                                              (other, "other", "other_scalar")):
+        if isinstance(value, Tensor):
+            getattr(args, tensor_field).CopyFrom(condition._same_client(value))
+        else:
+            getattr(args, scalar_field).CopyFrom(scalar_message(value))
+    return condition._run(where=args)
+
+
+def zero_grad(tensors):
+    """Sets each tensor's grad to None, in one op (the tensors may be on any devices)."""
+    tensors = list(tensors)
+    if tensors:
+        tensors[0]._run(zero_grad=pb.ZeroGradArgs(tensors=[operand(t) for t in tensors]))
+
+
+def matmul(input, other):
+    return input.matmul(other)
+
+
+def clamp(input, min=None, max=None):
+    return input.clamp(min, max)
+
+
+# --- torch.nn.functional ------------------------------------------------------
+
+def relu(input):
+    return input.relu()
+
+
+def sigmoid(input):
+    return input.sigmoid()
+
+
+def tanh(input):
+    return input.tanh()
+
+
+def silu(input):
+    return input._unary(pb.SILU)
+
+
+def gelu(input, approximate="none"):
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"approximate argument must be either none or tanh, got {approximate}")
+    return input._unary(pb.GELU if approximate == "none" else pb.GELU_TANH)
+
+
+def softmax(input, dim):
+    return input.softmax(dim)
+
+
+def log_softmax(input, dim):
+    return input.log_softmax(dim)
+
+
+def linear(input, weight, bias=None):
+    args = pb.LinearArgs(x=operand(input), weight=input._same_client(weight))
+    if bias is not None:
+        args.bias.CopyFrom(input._same_client(bias))
+    return input._run(linear=args)
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    if isinstance(padding, str):
+        raise NotImplementedError("tensord's conv2d takes numeric padding only")
+    args = pb.Conv2dArgs(x=operand(input), weight=input._same_client(weight),
+                         stride=_pair(stride), padding=_pair(padding),
+                         dilation=_pair(dilation), groups=groups)
+    if bias is not None:
+        args.bias.CopyFrom(input._same_client(bias))
+    return input._run(conv2d=args)
+
+
+def _no_ceil(ceil_mode, return_indices=False):
+    if ceil_mode:
+        raise NotImplementedError("tensord's pooling has no ceil_mode yet")
+    if return_indices:
+        raise NotImplementedError("tensord's max_pool2d does not return indices")
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    _no_ceil(ceil_mode, return_indices)
+    return input._run(pool2d=pb.Pool2dArgs(
+        op=pb.MAX_POOL, x=operand(input), kernel_size=_pair(kernel_size),
+        stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation)))
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    _no_ceil(ceil_mode)
+    if divisor_override is not None:
+        raise NotImplementedError("tensord's avg_pool2d has no divisor_override")
+    return input._run(pool2d=pb.Pool2dArgs(
+        op=pb.AVG_POOL, x=operand(input), kernel_size=_pair(kernel_size),
+        stride=_pair(stride), padding=_pair(padding), exclude_pad=not count_include_pad))
+
+
+def adaptive_avg_pool2d(input, output_size):
+    return input._run(pool2d=pb.Pool2dArgs(op=pb.ADAPTIVE_AVG_POOL, x=operand(input),
+                                           output_size=_pair(output_size)))
+
+
+def dropout(input, p=0.5, training=True, inplace=False, seed=None):
+    if inplace:
+        raise NotImplementedError("tensord's dropout is not in place")
+    args = pb.DropoutArgs(x=operand(input), p=p, training=training)
+    if seed is not None:
+        args.seed = seed
+    return input._run(dropout=args)
+
+
+_REDUCTIONS = {"mean": pb.REDUCTION_MEAN, "sum": pb.REDUCTION_SUM, "none": pb.REDUCTION_NONE}
+
+
+def _loss(op, input, target, reduction, ignore_index=None):
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    args = pb.LossArgs(op=op, input=operand(input), target=input._same_client(target),
+                       reduction=_REDUCTIONS[reduction])
+    if ignore_index is not None:
+        args.ignore_index = ignore_index
+    return input._run(loss=args)
+
+
+def cross_entropy(input, target, reduction="mean", ignore_index=-100):
+    return _loss(pb.CROSS_ENTROPY, input, target, reduction, ignore_index)
+
+
+def nll_loss(input, target, reduction="mean", ignore_index=-100):
+    return _loss(pb.NLL_LOSS, input, target, reduction, ignore_index)
+
+
+def mse_loss(input, target, reduction="mean"):
+    return _loss(pb.MSE_LOSS, input, target, reduction)

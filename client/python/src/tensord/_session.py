@@ -1,0 +1,307 @@
+"""A tensord session: its lease, its releases and the one call path of every RPC.
+
+Contract:
+  * Session(channel, metadata, client_name, ttl_ms, attach) opens a session
+    (or re-attaches to the session id `attach`, which must still be within
+    its lease) and starts a daemon thread that renews the lease (KeepAlive
+    when no call has renewed it for a third of the lease) and sends the
+    releases no request carried.
+  * call(method, request, mutating=...) performs one unary RPC: it fills in
+    the session id, lets the handles of dropped tensors ride the request's
+    `release` list when it has one, gives a mutation a fresh request id
+    (metadata `tensord-request-id`) and retries it, and reads, on UNAVAILABLE
+    a few times (not when the server is shutting down); out of memory while
+    releases of ours are in flight, it waits for them and tries once more.
+    Every failure is raised as TensordError (_errors.py). Every reply's
+    `tensord-instance` is compared with the first: a change means the server
+    restarted and the call raises FAILED_PRECONDITION "server restarted".
+    upload()/fetch() are the streaming RPCs on the same rules.
+  * drop(handle) never blocks and is safe from __del__ and from any thread
+    (a deque append and a SimpleQueue put): the handle rides the next
+    Create/To/Run/Execute/Release, or goes in a Release of its own after
+    RELEASE_FLUSH_DELAY_S, whichever comes first, like the C++ client.
+    wait_for_releases() sends what is queued and waits until every release
+    sent has been answered (listings call it, so they never show tensors the
+    program already dropped).
+  * close() (also run when the Session is garbage collected, and at exit)
+    stops the thread and closes the remote session, freeing its tensors;
+    errors are ignored: there is nobody left to tell.
+Thread-safety: every method may be called from any thread.
+"""
+import collections
+import itertools
+import queue
+import secrets
+import threading
+import time
+import weakref
+
+import grpc
+
+from tensord._errors import TensordError, from_rpc_error
+from tensord.v1 import tensord_pb2 as pb
+from tensord.v1 import tensord_pb2_grpc as pb_grpc
+
+REQUEST_ID_KEY = "tensord-request-id"
+INSTANCE_KEY = "tensord-instance"
+RELEASE_FLUSH_DELAY_S = 0.002
+RETRY_ATTEMPTS = 4
+RETRY_BACKOFF_S = 0.05
+CLOSE_TIMEOUT_S = 2.0
+_STOP = object()
+
+
+def _instance_of(metadata):
+    for key, value in metadata or ():
+        if key == INSTANCE_KEY:
+            return value
+    return None
+
+
+class Session:
+    def __init__(self, channel, metadata=(), client_name="tensord-python",
+                 ttl_ms=0, attach=None):
+        self._channel = channel
+        self._stub = pb_grpc.TensorServiceStub(channel)
+        self._metadata = tuple(metadata)
+        self.instance = None
+        if attach:
+            reply = self._raw_call("KeepAlive", pb.KeepAliveRequest(session=attach))
+            self.id, self.ttl_ms = attach, reply.ttl_ms
+            self.limits = self._raw_call("GetLimits", pb.GetLimitsRequest())
+        else:
+            reply = self._raw_call("OpenSession", pb.OpenSessionRequest(
+                client_name=client_name, ttl_ms=ttl_ms))
+            self.id, self.ttl_ms, self.limits = reply.session, reply.ttl_ms, reply.limits
+        self._request_prefix = secrets.token_hex(6) + "-"
+        self._request_counter = itertools.count(1)
+        self._max_release = min(self.limits.max_release_handles, 1024)
+        self._dropped = collections.deque()
+        self._wake = queue.SimpleQueue()
+        self._cond = threading.Condition()
+        self._in_flight = 0
+        self._last_contact = time.monotonic()
+        self._live = weakref.WeakValueDictionary()
+        self._live_lock = threading.Lock()
+        self.closed = False
+        self._finalizer = weakref.finalize(
+            self, _close_remote, self._stub, self.id, self._metadata, self._wake)
+        self._thread = threading.Thread(
+            target=_background, name="tensord-session",
+            args=(weakref.ref(self), self._wake, self.ttl_ms / 3000.0), daemon=True)
+        self._thread.start()
+
+    # --- calls -------------------------------------------------------------
+
+    def _raw_call(self, method, request, metadata=()):
+        try:
+            response, call = getattr(self._stub, method).with_call(
+                request, metadata=self._metadata + tuple(metadata))
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        self._check_instance(call.trailing_metadata())
+        return response
+
+    def _check_instance(self, trailing):
+        instance = _instance_of(trailing)
+        if instance is None:
+            return
+        if self.instance is None:
+            self.instance = instance
+        elif instance != self.instance:
+            raise TensordError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"server restarted (instance {self.instance} \u2192 {instance}): "
+                "this session's tensors are gone; connect again")
+
+    def next_request_id(self):
+        return self._request_prefix + str(next(self._request_counter))
+
+    def call(self, method, request, mutating=False):
+        """The reply of unary RPC `method` (a TensorService method name)."""
+        fields = request.DESCRIPTOR.fields_by_name
+        if "session" in fields:
+            request.session = self.id
+        if method in ("ListTensors", "ListDevices", "GetStats"):
+            self.wait_for_releases()
+        taken = []
+        if "release" in fields:
+            taken = self._take_dropped()
+            request.release.extend(taken)
+        metadata = ((REQUEST_ID_KEY, self.next_request_id()),) if mutating else ()
+        waited = False
+        attempt = 0
+        while True:
+            try:
+                response, call = getattr(self._stub, method).with_call(
+                    request, metadata=self._metadata + metadata)
+            except grpc.RpcError as e:
+                self._check_instance(e.trailing_metadata())
+                code = e.code()
+                if (mutating and not waited and code == grpc.StatusCode.RESOURCE_EXHAUSTED
+                        and self._releases_pending()):
+                    waited = True
+                    self.wait_for_releases()
+                    continue
+                if (code == grpc.StatusCode.UNAVAILABLE and attempt + 1 < RETRY_ATTEMPTS
+                        and "shutting down" not in (e.details() or "")):
+                    time.sleep(RETRY_BACKOFF_S * 2 ** attempt)
+                    attempt += 1
+                    continue
+                self._end_carry(taken, sent=False)
+                raise from_rpc_error(e) from None
+            self._last_contact = time.monotonic()
+            self._end_carry(taken, sent=True)
+            self._check_instance(call.trailing_metadata())
+            return response
+
+    def upload(self, header, data, chunk_bytes):
+        """Upload's reply for `header` (an UploadRequest.Header) and `data`."""
+        header.session = self.id
+        view = memoryview(data)
+
+        def messages():
+            yield pb.UploadRequest(header=header, data=bytes(view[:chunk_bytes]))
+            for offset in range(chunk_bytes, len(view), chunk_bytes):
+                yield pb.UploadRequest(data=bytes(view[offset:offset + chunk_bytes]))
+
+        metadata = ((REQUEST_ID_KEY, self.next_request_id()),)
+        try:
+            response, call = self._stub.Upload.with_call(
+                messages(), metadata=self._metadata + metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        self._last_contact = time.monotonic()
+        self._check_instance(call.trailing_metadata())
+        return response
+
+    def fetch(self, handle, offset=0):
+        """Fetch's chunks of tensor `handle` from byte `offset`, in order."""
+        request = pb.FetchRequest(session=self.id, handle=handle, offset=offset)
+        try:
+            for chunk in self._stub.Fetch(request, metadata=self._metadata):
+                yield chunk
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        self._last_contact = time.monotonic()
+
+    # --- releases ----------------------------------------------------------
+
+    def drop(self, handle):
+        """Releases `handle` soon, without waiting (safe in __del__)."""
+        if not self.closed:
+            self._dropped.append(handle)
+            self._wake.put(None)
+
+    def _take_dropped(self):
+        with self._cond:
+            taken = []
+            limit = max(self._max_release, 1)
+            while self._dropped and len(taken) < limit:
+                taken.append(self._dropped.popleft())
+            if taken:
+                self._in_flight += 1
+            return taken
+
+    def _end_carry(self, taken, sent):
+        if not taken:
+            return
+        with self._cond:
+            if not sent:
+                self._dropped.extendleft(reversed(taken))
+            self._in_flight -= 1
+            self._cond.notify_all()
+
+    def _releases_pending(self):
+        with self._cond:
+            return bool(self._dropped) or self._in_flight > 0
+
+    def flush_releases(self):
+        """Sends every queued release now; failures leave them queued."""
+        while not self.closed:
+            taken = self._take_dropped()
+            if not taken:
+                return
+            try:
+                if self._max_release == 0:  # a server without release lists
+                    for handle in taken:
+                        self._raw_call("Release", pb.ReleaseRequest(session=self.id, handle=handle))
+                else:
+                    self._raw_call("Release", pb.ReleaseRequest(session=self.id, release=taken))
+            except TensordError:
+                self._end_carry(taken, sent=False)
+                return
+            self._end_carry(taken, sent=True)
+
+    def wait_for_releases(self):
+        self.flush_releases()
+        with self._cond:
+            self._cond.wait_for(lambda: self._in_flight == 0)
+
+    def keepalive(self):
+        if time.monotonic() - self._last_contact < self.ttl_ms / 3000.0:
+            return
+        try:
+            self._raw_call("KeepAlive", pb.KeepAliveRequest(session=self.id))
+            self._last_contact = time.monotonic()
+        except TensordError:
+            pass  # the next call reports the session's fate
+
+    # --- the tensors this process holds ------------------------------------
+
+    def live(self, handle):
+        """The live Tensor object of `handle`, or None."""
+        with self._live_lock:
+            return self._live.get(handle)
+
+    def adopt(self, info, make):
+        """The live object of info.handle, its metadata updated to `info`;
+        else make(), registered as that handle's object."""
+        with self._live_lock:
+            tensor = self._live.get(info.handle)
+            if tensor is None:
+                tensor = make()
+                self._live[info.handle] = tensor
+            else:
+                tensor._info = info
+            return tensor
+
+    def close(self):
+        self.closed = True
+        self._finalizer()
+
+
+def _close_remote(stub, session_id, metadata, wake):
+    wake.put(_STOP)
+    try:
+        stub.CloseSession(pb.CloseSessionRequest(session=session_id),
+                          metadata=metadata, timeout=CLOSE_TIMEOUT_S)
+    except grpc.RpcError:
+        pass
+
+
+def _background(session_ref, wake, keepalive_period_s):
+    """The session thread: flushes dropped handles, keeps the lease."""
+    timeout = keepalive_period_s if keepalive_period_s > 0 else None
+    while True:
+        try:
+            woke = wake.get(timeout=timeout)
+        except queue.Empty:
+            woke = None
+        else:
+            if woke is _STOP:
+                return
+            time.sleep(RELEASE_FLUSH_DELAY_S)  # let a request carry them
+            while True:  # absorb the wake-ups of the handles flushed now
+                try:
+                    if wake.get_nowait() is _STOP:
+                        return
+                except queue.Empty:
+                    break
+        session = session_ref()
+        if session is None or session.closed:
+            return
+        session.flush_releases()
+        if timeout is not None:
+            session.keepalive()
+        del session

@@ -1,0 +1,740 @@
+"""Tensor: a handle on a tensor that lives on a tensord device, used as a torch.Tensor.
+
+Contract:
+  * A Tensor names one remote tensor of its client's session and carries the
+    metadata the server last sent for it (shape, dtype, device, autograd
+    state). Each op is one message through the client's Dispatcher; the
+    result stays on the server; nothing is fetched except by numpy(),
+    item(), tolist(), torch(), repr()/str() (which fetch for display, on
+    any device, as PyTorch prints CUDA tensors), bool() and int()/float().
+  * One Python object per handle: an op whose result is one of its operands
+    (in-place ops, requires_grad_, x.to(x.device)) returns that very object,
+    so `x.cuda() is x` when x is already there, as in PyTorch.
+  * The remote tensor is released when the object is garbage collected,
+    without blocking (Session.drop).
+  * Errors: whatever the server says, as TensordError (a RuntimeError with
+    the server's message, e.g. PyTorch's same-device error); numpy() of a
+    non-cpu tensor raises PyTorch's TypeError; indexing out of range
+    IndexError; an operand from another client ValueError.
+  * Methods cover every op of tensord.v1.Op that a torch.Tensor has as a
+    method; functional forms (cat, where, conv2d, losses, ...) are in
+    tensord.functional / tensord.nn.functional.
+Thread-safety: a Tensor may be used from several threads; in-place ops on
+one tensor from several threads race as they do in PyTorch.
+"""
+import collections
+import math
+import numbers
+
+import numpy as np
+
+from tensord import _dtypes
+from tensord._device import device as Device
+from tensord._device import name_of
+from tensord._errors import TensordError
+from tensord._repr import format_tensor
+from tensord.v1 import tensord_pb2 as pb
+
+
+class Size(tuple):
+    """torch.Size: a tuple of dims that prints as torch.Size([2, 3])."""
+
+    def __repr__(self):
+        return f"torch.Size({list(self)})"
+
+    def numel(self):
+        return math.prod(self)
+
+
+class GradFn:
+    """The name of the op that made a tensor, as its .grad_fn (a torch Node's name)."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name):
+        self._name = name
+
+    def name(self):
+        return self._name
+
+    def __repr__(self):
+        return f"<{self._name} object>"
+
+
+ValuesIndices = collections.namedtuple("ValuesIndices", ["values", "indices"])
+
+
+def _is_number(value):
+    return isinstance(value, (numbers.Number, np.bool_)) and not isinstance(value, complex)
+
+
+def scalar_message(value):
+    """The pb.Scalar of a Python (or numpy) number."""
+    if isinstance(value, (bool, np.bool_, numbers.Integral)):
+        return pb.Scalar(int_value=int(value))
+    return pb.Scalar(float_value=float(value))
+
+
+def operand(t):
+    return pb.Operand(handle=t._info.handle)
+
+
+def _dims_arg(dims):
+    """(2, 3), [2, 3] or 2, 3 as a list of ints."""
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        return [int(d) for d in dims[0]]
+    return [int(d) for d in dims]
+
+
+def _wrap_dim(dim, ndim):
+    bound = max(ndim, 1)
+    if not -bound <= dim < bound:
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[{-bound}, {bound - 1}], but got {dim})")
+    return dim + bound if dim < 0 else dim
+
+
+class Tensor:
+    __slots__ = ("_client", "_info", "__weakref__")
+    # numpy defers to Tensor's reflected operators instead of broadcasting
+    # over it as an object.
+    __array_ufunc__ = None
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("make tensors with a client: client.tensor(...), "
+                        "client.zeros(...), client.from_numpy(...)")
+
+    @classmethod
+    def _adopt(cls, client, info):
+        """The Tensor object of the tensor `info` describes (the live one, if any)."""
+        def make():
+            t = object.__new__(cls)
+            t._client = client
+            t._info = info
+            return t
+        return client._session.adopt(info, make)
+
+    def __del__(self):
+        info = getattr(self, "_info", None)
+        client = getattr(self, "_client", None)
+        if info is not None and client is not None:
+            client._session.drop(info.handle)
+
+    # --- metadata ----------------------------------------------------------
+
+    @property
+    def handle(self):
+        return self._info.handle
+
+    @property
+    def shape(self):
+        return Size(self._info.shape)
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[_wrap_dim(dim, self.dim())]
+
+    def dim(self):
+        return len(self._info.shape)
+
+    ndim = property(dim)
+
+    def numel(self):
+        return math.prod(self._info.shape)
+
+    nelement = numel
+
+    @property
+    def dtype(self):
+        return _dtypes.from_wire(self._info.dtype)
+
+    @property
+    def device(self):
+        return Device(self._info.device)
+
+    @property
+    def is_cuda(self):
+        return self.device.type == "cuda"
+
+    @property
+    def nbytes(self):
+        return self._info.nbytes
+
+    def element_size(self):
+        return self.dtype.itemsize
+
+    def is_floating_point(self):
+        return self.dtype.is_floating_point
+
+    def __len__(self):
+        if not self._info.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._info.shape[0]
+
+    # --- dispatch ----------------------------------------------------------
+
+    def _run(self, **kind):
+        """Runs one pb.Op (its oneof field and args) and adopts the result."""
+        return Tensor._adopt(self._client, self._client._dispatcher.run(pb.Op(**kind)))
+
+    def _same_client(self, other):
+        if other._client is not self._client:
+            raise ValueError("the tensors belong to different tensord clients (sessions): "
+                             "move data between them with numpy()/from_numpy()")
+        return operand(other)
+
+    # --- elementwise -------------------------------------------------------
+
+    def _binary(self, op, other, reflected=False):
+        if isinstance(other, Tensor):
+            rhs = self._same_client(other)
+            if reflected:
+                return other._binary(op, self)
+            return self._run(binary=pb.BinaryArgs(op=op, lhs=operand(self), rhs=rhs))
+        if _is_number(other):
+            return self._run(binary=pb.BinaryArgs(op=op, lhs=operand(self),
+                                                  scalar=scalar_message(other),
+                                                  scalar_first=reflected))
+        return NotImplemented
+
+    def __add__(self, other):
+        return self._binary(pb.ADD, other)
+
+    def __radd__(self, other):
+        return self._binary(pb.ADD, other, reflected=True)
+
+    def __sub__(self, other):
+        return self._binary(pb.SUB, other)
+
+    def __rsub__(self, other):
+        return self._binary(pb.SUB, other, reflected=True)
+
+    def __mul__(self, other):
+        return self._binary(pb.MUL, other)
+
+    def __rmul__(self, other):
+        return self._binary(pb.MUL, other, reflected=True)
+
+    def __truediv__(self, other):
+        return self._binary(pb.DIV, other)
+
+    def __rtruediv__(self, other):
+        return self._binary(pb.DIV, other, reflected=True)
+
+    def __pow__(self, other):
+        return self._binary(pb.POW, other)
+
+    def __rpow__(self, other):
+        return self._binary(pb.POW, other, reflected=True)
+
+    def __eq__(self, other):
+        return self._binary(pb.EQ, other)
+
+    def __ne__(self, other):
+        return self._binary(pb.NE, other)
+
+    def __lt__(self, other):
+        return self._binary(pb.LT, other)
+
+    def __le__(self, other):
+        return self._binary(pb.LE, other)
+
+    def __gt__(self, other):
+        return self._binary(pb.GT, other)
+
+    def __ge__(self, other):
+        return self._binary(pb.GE, other)
+
+    __hash__ = object.__hash__
+
+    def __neg__(self):
+        return self.neg()
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self.abs()
+
+    def __matmul__(self, other):
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return self.matmul(other)
+
+    def __iadd__(self, other):
+        return self.add_(other)
+
+    def __isub__(self, other):
+        return self.sub_(other)
+
+    def __imul__(self, other):
+        return self.mul_(other)
+
+    def __itruediv__(self, other):
+        return self.div_(other)
+
+    def _binary_method(op):
+        def method(self, other):
+            result = self._binary(op, other)
+            if result is NotImplemented:
+                raise TypeError(f"expected a Tensor or a number, got {type(other).__name__}")
+            return result
+        return method
+
+    add = _binary_method(pb.ADD)
+    sub = subtract = _binary_method(pb.SUB)
+    mul = multiply = _binary_method(pb.MUL)
+    div = divide = true_divide = _binary_method(pb.DIV)
+    pow = _binary_method(pb.POW)
+    maximum = _binary_method(pb.MAXIMUM)
+    minimum = _binary_method(pb.MINIMUM)
+    eq = _binary_method(pb.EQ)
+    ne = _binary_method(pb.NE)
+    lt = _binary_method(pb.LT)
+    le = _binary_method(pb.LE)
+    gt = _binary_method(pb.GT)
+    ge = _binary_method(pb.GE)
+    del _binary_method
+
+    def _unary(self, op):
+        return self._run(unary=pb.UnaryArgs(op=op, x=operand(self)))
+
+    def neg(self):
+        return self._unary(pb.NEG)
+
+    negative = neg
+
+    def abs(self):
+        return self._unary(pb.ABS)
+
+    def exp(self):
+        return self._unary(pb.EXP)
+
+    def log(self):
+        return self._unary(pb.LOG)
+
+    def sqrt(self):
+        return self._unary(pb.SQRT)
+
+    def relu(self):
+        return self._unary(pb.RELU)
+
+    def sigmoid(self):
+        return self._unary(pb.SIGMOID)
+
+    def tanh(self):
+        return self._unary(pb.TANH)
+
+    def clamp(self, min=None, max=None):
+        if min is None and max is None:
+            raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+        args = pb.ClampArgs(x=operand(self))
+        for bound, tensor_field, scalar_field in ((min, "min", "min_scalar"),
+                                                  (max, "max", "max_scalar")):
+            if isinstance(bound, Tensor):
+                getattr(args, tensor_field).CopyFrom(self._same_client(bound))
+            elif bound is not None:
+                getattr(args, scalar_field).CopyFrom(scalar_message(bound))
+        return self._run(clamp=args)
+
+    clip = clamp
+
+    def clamp_min(self, min):
+        return self.clamp(min=min)
+
+    def clamp_max(self, max):
+        return self.clamp(max=max)
+
+    def where(self, condition, other):
+        """x.where(condition, other): torch.where(condition, x, other)."""
+        from tensord import _functional
+        return _functional.where(condition, self, other)
+
+    def softmax(self, dim):
+        return self._run(softmax=pb.SoftmaxArgs(x=operand(self), dim=dim))
+
+    def log_softmax(self, dim):
+        return self._run(softmax=pb.SoftmaxArgs(x=operand(self), dim=dim, log=True))
+
+    # --- linear algebra ----------------------------------------------------
+
+    def matmul(self, other):
+        return self._run(matmul=pb.MatMulArgs(lhs=operand(self), rhs=self._same_client(other)))
+
+    mm = bmm = dot = matmul
+
+    # --- reductions --------------------------------------------------------
+
+    def _reduce(self, op, dim=None, keepdim=False):
+        args = pb.ReduceArgs(op=op, x=operand(self), keepdim=keepdim)
+        if isinstance(dim, (tuple, list)):
+            args.dims.extend(int(d) for d in dim)
+        elif dim is not None:
+            args.dim = int(dim)
+        return self._run(reduce=args)
+
+    def sum(self, dim=None, keepdim=False, dtype=None):
+        result = self._reduce(pb.SUM, dim, keepdim)
+        return result if dtype is None else result.to(dtype)
+
+    def mean(self, dim=None, keepdim=False):
+        return self._reduce(pb.MEAN, dim, keepdim)
+
+    def norm(self, p="fro", dim=None, keepdim=False):
+        if p not in ("fro", 2, 2.0, None):
+            raise NotImplementedError(f"tensord's norm is the L2/Frobenius norm; p={p!r} is not offered")
+        return self._reduce(pb.NORM, dim, keepdim)
+
+    def argmax(self, dim=None, keepdim=False):
+        return self._reduce(pb.ARGMAX, dim, keepdim)
+
+    def argmin(self, dim=None, keepdim=False):
+        # No ARGMIN op: the first index where x equals its minimum.
+        lowest = self._reduce(pb.MIN, dim, keepdim=dim is not None)
+        index = (self == lowest).to(_dtypes.int32)._reduce(pb.ARGMAX, dim, keepdim)
+        return index
+
+    def max(self, dim=None, keepdim=False):
+        """x.max() -> the largest value; x.max(dim) -> (values, indices); x.max(other)."""
+        if isinstance(dim, Tensor):
+            return self.maximum(dim)
+        if dim is None:
+            return self._reduce(pb.MAX)
+        return ValuesIndices(self._reduce(pb.MAX, dim, keepdim), self.argmax(dim, keepdim))
+
+    def min(self, dim=None, keepdim=False):
+        """x.min() -> the smallest value; x.min(dim) -> (values, indices); x.min(other)."""
+        if isinstance(dim, Tensor):
+            return self.minimum(dim)
+        if dim is None:
+            return self._reduce(pb.MIN)
+        return ValuesIndices(self._reduce(pb.MIN, dim, keepdim), self.argmin(dim, keepdim))
+
+    # --- shapes ------------------------------------------------------------
+
+    def reshape(self, *shape):
+        return self._run(reshape=pb.ReshapeArgs(x=operand(self), shape=_dims_arg(shape)))
+
+    # tensord's tensors are contiguous: a view is a reshape (a new tensor,
+    # not memory shared with x).
+    view = reshape
+
+    def view_as(self, other):
+        return self.reshape(other.shape)
+
+    reshape_as = view_as
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        shape = list(self.shape)
+        if not shape:
+            return self.reshape(1)
+        start, end = _wrap_dim(start_dim, len(shape)), _wrap_dim(end_dim, len(shape))
+        return self.reshape(shape[:start] + [math.prod(shape[start:end + 1])] + shape[end + 1:])
+
+    def unsqueeze(self, dim):
+        shape = list(self.shape)
+        shape.insert(_wrap_dim(dim, len(shape) + 1), 1)
+        return self.reshape(shape)
+
+    def squeeze(self, dim=None):
+        shape = list(self.shape)
+        if dim is None:
+            return self.reshape([n for n in shape if n != 1])
+        dim = _wrap_dim(dim, len(shape))
+        if shape and shape[dim] == 1:
+            del shape[dim]
+        return self.reshape(shape)
+
+    def permute(self, *dims):
+        return self._run(permute=pb.PermuteArgs(x=operand(self), dims=_dims_arg(dims)))
+
+    def transpose(self, dim0, dim1):
+        return self._run(transpose=pb.TransposeArgs(x=operand(self), dim0=dim0, dim1=dim1))
+
+    swapaxes = transpose
+
+    def t(self):
+        if self.dim() > 2:
+            raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.dim()}D")
+        return self if self.dim() < 2 else self.transpose(0, 1)
+
+    @property
+    def T(self):
+        return self if self.dim() < 2 else self.permute(list(range(self.dim() - 1, -1, -1)))
+
+    def narrow(self, dim, start, length):
+        return self._run(narrow=pb.NarrowArgs(x=operand(self), dim=dim, start=start, length=length))
+
+    def select(self, dim, index):
+        return self._run(select=pb.SelectArgs(x=operand(self), dim=dim, index=index))
+
+    def contiguous(self):
+        return self
+
+    def clone(self):
+        return Tensor._adopt(self._client, self._client._dispatcher.to(
+            self._info.handle, self._info.device, copy=True))
+
+    def __getitem__(self, index):
+        """Integers, slices (step 1) and one Ellipsis, as select and narrow."""
+        if not isinstance(index, tuple):
+            index = (index,)
+        if sum(i is Ellipsis for i in index) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        if Ellipsis in index:
+            at = index.index(Ellipsis)
+            rest = len(index) - 1
+            index = index[:at] + (slice(None),) * (self.dim() - rest) + index[at + 1:]
+        if len(index) > self.dim():
+            raise IndexError(f"too many indices for tensor of dimension {self.dim()}")
+        result, dim = self, 0
+        for i in index:
+            size = result.shape[dim]
+            if isinstance(i, (numbers.Integral, np.integer)) and not isinstance(i, bool):
+                if not -size <= i < size:
+                    raise IndexError(f"index {i} is out of bounds for dimension {dim} "
+                                     f"with size {size}")
+                result = result.select(dim, int(i) % size)
+            elif isinstance(i, slice):
+                start, stop, step = i.indices(size)
+                if step != 1:
+                    raise NotImplementedError("tensord slices with step 1 only in this version")
+                if (start, stop) != (0, size):
+                    result = result.narrow(dim, start, max(stop - start, 0))
+                dim += 1
+            else:
+                raise TypeError(f"tensord indexes with integers, slices and '...' only, "
+                                f"not {type(i).__name__}")
+        return result
+
+    def __iter__(self):
+        if not self._info.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self.select(0, i) for i in range(self._info.shape[0]))
+
+    # --- dtype and device --------------------------------------------------
+
+    def to(self, *args, **kwargs):
+        """x.to(device), x.to(dtype), x.to(device, dtype), x.to(other); copy=."""
+        copy = kwargs.pop("copy", False)
+        target_device = kwargs.pop("device", None)
+        target_dtype = kwargs.pop("dtype", None)
+        kwargs.pop("non_blocking", None)
+        if kwargs:
+            raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
+        for arg in args:
+            if isinstance(arg, _dtypes.dtype):
+                target_dtype = arg
+            elif isinstance(arg, Tensor):
+                target_device, target_dtype = arg.device, arg.dtype
+            else:
+                target_device = arg
+        result = self
+        if target_device is not None:
+            info = self._client._dispatcher.to(self._info.handle, name_of(target_device), copy)
+            result = Tensor._adopt(self._client, info)
+            copy = False
+        if target_dtype is not None and (target_dtype is not result.dtype or copy):
+            result = result._run(cast=pb.CastArgs(x=operand(result), dtype=target_dtype.wire))
+        return result
+
+    def type(self, dtype=None):
+        if dtype is None:
+            return f"torch.{self.dtype.name}"
+        return self.to(dtype)
+
+    def cuda(self, device=None):
+        return self.to("cuda" if device is None else name_of(device))
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def float(self):
+        return self.to(_dtypes.float32)
+
+    def double(self):
+        return self.to(_dtypes.float64)
+
+    def half(self):
+        return self.to(_dtypes.float16)
+
+    def bfloat16(self):
+        return self.to(_dtypes.bfloat16)
+
+    def int(self):
+        return self.to(_dtypes.int32)
+
+    def long(self):
+        return self.to(_dtypes.int64)
+
+    def bool(self):
+        return self.to(_dtypes.bool_)
+
+    # --- in place ----------------------------------------------------------
+
+    def _in_place(self, op, other, alpha=None):
+        args = pb.InPlaceArgs(op=op, target=operand(self))
+        if isinstance(other, Tensor):
+            args.other.CopyFrom(self._same_client(other))
+        elif _is_number(other):
+            args.scalar.CopyFrom(scalar_message(other))
+        else:
+            raise TypeError(f"expected a Tensor or a number, got {type(other).__name__}")
+        if alpha is not None:
+            args.alpha.CopyFrom(scalar_message(alpha))
+        return self._run(in_place=args)
+
+    def add_(self, other, alpha=1):
+        if alpha != 1:
+            if not isinstance(other, Tensor):
+                return self._in_place(pb.ADD_, other * alpha)
+            return self._in_place(pb.AXPY_, other, alpha)
+        return self._in_place(pb.ADD_, other)
+
+    def sub_(self, other, alpha=1):
+        if alpha != 1:
+            return self.add_(other, -alpha)
+        return self._in_place(pb.SUB_, other)
+
+    def mul_(self, other):
+        return self._in_place(pb.MUL_, other)
+
+    def div_(self, other):
+        return self._in_place(pb.DIV_, other)
+
+    # --- autograd (the server's) -------------------------------------------
+
+    @property
+    def requires_grad(self):
+        return self._info.requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value):
+        self.requires_grad_(value)
+
+    def requires_grad_(self, requires_grad=True):
+        return self._run(requires_grad=pb.RequiresGradArgs(x=operand(self),
+                                                           requires_grad=bool(requires_grad)))
+
+    @property
+    def grad_fn(self):
+        return GradFn(self._info.grad_fn) if self._info.grad_fn else None
+
+    @property
+    def is_leaf(self):
+        return not self._info.grad_fn
+
+    def backward(self, gradient=None, retain_graph=False):
+        args = pb.BackwardArgs(root=operand(self), retain_graph=bool(retain_graph))
+        if gradient is not None:
+            args.gradient.CopyFrom(self._same_client(gradient))
+        self._run(backward=args)
+
+    @property
+    def grad(self):
+        """x.grad: a new tensor on the gradient's memory, or None."""
+        try:
+            return self._run(grad=pb.GradArgs(x=operand(self)))
+        except TensordError as e:
+            if "grad is None" in e.details:
+                return None
+            raise
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None:
+            raise NotImplementedError("tensord sets .grad only to None (the server owns gradients)")
+        self._run(zero_grad=pb.ZeroGradArgs(tensors=[operand(self)]))
+
+    def detach(self):
+        return self._run(detach=pb.DetachArgs(x=operand(self)))
+
+    # --- host copies -------------------------------------------------------
+
+    def _host_array(self):
+        """The tensor's values in host memory (bfloat16 as uint16 bits)."""
+        data = self._client._dispatcher.fetch(self._info)
+        storage = self.dtype.numpy_storage
+        return np.frombuffer(data, dtype=storage).reshape(tuple(self._info.shape))
+
+    def numpy(self):
+        """The explicit fetch: a host copy of a tensor on a server cpu device."""
+        if self.device.type != "cpu":
+            raise TypeError(f"can't convert {self.device} device type tensor to numpy. "
+                            "Use Tensor.cpu() to copy the tensor to host memory first.")
+        if self.requires_grad:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
+                               "Use tensor.detach().numpy() instead.")
+        numpy_dtype = _dtypes.to_numpy_dtype(self.dtype)
+        return self._host_array().astype(numpy_dtype, copy=True)
+
+    def __array__(self, dtype=None):
+        array = self.numpy()
+        return array if dtype is None else array.astype(dtype)
+
+    def _python_values(self):
+        """The flat values as Python numbers (bfloat16 widened)."""
+        array = self._host_array().reshape(-1)
+        if self.dtype is _dtypes.bfloat16:
+            array = (array.astype(np.uint32) << 16).view(np.float32)
+        if self.dtype.is_floating_point:
+            return array.astype(np.float64).tolist()
+        return array.tolist()
+
+    def tolist(self):
+        values = self._python_values()
+        shape = list(self._info.shape)
+        for n in reversed(shape[1:]):
+            values = [values[i:i + n] for i in range(0, len(values), n)]
+        if not shape:
+            return values[0]
+        if shape[0] == 0:
+            return []
+        return values
+
+    def item(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be "
+                               "converted to Scalar")
+        return self._python_values()[0]
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+        return bool(self.item())
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self.dtype.is_floating_point or self.numel() != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def torch(self):
+        """A torch.Tensor (on the local CPU) with this tensor's values, dtype and shape."""
+        import torch
+        array = self._host_array()
+        if self.dtype is _dtypes.bfloat16:
+            return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
+        return torch.from_numpy(array.copy())
+
+    # --- display -----------------------------------------------------------
+
+    def __repr__(self):
+        autograd = ""
+        if self._info.grad_fn:
+            autograd = f"grad_fn=<{self._info.grad_fn}>"
+        elif self._info.requires_grad:
+            autograd = "requires_grad=True"
+        return format_tensor(list(self._info.shape), self.dtype, self._python_values(),
+                             self._info.device, autograd)
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        if self.dim() == 0:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec)

@@ -1,0 +1,298 @@
+"""torch.nn's modules over tensord: parameters are server tensors, forward sends ops.
+
+Contract: Module keeps its parameters (leaf tensors that require grad,
+assigned as attributes or through register_parameter) and its child
+modules (assigned as attributes) in order; parameters()/named_parameters()
+walk them as torch's do ("0.weight", "conv1.bias"); to(device)/cuda()/cpu()
+move every parameter, keeping each a leaf that requires grad; train()/eval()
+set `training` recursively; zero_grad() sets every grad to None;
+state_dict() maps names to the parameter tensors. Layers (Linear, Conv2d,
+ReLU, Sigmoid, Tanh, Flatten, MaxPool2d, AvgPool2d, Dropout, Sequential,
+CrossEntropyLoss, MSELoss, NLLLoss) take torch's arguments plus device=,
+dtype= and client= (default: tensord's default client) and initialise
+their parameters as torch does in distribution (uniform in
+[-1/sqrt(fan_in), 1/sqrt(fan_in)]), drawn on the server (not torch's
+values). No gradient math lives here: backward and the optimizers run on
+the server.
+"""
+import collections
+import math
+
+from tensord import _client, _functional
+from tensord._grad_mode import no_grad
+from tensord._tensor import Tensor
+from tensord.nn import functional as F
+
+
+def _uniform(client, shape, bound, device, dtype):
+    with no_grad():
+        u = client.rand(*shape, device=device, dtype=dtype)
+        w = (u * (2 * bound) - bound).detach()
+    return w.requires_grad_()
+
+
+class Module:
+    def __init__(self):
+        object.__setattr__(self, "_parameters", collections.OrderedDict())
+        object.__setattr__(self, "_modules", collections.OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError("call Module.__init__() before assigning attributes")
+        if isinstance(value, Module):
+            self._modules[name] = value
+        elif isinstance(value, Tensor) and value.requires_grad and value.is_leaf:
+            self._parameters[name] = value
+        elif name in self._parameters and value is None:
+            self._parameters[name] = None
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        for table in ("_parameters", "_modules"):
+            entries = self.__dict__.get(table, {})
+            if name in entries:
+                return entries[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def register_parameter(self, name, tensor):
+        if tensor is not None and not tensor.requires_grad:
+            tensor.requires_grad_()
+        self._parameters[name] = tensor
+
+    def forward(self, *args):
+        raise NotImplementedError(f"{type(self).__name__} has no forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def named_parameters(self, prefix=""):
+        for name, p in self._parameters.items():
+            if p is not None:
+                yield prefix + name, p
+        for name, child in self._modules.items():
+            yield from child.named_parameters(prefix + name + ".")
+
+    def parameters(self):
+        return [p for _, p in self.named_parameters()]
+
+    def children(self):
+        return iter(self._modules.values())
+
+    def state_dict(self):
+        return collections.OrderedDict(self.named_parameters())
+
+    def train(self, mode=True):
+        object.__setattr__(self, "training", mode)
+        for child in self._modules.values():
+            child.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def zero_grad(self, set_to_none=True):
+        _functional.zero_grad(self.parameters())
+
+    def to(self, device=None, dtype=None):
+        for name, p in list(self._parameters.items()):
+            if p is None:
+                continue
+            moved = p.to(device) if device is not None else p
+            if dtype is not None:
+                moved = moved.to(dtype)
+            if moved is not p:
+                # A move has a grad_fn: a parameter stays a leaf, as torch keeps it.
+                self._parameters[name] = moved.detach().requires_grad_()
+        for child in self._modules.values():
+            child.to(device, dtype)
+        return self
+
+    def cuda(self, device=None):
+        return self.to("cuda" if device is None else device)
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def extra_repr(self):
+        return ""
+
+    def __repr__(self):
+        lines = [f"({name}): " + repr(child).replace("\n", "\n  ")
+                 for name, child in self._modules.items()]
+        if not lines:
+            return f"{type(self).__name__}({self.extra_repr()})"
+        return f"{type(self).__name__}(\n  " + "\n  ".join(lines) + "\n)"
+
+
+def _client_of(client):
+    return client if client is not None else _client.default_client()
+
+
+class Linear(Module):
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None,
+                 client=None):
+        super().__init__()
+        client = _client_of(client)
+        self.in_features, self.out_features = in_features, out_features
+        bound = 1 / math.sqrt(in_features) if in_features > 0 else 0
+        self.weight = _uniform(client, (out_features, in_features), bound, device, dtype)
+        self.register_parameter(
+            "bias", _uniform(client, (out_features,), bound, device, dtype) if bias else None)
+
+    def forward(self, input):
+        return F.linear(input, self.weight, self.bias)
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}")
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+class Conv2d(Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 dilation=1, groups=1, bias=True, device=None, dtype=None, client=None):
+        super().__init__()
+        client = _client_of(client)
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size, self.stride = _pair(kernel_size), _pair(stride)
+        self.padding, self.dilation, self.groups = _pair(padding), _pair(dilation), groups
+        fan_in = in_channels // groups * self.kernel_size[0] * self.kernel_size[1]
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        shape = (out_channels, in_channels // groups) + self.kernel_size
+        self.weight = _uniform(client, shape, bound, device, dtype)
+        self.register_parameter(
+            "bias", _uniform(client, (out_channels,), bound, device, dtype) if bias else None)
+
+    def forward(self, input):
+        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding,
+                        self.dilation, self.groups)
+
+    def extra_repr(self):
+        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+             f"stride={self.stride}")
+        if self.padding != (0, 0):
+            s += f", padding={self.padding}"
+        if self.dilation != (1, 1):
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        return s + ("" if self.bias is not None else ", bias=False")
+
+
+class MaxPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride or kernel_size, padding
+        self.dilation, self.ceil_mode = dilation, ceil_mode
+
+    def forward(self, input):
+        return F.max_pool2d(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                            self.ceil_mode)
+
+    def extra_repr(self):
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+class AvgPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride or kernel_size, padding
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+
+    def forward(self, input):
+        return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class Flatten(Module):
+    def __init__(self, start_dim=1, end_dim=-1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, input):
+        return input.flatten(self.start_dim, self.end_dim)
+
+    def extra_repr(self):
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class _Elementwise(Module):
+    _function = None
+
+    def forward(self, input):
+        return type(self)._function(input)
+
+
+class ReLU(_Elementwise):
+    _function = staticmethod(F.relu)
+
+
+class Sigmoid(_Elementwise):
+    _function = staticmethod(F.sigmoid)
+
+
+class Tanh(_Elementwise):
+    _function = staticmethod(F.tanh)
+
+
+class Dropout(Module):
+    def __init__(self, p=0.5, inplace=False):
+        super().__init__()
+        self.p = p
+
+    def forward(self, input):
+        return F.dropout(input, self.p, self.training)
+
+    def extra_repr(self):
+        return f"p={self.p}, inplace=False"
+
+
+class Sequential(Module):
+    def __init__(self, *modules):
+        super().__init__()
+        for i, module in enumerate(modules):
+            self._modules[str(i)] = module
+
+    def forward(self, input):
+        for module in self._modules.values():
+            input = module(input)
+        return input
+
+    def __getitem__(self, index):
+        return list(self._modules.values())[index]
+
+    def __len__(self):
+        return len(self._modules)
+
+
+class CrossEntropyLoss(Module):
+    def __init__(self, reduction="mean", ignore_index=-100):
+        super().__init__()
+        self.reduction, self.ignore_index = reduction, ignore_index
+
+    def forward(self, input, target):
+        return F.cross_entropy(input, target, self.reduction, self.ignore_index)
+
+
+class NLLLoss(CrossEntropyLoss):
+    def forward(self, input, target):
+        return F.nll_loss(input, target, self.reduction, self.ignore_index)
+
+
+class MSELoss(Module):
+    def __init__(self, reduction="mean"):
+        super().__init__()
+        self.reduction = reduction
+
+    def forward(self, input, target):
+        return F.mse_loss(input, target, self.reduction)

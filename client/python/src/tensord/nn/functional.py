@@ -1,0 +1,4 @@
+"""torch.nn.functional's counterpart: the functional ops of tensord (see tensord._functional)."""
+from tensord._functional import (  # noqa: F401
+    adaptive_avg_pool2d, avg_pool2d, conv2d, cross_entropy, dropout, gelu, linear,
+    log_softmax, max_pool2d, mse_loss, nll_loss, relu, sigmoid, silu, softmax, tanh)

@@ -1,0 +1,84 @@
+"""torch.optim's SGD, Adam and AdamW as tensord's fused OptimizerStep op.
+
+Contract: an optimizer holds its parameters (tensord tensors that require
+grad) and, for SGD with momentum and for Adam/AdamW, state tensors it
+creates on the server on the first step (zeros shaped like each parameter,
+on its device); step() sends one OptimizerStep op for every parameter
+(those whose grad is None are skipped by the server), with PyTorch 1.13's
+arithmetic; zero_grad() sets every grad to None in one op. Arguments and
+defaults are torch's; the server checks them and raises PyTorch's messages
+("Invalid learning rate: -0.1"). No update math lives in Python.
+"""
+from tensord import _functional
+from tensord._tensor import operand
+from tensord.v1 import tensord_pb2 as pb
+
+
+class Optimizer:
+    _kind = None
+
+    def __init__(self, params, defaults, state_per_param):
+        self.params = list(params)
+        self.defaults = dict(defaults)
+        self._state_per_param = state_per_param
+        self._state = []
+        self._step = 0
+
+    def zero_grad(self, set_to_none=True):
+        _functional.zero_grad(self.params)
+
+    def _fill(self, args):
+        raise NotImplementedError
+
+    def step(self):
+        if not self.params:
+            return
+        if self._state_per_param and not self._state:
+            client = self.params[0]._client
+            self._state = [client.zeros_like(p) for _ in range(self._state_per_param)
+                           for p in self.params]
+        self._step += 1
+        args = pb.OptimizerStepArgs(kind=self._kind, step=self._step,
+                                    params=[operand(p) for p in self.params],
+                                    state=[operand(s) for s in self._state])
+        self._fill(args)
+        self.params[0]._run(optimizer_step=args)
+
+
+class SGD(Optimizer):
+    _kind = pb.SGD
+
+    def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0,
+                 nesterov=False, maximize=False):
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
+                                      weight_decay=weight_decay, nesterov=nesterov,
+                                      maximize=maximize), 1 if momentum != 0 else 0)
+
+    def _fill(self, args):
+        d = self.defaults
+        args.lr, args.momentum, args.dampening = d["lr"], d["momentum"], d["dampening"]
+        args.weight_decay, args.nesterov, args.maximize = (
+            d["weight_decay"], d["nesterov"], d["maximize"])
+
+
+class Adam(Optimizer):
+    _kind = pb.ADAM
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
+                 maximize=False):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay, maximize=maximize), 2)
+
+    def _fill(self, args):
+        d = self.defaults
+        args.lr, args.eps = d["lr"], d["eps"]
+        args.beta1, args.beta2 = d["betas"]
+        args.weight_decay, args.maximize = d["weight_decay"], d["maximize"]
+
+
+class AdamW(Adam):
+    _kind = pb.ADAMW
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
+                 maximize=False):
+        super().__init__(params, lr, betas, eps, weight_decay, maximize)

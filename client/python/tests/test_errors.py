@@ -1,0 +1,77 @@
+"""Errors: the server's codes and messages, PyTorch's exception types."""
+import grpc
+import pytest
+
+import tensord
+
+
+def test_same_device_is_pytorchs_runtime_error(client):
+    x = client.tensor([1, 2, 3], device="cpu:0")
+    y = client.tensor([5, 8, 1], device="cpu:1")
+    with pytest.raises(RuntimeError) as err:
+        x * y
+    assert str(err.value) == ("Expected all tensors to be on the same device, but found "
+                              "at least two devices, cpu:0 and cpu:1!")
+    assert isinstance(err.value, tensord.TensordError)
+    assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_shape_mismatch_is_runtime_error_with_code(client):
+    with pytest.raises(RuntimeError) as err:
+        client.zeros(2, 3) + client.zeros(4)
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "[2, 3]" in str(err.value) and "[4]" in str(err.value)
+
+
+def test_unknown_device(client):
+    with pytest.raises(tensord.TensordError) as err:
+        client.zeros(2, device="cuda:0")
+    assert err.value.code == grpc.StatusCode.NOT_FOUND
+    assert "cpu:0" in err.value.details  # names the devices there are
+    with pytest.raises(tensord.TensordError) as err:
+        client.zeros(2, device="tpu")
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_numpy_of_a_cuda_tensor_is_pytorchs_type_error(client):
+    from tensord._tensor import Tensor
+    from tensord.v1 import tensord_pb2 as pb
+    # A stand-in for a tensor on cuda:0 (this server has no GPU): numpy()
+    # refuses before any call.
+    fake = object.__new__(Tensor)
+    fake._client = client
+    fake._info = pb.TensorInfo(handle=0, device="cuda:0", dtype=pb.INT64, shape=[3])
+    with pytest.raises(TypeError) as err:
+        fake.numpy()
+    object.__setattr__(fake, "_info", None)  # nothing to release
+    assert str(err.value) == ("can't convert cuda:0 device type tensor to numpy. "
+                              "Use Tensor.cpu() to copy the tensor to host memory first.")
+
+
+def test_numpy_of_a_tensor_requiring_grad(client):
+    w = client.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="Use tensor.detach\\(\\).numpy\\(\\) instead"):
+        w.numpy()
+    assert w.detach().numpy().tolist() == [1.0, 1.0]
+
+
+def test_dtype_not_supported(client):
+    with pytest.raises(tensord.TensordError) as err:
+        -client.tensor([True])
+    assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_closed_session_is_not_found(daemon):
+    c = tensord.connect(daemon.address)
+    x = c.tensor([1])
+    c._session.close()
+    with pytest.raises(tensord.TensordError) as err:
+        x + 1
+    assert err.value.code == grpc.StatusCode.NOT_FOUND
+
+
+def test_unreachable_server():
+    c = None
+    with pytest.raises(tensord.TensordError) as err:
+        c = tensord.connect("127.0.0.1:1")
+    assert c is None and err.value.code == grpc.StatusCode.UNAVAILABLE
