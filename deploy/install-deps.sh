@@ -46,8 +46,9 @@ build_pkgs=(
   # or the image.
   python3-torch
   # The Python client (client/python) installs into a venv (Debian 12
-  # refuses pip into the system Python); its tests run under pytest.
-  python3-venv python3-pytest
+  # refuses pip into the system Python); its tests run under pytest, and
+  # it builds offline with the system's setuptools and wheel.
+  python3-venv python3-pytest python3-setuptools python3-wheel
   # tests/deploy parses the Kubernetes and Compose YAML.
   python3-yaml
   # deploy/bundle.sh sets the bundle's RUNPATH (tests/bundle).
