@@ -332,24 +332,77 @@ absl::Status WhereKernel(DType dtype, const void* cond, const Shape& cond_shape,
 
 namespace {
 
+// The window positions x in [0, ow) whose column x * s + offset falls
+// inside [0, w): the run [*first, *last) (empty when first >= last).
+inline void InsideRun(int64_t offset, int64_t s, int64_t w, int64_t ow,
+                      int64_t* first, int64_t* last) {
+  // x * s + offset >= 0  <=>  x >= ceil(-offset / s)
+  const int64_t lo = offset >= 0 ? 0 : (-offset + s - 1) / s;
+  // x * s + offset < w  <=>  x < ceil((w - offset) / s)
+  const int64_t hi = w - offset <= 0 ? 0 : (w - offset + s - 1) / s;
+  *first = std::min(lo, ow);
+  *last = std::max(*first, std::min(hi, ow));
+}
+
 template <typename E>
 void Im2Col(const WindowDims& d, E pad, const E* in, E* out) {
   for (int64_t c = 0; c < d.c; ++c) {
     for (int64_t i = 0; i < d.kh; ++i) {
       for (int64_t j = 0; j < d.kw; ++j) {
+        const int64_t offset = -d.pw + j * d.dw;
+        int64_t first, last;
+        InsideRun(offset, d.sw, d.w, d.ow, &first, &last);
         for (int64_t b = 0; b < d.n; ++b) {
           const E* plane = in + (b * d.c + c) * d.h * d.w;
-          for (int64_t y = 0; y < d.oh; ++y) {
+          for (int64_t y = 0; y < d.oh; ++y, out += d.ow) {
             const int64_t row = y * d.sh - d.ph + i * d.dh;
             if (row < 0 || row >= d.h) {
               std::fill(out, out + d.ow, pad);
-              out += d.ow;
               continue;
             }
-            const E* src = plane + row * d.w;
-            int64_t col = -d.pw + j * d.dw;
-            for (int64_t x = 0; x < d.ow; ++x, col += d.sw) {
-              *out++ = col >= 0 && col < d.w ? src[col] : pad;
+            const E* src = plane + row * d.w;  // column x is src[offset + x * sw]
+            std::fill(out, out + first, pad);
+            if (d.sw == 1) {
+              std::copy(src + offset + first, src + offset + last,
+                        out + first);
+            } else {
+              for (int64_t x = first; x < last; ++x) {
+                out[x] = src[offset + x * d.sw];
+              }
+            }
+            std::fill(out + last, out + d.ow, pad);
+          }
+        }
+      }
+    }
+  }
+}
+
+// col2im by scattering each column row into its input row: every input
+// element gets its windows' entries added in (i, j) order starting from
+// zero, as the gathering form sums them, so the result is the same to the
+// bit. For types that compute in themselves (float, double).
+template <typename T>
+void Col2ImScatter(const WindowDims& d, const T* in, T* dst) {
+  std::fill(dst, dst + d.n * d.c * d.h * d.w, T{0});
+  for (int64_t c = 0; c < d.c; ++c) {
+    for (int64_t i = 0; i < d.kh; ++i) {
+      for (int64_t j = 0; j < d.kw; ++j) {
+        const int64_t offset = -d.pw + j * d.dw;
+        int64_t first, last;
+        InsideRun(offset, d.sw, d.w, d.ow, &first, &last);
+        for (int64_t b = 0; b < d.n; ++b) {
+          T* plane = dst + (b * d.c + c) * d.h * d.w;
+          for (int64_t y = 0; y < d.oh; ++y, in += d.ow) {
+            const int64_t row = y * d.sh - d.ph + i * d.dh;
+            if (row < 0 || row >= d.h) continue;
+            T* out = plane + row * d.w;  // column x is out[offset + x * sw]
+            if (d.sw == 1) {
+              for (int64_t x = first; x < last; ++x) out[offset + x] += in[x];
+            } else {
+              for (int64_t x = first; x < last; ++x) {
+                out[offset + x * d.sw] += in[x];
+              }
             }
           }
         }
@@ -391,6 +444,10 @@ absl::Status Col2ImKernel(DType dtype, const WindowDims& d, const void* cols,
       using C = Compute<T>;
       const T* in = static_cast<const T*>(cols);
       T* dst = static_cast<T*>(out);
+      if constexpr (std::is_same_v<C, T>) {
+        Col2ImScatter(d, in, dst);
+        return absl::OkStatus();
+      }
       for (int64_t b = 0; b < d.n; ++b) {
         for (int64_t c = 0; c < d.c; ++c) {
           for (int64_t y = 0; y < d.h; ++y) {

@@ -14,7 +14,9 @@ are the server's (its messages are PyTorch's); autograd and optimizers run
 on the server (no gradient math in Python). Module-level factories
 (tensord.tensor, zeros, ...) use the default client, the newest connect()'s.
 Every server error is a TensordError (a RuntimeError with .code, a
-grpc.StatusCode).
+grpc.StatusCode). tensord.cuda is the default client's client.cuda. tensord.save(state_dict,
+path) and tensord.load(path, client=None, device=None) write and read
+safetensors files (_safetensors.py).
 """
 from tensord._client import Client, TensorRecord, connect, default_client
 from tensord._device import device
@@ -23,6 +25,7 @@ from tensord._dtypes import (bfloat16, bool_, dtype, float16, float32, float64, 
 from tensord._errors import TensordError
 from tensord._functional import cat, clamp, concat, matmul, stack, where
 from tensord._grad_mode import enable_grad, is_grad_enabled, no_grad
+from tensord._safetensors import load, save
 from tensord._tensor import GradFn, Size, Tensor
 
 bool = bool_  # noqa: A001  (torch.bool)
@@ -63,7 +66,10 @@ manual_seed = _on_default_client("manual_seed")
 
 
 def __getattr__(name):
-    # tensord.nn and tensord.optim load on first use.
+    # tensord.cuda is the default client's (torch.cuda's queries, answered by
+    # its server); tensord.nn and tensord.optim load on first use.
+    if name == "cuda":
+        return default_client().cuda
     if name in ("nn", "optim"):
         import importlib
         return importlib.import_module(f"tensord.{name}")

@@ -648,6 +648,11 @@ class Tensor:
     def detach(self):
         return self._run(detach=pb.DetachArgs(x=operand(self)))
 
+    @property
+    def data(self):
+        """torch's .data: the same values outside autograd (a detach(), read-only here)."""
+        return self.detach()
+
     # --- host copies -------------------------------------------------------
 
     def _host_array(self):

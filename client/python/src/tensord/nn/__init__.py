@@ -6,7 +6,9 @@ modules (assigned as attributes) in order; parameters()/named_parameters()
 walk them as torch's do ("0.weight", "conv1.bias"); to(device)/cuda()/cpu()
 move every parameter, keeping each a leaf that requires grad; train()/eval()
 set `training` recursively; zero_grad() sets every grad to None;
-state_dict() maps names to the parameter tensors. Layers (Linear, Conv2d,
+state_dict() maps names to the parameter tensors; load_state_dict(d)
+replaces them by copies of d's (tensord.save/load write and read them as
+safetensors, with these names). Layers (Linear, Conv2d,
 ReLU, Sigmoid, Tanh, Flatten, MaxPool2d, AvgPool2d, Dropout, Sequential,
 CrossEntropyLoss, MSELoss, NLLLoss) take torch's arguments plus device=,
 dtype= and client= (default: tensord's default client) and initialise
@@ -22,6 +24,9 @@ from tensord import _client, _functional
 from tensord._grad_mode import no_grad
 from tensord._tensor import Tensor
 from tensord.nn import functional as F
+
+
+_IncompatibleKeys = collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 
 def _uniform(client, shape, bound, device, dtype):
@@ -82,6 +87,43 @@ class Module:
 
     def state_dict(self):
         return collections.OrderedDict(self.named_parameters())
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Replaces each parameter named in `state_dict` by a copy of its value, on the
+        parameter's device and dtype, as a fresh leaf that requires grad (the server
+        has no in-place copy, so make optimizers after loading). Returns torch's
+        (missing_keys, unexpected_keys); with strict, either being non-empty raises
+        torch's RuntimeError, as does a shape that differs, and nothing is replaced."""
+        own = dict(self.named_parameters())
+        missing = [name for name in own if name not in state_dict]
+        unexpected = [name for name in state_dict if name not in own]
+        errors = []
+        if strict:
+            if unexpected:
+                errors.append("Unexpected key(s) in state_dict: "
+                              + ", ".join(f'"{k}"' for k in unexpected) + ". ")
+            if missing:
+                errors.insert(0, "Missing key(s) in state_dict: "
+                              + ", ".join(f'"{k}"' for k in missing) + ". ")
+        for name, value in state_dict.items():
+            if name in own and tuple(value.shape) != tuple(own[name].shape):
+                errors.append(f"size mismatch for {name}: copying a param with shape "
+                              f"{value.shape} from checkpoint, the shape in current model "
+                              f"is {own[name].shape}.")
+        if errors:
+            raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:"
+                               "\n\t" + "\n\t".join(errors))
+        for name, value in state_dict.items():
+            if name not in own:
+                continue
+            *path, leaf = name.split(".")
+            module = self
+            for part in path:
+                module = module._modules[part]
+            with no_grad():
+                copy = value.detach().to(own[name].device, own[name].dtype, copy=True)
+            module._parameters[leaf] = copy.requires_grad_()
+        return _IncompatibleKeys(missing, unexpected)
 
     def train(self, mode=True):
         object.__setattr__(self, "training", mode)
