@@ -13,6 +13,17 @@ def test_device_queries(client):
     assert repr(client.device("cuda", 1)) == "device(type='cuda', index=1)"
 
 
+def test_module_level_cuda_is_the_default_clients(client):
+    assert tensord.cuda.is_available() is False and tensord.cuda.device_count() == 0
+
+
+def test_data_is_the_values_outside_autograd(client):
+    w = client.tensor([1.0, 2.0], device="cpu:1", requires_grad=True)
+    d = (w * 2).data
+    assert d.requires_grad is False and d.grad_fn is None and d.device == "cpu:1"
+    assert d.tolist() == [2.0, 4.0]
+
+
 def test_tensor_metadata_and_move(client):
     x = client.tensor([[1, 2, 3], [4, 5, 6]])
     assert x.shape == (2, 3) and repr(x.shape) == "torch.Size([2, 3])"

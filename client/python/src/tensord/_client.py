@@ -14,6 +14,8 @@ Contract:
     from_torch(t) copy host data to a device (dtype and shape exact,
     bfloat16 included); manual_seed(s) makes the following rand/randn
     reproducible (seeds s, s+1, ...; not torch's values).
+  * capture(fn, *inputs): a step recorded once, replayed as one Execute
+    (_capture.py).
   * tensors() lists what the session holds (after the releases of dropped
     tensors are answered); held_bytes() is their total.
   * close() (or leaving a `with` block) closes the session, freeing every
@@ -25,7 +27,7 @@ import threading
 
 import numpy as np
 
-from tensord import _channel, _dtypes
+from tensord import _capture, _channel, _dtypes
 from tensord._device import device as Device
 from tensord._device import name_of
 from tensord._dispatch import Dispatcher
@@ -169,6 +171,11 @@ class Client:
                 return None
             self._next_seed += 1
             return self._next_seed - 1
+
+    def capture(self, fn, *inputs):
+        """fn(*inputs) run once and recorded; the CapturedStep replays it as one
+        Execute with new inputs (see _capture.py)."""
+        return _capture.capture(self, fn, *inputs)
 
     # --- making tensors ----------------------------------------------------
 

@@ -11,6 +11,9 @@ code above it.
   * create_fill(dtype, shape, fill, device): a Create from a pb.Fill.
   * to(handle, device, copy), run(op) and execute(ops, keep): the tensor the
     server made or named (run marks the op no_grad inside tensord.no_grad()).
+  * recorder: None, or while client.capture() runs a step, the
+    _capture.Recorder that run() reports each op and its result to; to()
+    and fetch() refuse then (RuntimeError).
   * fetch(info): all bytes of the tensor, a unary Read when it fits one
     reply, else the Fetch stream; each chunk's offset must continue the
     bytes so far and its CRC-32 must match, else DATA_LOSS.
@@ -31,6 +34,7 @@ UPLOAD_CHUNK_BYTES = 1 << 20
 class Dispatcher:
     def __init__(self, session):
         self.session = session
+        self.recorder = None  # a _capture.Recorder while a step is captured
 
     def create_data(self, dtype, shape, data, device, tag=""):
         limits = self.session.limits
@@ -45,19 +49,27 @@ class Dispatcher:
                                          shape=list(shape), tag=tag)
         return self.session.upload(header, data, UPLOAD_CHUNK_BYTES).tensor
 
+    def _refuse_while_capturing(self, what):
+        if self.recorder is not None:
+            self.recorder.refuse(what)
+
     def create_fill(self, dtype, shape, fill, device):
         return self.session.call("Create", pb.CreateRequest(
             device=device, dtype=dtype.wire, shape=list(shape), fill=fill),
             mutating=True).tensor
 
     def to(self, handle, device, copy=False):
+        self._refuse_while_capturing("a move between devices (to/cuda/cpu)")
         return self.session.call("To", pb.ToRequest(
             handle=handle, device=device, copy=copy), mutating=True).tensor
 
     def run(self, op):
         if _grad_mode.no_grad_active():
             op.no_grad = True
-        return self.session.call("Run", pb.RunRequest(op=op), mutating=True).tensor
+        result = self.session.call("Run", pb.RunRequest(op=op), mutating=True).tensor
+        if self.recorder is not None:
+            self.recorder.record(op, result)
+        return result
 
     def execute(self, ops, keep):
         if _grad_mode.no_grad_active():
@@ -67,6 +79,7 @@ class Dispatcher:
             ops=ops, keep=keep), mutating=True).kept)
 
     def fetch(self, info):
+        self._refuse_while_capturing("a fetch (numpy, item, repr, bool)")
         nbytes = info.nbytes
         if nbytes == 0:
             return b""

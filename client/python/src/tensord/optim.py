@@ -43,6 +43,9 @@ class Optimizer:
                                     state=[operand(s) for s in self._state])
         self._fill(args)
         self.params[0]._run(optimizer_step=args)
+        recorder = self.params[0]._client._dispatcher.recorder
+        if recorder is not None:  # a replay counts as a step (see _capture.py)
+            recorder.optimizer_stepped(self)
 
 
 class SGD(Optimizer):

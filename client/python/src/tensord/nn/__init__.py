@@ -91,7 +91,8 @@ class Module:
     def load_state_dict(self, state_dict, strict=True):
         """Replaces each parameter named in `state_dict` by a copy of its value, on the
         parameter's device and dtype, as a fresh leaf that requires grad (the server
-        has no in-place copy, so make optimizers after loading). Returns torch's
+        has no in-place copy, so make optimizers after loading); values may also be
+        torch tensors or numpy arrays. Returns torch's
         (missing_keys, unexpected_keys); with strict, either being non-empty raises
         torch's RuntimeError, as does a shape that differs, and nothing is replaced."""
         own = dict(self.named_parameters())
@@ -120,8 +121,12 @@ class Module:
             module = self
             for part in path:
                 module = module._modules[part]
+            target = own[name]
             with no_grad():
-                copy = value.detach().to(own[name].device, own[name].dtype, copy=True)
+                if isinstance(value, Tensor):
+                    copy = value.detach().to(target.device, target.dtype, copy=True)
+                else:  # a torch tensor or numpy array
+                    copy = target._client.tensor(value, target.dtype, target.device)
             module._parameters[leaf] = copy.requires_grad_()
         return _IncompatibleKeys(missing, unexpected)
 

@@ -1,0 +1,98 @@
+"""client.capture: a training step recorded once, replayed as one Execute, equals eager steps."""
+import gc
+
+import numpy as np
+import pytest
+
+import tensord
+from tensord import nn
+
+
+def _data(client, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((16, 3)).astype(np.float32)
+    y = (x @ np.array([[2.0], [-1.0], [0.5]], np.float32) + 0.25).astype(np.float32)
+    return client.from_numpy(x), client.from_numpy(y)
+
+
+def _model_and_optimizer(client, optimizer):
+    model = nn.Sequential(nn.Linear(3, 1, client=client))
+    model.load_state_dict({"0.weight": np.full((1, 3), 0.1, np.float32),
+                           "0.bias": np.zeros(1, np.float32)})
+    opt = (tensord.optim.Adam(model.parameters(), lr=0.05) if optimizer == "adam"
+           else tensord.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    return model, opt
+
+
+def _train_step(model, opt, loss_fn):
+    def step(x, y):
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_replays_equal_eager_steps(client, optimizer):
+    batches = [_data(client, seed) for seed in range(6)]
+    eager_model, eager_opt = _model_and_optimizer(client, optimizer)
+    eager_step = _train_step(eager_model, eager_opt, nn.MSELoss())
+    eager = [eager_step(x, y).item() for x, y in batches]
+
+    model, opt = _model_and_optimizer(client, optimizer)
+    step = client.capture(_train_step(model, opt, nn.MSELoss()), *batches[0])  # step 1
+    replayed = [eager[0]] + [step(x, y).item() for x, y in batches[1:]]
+    np.testing.assert_allclose(replayed, eager, rtol=1e-6)
+    assert replayed[-1] < replayed[0]
+    np.testing.assert_allclose(model[0].weight.detach().numpy(),
+                               eager_model[0].weight.detach().numpy(), rtol=1e-6)
+
+
+def test_a_replay_is_one_execute_and_keeps_only_the_outputs(client, monkeypatch):
+    model, opt = _model_and_optimizer(client, "sgd")
+    x, y = _data(client, 0)
+    step = client.capture(_train_step(model, opt, nn.MSELoss()), x, y)
+    step(x, y)  # the momentum buffers exist now; the held set is settled
+    held = client.held_bytes()
+    calls = []
+    session = client._session
+    real_call = session.call
+    monkeypatch.setattr(session, "call",
+                        lambda name, *a, **k: calls.append(name) or real_call(name, *a, **k))
+    loss = step(x, y)
+    monkeypatch.undo()
+    # zero_grad, Linear's addmm, mse_loss, backward, the optimizer step: one RPC.
+    assert calls == ["Execute"] and step.ops == 5
+    assert loss.shape == () and loss.item() > 0
+    del loss
+    assert client.held_bytes() == held
+
+
+def test_inputs_are_replaced_and_outputs_keep_fns_structure(client):
+    w = client.tensor([[1.0, 2.0], [3.0, 4.0]])
+    step = client.capture(lambda a, b: (a @ w + b, (a * 2).sum()), client.ones(2, 2),
+                          client.zeros(2))
+    out, total = step(client.tensor([[1.0, 0.0], [0.0, 1.0]]), client.tensor([10.0, 20.0]))
+    assert out.tolist() == [[11.0, 22.0], [13.0, 24.0]] and total.item() == 4.0
+    with pytest.raises(TypeError, match="captured with 2 inputs"):
+        step(w)
+    with pytest.raises(tensord.TensordError, match="op #0"):
+        step(client.ones(3, 3), client.zeros(2))
+
+
+def test_tensors_made_inside_are_made_once_and_kept(client):
+    step = client.capture(lambda a: a + client.tensor([1.0, 2.0]), client.zeros(2))
+    gc.collect()  # the tensor the lambda made has no name left but the step's
+    assert step(client.tensor([5.0, 5.0])).tolist() == [6.0, 7.0]
+
+
+def test_fetches_and_moves_inside_a_capture_are_refused(client):
+    with pytest.raises(RuntimeError, match="a fetch .* inside a captured step"):
+        client.capture(lambda a: (a + 1).item(), client.zeros(()))
+    with pytest.raises(RuntimeError, match="a move .* inside a captured step"):
+        client.capture(lambda a: (a + 1).to("cpu:1"), client.zeros(()))
+    with pytest.raises(ValueError, match="outputs must be results of its ops"):
+        client.capture(lambda a: a, client.zeros(()))
+    assert (client.zeros(()) + 1).item() == 1.0  # the client works after a refusal
