@@ -86,8 +86,11 @@ std::vector<DeviceInfo> Client::devices() const {
   const v1::ListDevicesResponse response = session_->Call(
       &TensorService::Stub::ListDevices, v1::ListDevicesRequest());
   std::vector<DeviceInfo> out;
-  for (const v1::DeviceInfo& d : response.devices())
+  for (const v1::DeviceInfo& d : response.devices()) {
     out.push_back(FromProto(d));
+    out.back().name = session_->node_prefix() + out.back().name;
+    out.back().node = response.node();
+  }
   return out;
 }
 
@@ -104,8 +107,11 @@ int Client::device_count() const {
 }
 
 Device Client::try_gpu(int i) const {
-  if (i >= 0 && device_count() >= i + 1) return "cuda:" + std::to_string(i);
-  return "cpu";
+  const std::string& node = session_->node_prefix();
+  if (i >= 0 && device_count() >= i + 1) {
+    return node + "cuda:" + std::to_string(i);
+  }
+  return node + "cpu";
 }
 
 std::vector<Device> Client::try_all_gpus() const {
@@ -113,7 +119,7 @@ std::vector<Device> Client::try_all_gpus() const {
   for (const DeviceInfo& d : devices()) {
     if (d.kind == "cuda") out.emplace_back(d.name);
   }
-  if (out.empty()) out.emplace_back("cpu");
+  if (out.empty()) out.emplace_back(session_->node_prefix() + "cpu");
   return out;
 }
 

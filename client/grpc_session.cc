@@ -84,6 +84,19 @@ std::shared_ptr<Session> Session::Open(std::shared_ptr<grpc::Channel> channel,
       std::move(channel), std::move(id), std::chrono::milliseconds(ttl_ms),
       options.keepalive, InstanceOf(context),
       std::min(max_release_handles, kMaxCarriedReleases)));
+  if (options.qualify_devices) {
+    const std::string node =
+        session->Call(&v1::TensorService::Stub::ListDevices,
+                      v1::ListDevicesRequest())
+            .node();
+    if (node.empty()) {
+      throw Error(StatusCode::FAILED_PRECONDITION,
+                  "the server has no node name, so its devices cannot be "
+                  "named by node: start it with --node-name (servers before "
+                  "0.2 have none)");
+    }
+    session->node_prefix_ = node + "/";
+  }
   if (options.pipeline) session->LoadDevices();
   return session;
 }
@@ -564,7 +577,7 @@ std::shared_ptr<const TensorState> Session::Adopt(
   auto state = std::make_shared<TensorState>();
   state->session = shared_from_this();
   state->handle = info.handle();
-  state->device = Device(info.device());
+  state->device = Device(node_prefix_ + info.device());
   state->dtype = DTypeFromProto(info.dtype());
   state->shape.assign(info.shape().begin(), info.shape().end());
   state->nbytes = info.nbytes();

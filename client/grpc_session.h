@@ -80,6 +80,10 @@ class Session : public std::enable_shared_from_this<Session> {
   std::chrono::milliseconds ttl() const { return ttl_; }
   // The server instance id this session belongs to.
   const std::string& instance() const { return instance_; }
+  // "node/" when the session names its devices by the server's node
+  // (ClientOptions::qualify_devices), else "": prefixed to every device
+  // name the server replies with.
+  const std::string& node_prefix() const { return node_prefix_; }
 
   // Performs the unary RPC `method` with `request`, filling in the session
   // id when the request has one. Mutating requests carry a fresh request
@@ -382,6 +386,7 @@ class Session : public std::enable_shared_from_this<Session> {
   mutable int pending_releases_ = 0;      // guarded by release_mu_
   mutable std::vector<uint64_t> dropped_;  // guarded by release_mu_
 
+  std::string node_prefix_;           // set once, in Open
   bool pipelined_ = false;            // set once, by LoadDevices
   std::vector<DeviceEntry> devices_;  // set once, by LoadDevices
   mutable std::once_flag stream_once_;

@@ -11,10 +11,78 @@
 
 namespace tensord::client {
 namespace internal {
+namespace {
+
+// The tensors HandleOperand made operands of, on this thread, since the
+// last op was sent: the op must run in the session of every one of them.
+struct OperandOrigin {
+  uint64_t handle = 0;
+  std::weak_ptr<const TensorState> state;
+};
+thread_local std::vector<OperandOrigin> t_operand_origins;
+constexpr size_t kMaxOperandOrigins = 1024;  // left by ops that never ran
+
+// Whether `message` (an Op, or a part of one) names `handle` as an operand.
+bool NamesHandle(const google::protobuf::Message& message, uint64_t handle) {
+  if (const auto* operand = dynamic_cast<const v1::Operand*>(&message)) {
+    return operand->has_handle() && operand->handle() == handle;
+  }
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const google::protobuf::FieldDescriptor* field : fields) {
+    if (field->cpp_type() !=
+        google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+      continue;
+    }
+    if (field->is_repeated()) {
+      for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
+        if (NamesHandle(reflection->GetRepeatedMessage(message, field, i),
+                        handle)) {
+          return true;
+        }
+      }
+    } else if (NamesHandle(reflection->GetMessage(message, field), handle)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Throws when `op`, about to run in `first`'s session, names a tensor of
+// another session: PyTorch's same-device error with both devices when the
+// two are nodes of one cluster (their devices are named by node),
+// INVALID_ARGUMENT otherwise.
+void CheckOneSession(const TensorState& first, const v1::Op& op) {
+  struct Forget {
+    ~Forget() { t_operand_origins.clear(); }  // keeps the capacity
+  } forget;
+  for (const OperandOrigin& origin : t_operand_origins) {
+    std::shared_ptr<const TensorState> other = origin.state.lock();
+    if (other == nullptr || other->session == first.session) continue;
+    if (!NamesHandle(op, origin.handle)) continue;  // an earlier op's
+    if (!first.session->node_prefix().empty() &&
+        !other->session->node_prefix().empty()) {
+      throw Error(StatusCode::FAILED_PRECONDITION,
+                  "Expected all tensors to be on the same device, but found "
+                  "at least two devices, " +
+                      first.device.str() + " and " + other->device.str() +
+                      "!");
+    }
+    throw Error(StatusCode::INVALID_ARGUMENT,
+                "tensor " + std::to_string(other->handle) +
+                    " belongs to another Client's session: an op takes the "
+                    "tensors of one Client (one session on one server)");
+  }
+}
+
+}  // namespace
 
 v1::Operand HandleOperand(const Tensor& t) {
   v1::Operand o;
   o.set_handle(t.handle());
+  if (t_operand_origins.size() >= kMaxOperandOrigins) t_operand_origins.clear();
+  t_operand_origins.push_back({t.handle(), TensorAccess::State(t)});
   return o;
 }
 
@@ -288,6 +356,7 @@ v1::Op InPlaceOpMsg(v1::InPlaceOp op, v1::Operand target,
 Tensor RunOp(const Tensor& t, v1::Op op) {
   MarkGradMode(op);
   const std::shared_ptr<const TensorState>& state = TensorAccess::State(t);
+  CheckOneSession(*state, op);
   std::shared_ptr<const TensorState> result;
   if (state->session->RunOnStream(op, &result)) {
     return TensorAccess::Make(std::move(result));
@@ -331,6 +400,7 @@ Tensor FromBytesLike(const Tensor& t, std::string_view bytes) {
 
 void RunOnTarget(const Tensor& target, v1::Op op) {
   MarkGradMode(op);
+  CheckOneSession(*TensorAccess::State(target), op);
   v1::RunRequest request;
   *request.mutable_op() = std::move(op);
   // The result is the target itself (same handle, same metadata).

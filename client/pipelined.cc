@@ -53,8 +53,8 @@ void Session::LoadDevices() {
   for (const v1::DeviceInfo& d : listed.devices()) {
     // A server without capability tables has no command stream either.
     if (d.capabilities().empty()) return;
-    devices.push_back(
-        DeviceEntry{d.name(), d.kind(), wire::FromProto(d.capabilities())});
+    devices.push_back(DeviceEntry{node_prefix_ + d.name(), d.kind(),
+                                  wire::FromProto(d.capabilities())});
   }
   devices_ = std::move(devices);
   pipelined_ = !devices_.empty();
@@ -66,13 +66,22 @@ const Session::DeviceEntry* Session::FindDevice(
     if (d.name == device) return &d;
   }
   // The aliases the server documents: "" and "cpu" are the first host
-  // device, "cpu:0" a lone "cpu", "cuda" is "cuda:0". Anything else the
-  // server judges (its message names the problem or the devices it has).
-  std::string name = device;
-  if (device.empty() || device == "cpu") name = "cpu:0";
-  if (device == "cuda") name = "cuda:0";
+  // device, "cpu:0" a lone "cpu", "cuda" is "cuda:0", each with or without
+  // this server's node. Anything else the server judges (its message names
+  // the problem or the devices it has).
+  std::string_view bare = device;
+  if (!node_prefix_.empty() && bare.starts_with(node_prefix_)) {
+    bare.remove_prefix(node_prefix_.size());
+  }
+  std::string name(bare);
+  if (bare.empty() || bare == "cpu") name = "cpu:0";
+  if (bare == "cuda") name = "cuda:0";
+  name = node_prefix_ + name;
+  const std::string lone_cpu = node_prefix_ + "cpu";
   for (const DeviceEntry& d : devices_) {
-    if (d.name == name || (name == "cpu:0" && d.name == "cpu")) return &d;
+    if (d.name == name || (name == node_prefix_ + "cpu:0" && d.name == lone_cpu)) {
+      return &d;
+    }
   }
   return nullptr;
 }

@@ -39,6 +39,17 @@ bool Tensor::is(const Tensor& other) const {
 }
 
 Tensor Tensor::to(const Device& device, bool copy) const {
+  const std::string& node = state_->session->node_prefix();
+  if (const size_t slash = device.str().find('/');
+      !node.empty() && slash != std::string::npos &&
+      device.str().compare(0, slash + 1, node) != 0) {
+    throw Error(StatusCode::UNIMPLEMENTED,
+                "moving a tensor from node " + node.substr(0, node.size() - 1) +
+                    " to node " + device.str().substr(0, slash) +
+                    " is not implemented yet (moves between servers come "
+                    "with server-to-server transfers); within a node, to() "
+                    "works as ever");
+  }
   std::shared_ptr<const internal::TensorState> moved;
   if (state_->session->ToOnStream(*state_, device.str(), copy, &moved)) {
     return moved == nullptr ? *this : Tensor(std::move(moved));

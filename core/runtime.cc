@@ -63,6 +63,8 @@ absl::Status Runtime::Impl::Init(RuntimeOptions options) {
     return absl::InvalidArgumentError(
         "session TTLs must be >= 0 and the reap interval > 0");
   }
+  if (!options.node_name.empty()) RETURN_IF_ERROR(CheckNodeName(options.node_name));
+  node_name_ = options.node_name;
   max_tensor_bytes_ = options.max_tensor_bytes;
   session_ttl_ = options.session_ttl;
   min_session_ttl_ = options.min_session_ttl;
@@ -143,6 +145,18 @@ absl::StatusOr<DeviceSlot*> Runtime::Impl::FindSlot(
     return absl::InvalidArgumentError(
         absl::StrCat("invalid device name '", Echo(name), "': longer than ",
                      kMaxDeviceNameBytes, " bytes"));
+  }
+  if (const size_t slash = name.find('/'); slash != std::string_view::npos) {
+    const std::string_view node = name.substr(0, slash);
+    if (node_name_.empty() || node != node_name_) {
+      return absl::NotFoundError(absl::StrCat(
+          "device '", Echo(name), "' is on node '", Echo(node),
+          "', but this server is ",
+          node_name_.empty() ? "unnamed (start it with --node-name)"
+                             : absl::StrCat("node '", node_name_, "'"),
+          ": a cluster client sends each node its own devices' names"));
+    }
+    name = name.substr(slash + 1);
   }
   std::string_view kind_name = name;
   std::string_view index_text;
@@ -287,6 +301,24 @@ std::vector<DeviceStatus> Runtime::ListDevices() const {
 }
 
 RuntimeLimits Runtime::limits() const { return impl_->limits(); }
+
+absl::Status CheckNodeName(std::string_view name) {
+  if (name.empty() || name.size() > kMaxNodeNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node name '", Echo(name), "' is ", name.size(),
+        " bytes long; expected 1 to ", kMaxNodeNameBytes));
+  }
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '-' && c != '_' && c != '.') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node name '", Echo(name),
+          "' may hold only letters, digits, '-', '_' and '.'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+const std::string& Runtime::node_name() const { return impl_->node_name(); }
 
 absl::StatusOr<Device*> Runtime::FindDevice(std::string_view name) const {
   ASSIGN_OR_RETURN(DeviceSlot * slot, impl_->FindSlot(name));

@@ -45,7 +45,10 @@ namespace tensord::core {
 // Bounds on the strings a client sends (tensord.proto documents them; a
 // longer one is INVALID_ARGUMENT naming the field, its length and the
 // bound). Messages and logs quote at most 64 bytes of any of them.
-inline constexpr size_t kMaxDeviceNameBytes = 64;
+inline constexpr size_t kMaxDeviceNameBytes = 128;
+// A node name (RuntimeOptions::node_name): 1 to 63 bytes of letters,
+// digits, '-', '_' and '.', as a host or pod name is.
+inline constexpr size_t kMaxNodeNameBytes = 63;
 inline constexpr size_t kMaxTagBytes = 256;
 inline constexpr size_t kMaxClientNameBytes = 256;
 
@@ -102,6 +105,10 @@ struct ExpiredSessionInfo {
   uint64_t released_bytes = 0;
 };
 
+// OK if `name` may be a node name (kMaxNodeNameBytes); INVALID_ARGUMENT
+// saying why otherwise.
+absl::Status CheckNodeName(std::string_view name);
+
 struct RuntimeOptions {
   // Number of host devices: 1 gives "cpu"; N > 1 gives "cpu:0".."cpu:N-1".
   int host_devices = 1;
@@ -124,6 +131,13 @@ struct RuntimeOptions {
   std::chrono::milliseconds reap_interval{100};
   // Called (on the reaper thread) for each session closed by its lease.
   std::function<void(const ExpiredSessionInfo&)> on_session_expired;
+
+  // This server's name among many (tensord --node-name; a host or pod
+  // name, checked as kMaxNodeNameBytes says). A device name may be
+  // qualified by it ("tensord-0/cuda:0" is "cuda:0" here); one qualified
+  // by another node is NOT_FOUND naming both. Empty: no name, and every
+  // qualified device name is NOT_FOUND.
+  std::string node_name;
 
   // Limits; 0 = unlimited (max_tensor_bytes: the format's own limit).
   size_t max_sessions = 0;
@@ -164,14 +178,17 @@ class Runtime {
 
   // --- Devices --------------------------------------------------------------
   std::vector<DeviceStatus> ListDevices() const;
-  // Resolves "cpu", "cpu:1", "cuda", "cuda:0" ("" = "cpu") to a device.
+  // Resolves "cpu", "cpu:1", "cuda", "cuda:0" ("" = "cpu") to a device,
+  // each also qualified by this server's node name ("tensord-0/cuda:0").
   // Names: with one host device it is "cpu"; with N > 1, "cpu:0".."cpu:N-1";
   // "cpu" is always accepted and means "cpu:0" ("cuda": "cuda:0"); replies
   // carry the canonical name. INVALID_ARGUMENT for a malformed name
   // ("expected 'cpu', 'cpu:<i>', 'cuda' or 'cuda:<i>'") or one longer than
   // kMaxDeviceNameBytes; NOT_FOUND naming the available devices for a
-  // well-formed name this server lacks.
+  // well-formed name this server lacks, or one qualified by another node.
   absl::StatusOr<Device*> FindDevice(std::string_view name) const;
+  // RuntimeOptions::node_name.
+  const std::string& node_name() const;
 
   // --- Sessions -------------------------------------------------------------
   // Returns a new unguessable session id (128 random bits, hex), leased for

@@ -142,6 +142,7 @@ class Runtime::Impl {
 
   std::vector<DeviceStatus> ListDevices() const;
   RuntimeLimits limits() const { return limits_; }
+  const std::string& node_name() const { return node_name_; }
   absl::StatusOr<DeviceSlot*> FindSlot(std::string_view name) const;
   DeviceSlot& SlotOf(const Device* device) const;
 
@@ -320,6 +321,7 @@ class Runtime::Impl {
   std::vector<std::unique_ptr<DeviceSlot>> slots_;
   HandleTable table_;  // after slots_: destroyed before them
   uint64_t max_tensor_bytes_ = 0;
+  std::string node_name_;
   RuntimeLimits limits_;
   std::chrono::milliseconds session_ttl_{0};
   std::chrono::milliseconds min_session_ttl_{0};

@@ -301,6 +301,7 @@ absl::Status TensorServiceImpl::ListDevicesImpl(
     ToProto(d, resp->add_devices());
   }
   resp->set_server_version(TENSORD_VERSION);
+  resp->set_node(runtime_->node_name());
   return absl::OkStatus();
 }
 

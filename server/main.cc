@@ -87,6 +87,11 @@ ABSL_FLAG(std::string, max_tensor_bytes, "",
 ABSL_FLAG(int, blas_threads, 0,
           "threads of the CPU device's BLAS; 0 = the CPUs this process may "
           "use (its affinity, capped by a container's CPU quota)");
+ABSL_FLAG(std::string, node_name, "",
+          "this server's name among many (default: the host name; in "
+          "Kubernetes the pod name): device names qualified by it "
+          "(node/cuda:0) name this server's devices; 1-63 letters, digits, "
+          "'-', '_', '.'");
 ABSL_FLAG(std::string, config, "",
           "TOML config file (default /etc/tensord/tensord.toml if present); "
           "keys are these flags' names, e.g. listen = \"0.0.0.0:50051\"");
@@ -186,6 +191,14 @@ int main(int argc, char** argv) {
   tensord::server::ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.runtime.host_devices = absl::GetFlag(FLAGS_host_devices);
+  options.runtime.node_name = absl::GetFlag(FLAGS_node_name);
+  if (options.runtime.node_name.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) == 0 &&
+        tensord::core::CheckNodeName(host).ok()) {
+      options.runtime.node_name = host;
+    }
+  }
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
@@ -266,7 +279,11 @@ int main(int argc, char** argv) {
                    : (absl::GetFlag(FLAGS_tls_client_ca).empty()
                           ? "on"
                           : "on, client certificates required"));
-  spdlog::info("tensord {} serving on {} with devices: {}", TENSORD_VERSION,
+  spdlog::info("tensord {} (node {}) serving on {} with devices: {}",
+               TENSORD_VERSION,
+               (*server)->runtime().node_name().empty()
+                   ? "unnamed"
+                   : (*server)->runtime().node_name(),
                (*server)->address(), absl::StrJoin(names, ", "));
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if ((*server)->metrics_port() != 0) {

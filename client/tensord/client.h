@@ -29,7 +29,8 @@
 // The library's headers, one concept each, all included here: errors.h
 // (tensord::Error), types.h (Device, DType, metadata, op selectors,
 // Scalar), tensor.h (Tensor), batch.h (Batch), shared_memory.h
-// (SharedMemoryRegion), and this one (Client, tensor files).
+// (SharedMemoryRegion), and this one (Client, tensor files). Many servers
+// as one: tensord/cluster.h (Cluster), which includes this one.
 #ifndef TENSORD_CLIENT_TENSORD_CLIENT_H_
 #define TENSORD_CLIENT_TENSORD_CLIENT_H_
 
@@ -108,6 +109,11 @@ struct ClientOptions {
   // that caused them. Off: every op is its own unary call, as with a
   // server that has no command stream.
   bool pipeline = true;
+  // Name devices by the server's node ("tensord-0/cuda:0"), as the nodes
+  // of a tensord::Cluster do: every Tensor's device() and devices() carry
+  // the node; names with or without it are accepted. The server must have
+  // a node name (tensord --node-name), else FAILED_PRECONDITION.
+  bool qualify_devices = false;
 };
 
 // A session on a tensord server. Constructing one opens the session (throws

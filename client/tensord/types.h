@@ -77,6 +77,8 @@ inline constexpr DType kDTypeOf = DTypeOf<T>::value;
 // What ListDevices reports about one device (nvidia-smi-like).
 struct DeviceInfo {
   std::string name;            // canonical name: "cpu", "cpu:1", "cuda:0"
+                               // ("tensord-0/cuda:0" as a Cluster names it)
+  std::string node;            // the server's node name (--node-name)
   std::string kind;            // "cpu" or "cuda"
   std::string model;           // CPU model or GPU product name
   uint64_t total_memory = 0;   // bytes the device has

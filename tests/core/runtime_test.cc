@@ -131,6 +131,59 @@ TEST_F(RuntimeTest, DeviceNames) {
             absl::StatusCode::kNotFound);
 }
 
+TEST(RuntimeNodeTest, DeviceNamesQualifiedByTheNode) {
+  RuntimeOptions options;
+  options.host_devices = 2;
+  options.node_name = "tensord-0";
+  auto rt = Runtime::Create(std::move(options)).value();
+  EXPECT_EQ(rt->node_name(), "tensord-0");
+  EXPECT_EQ(rt->FindDevice("tensord-0/cpu:1").value()->name(), "cpu:1");
+  EXPECT_EQ(rt->FindDevice("tensord-0/cpu").value()->name(), "cpu:0");
+  auto other = rt->FindDevice("tensord-1/cpu:1");
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(other.status().message(),
+            "device 'tensord-1/cpu:1' is on node 'tensord-1', but this server "
+            "is node 'tensord-0': a cluster client sends each node its own "
+            "devices' names");
+  for (const char* name : {"tensord-0/", "tensord-0/gpu", "tensord-0/cpu/1"}) {
+    EXPECT_EQ(rt->FindDevice(name).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << name;
+  }
+  // A qualified name works wherever a device is named: creates, moves.
+  const std::string s = rt->OpenSession("node").value();
+  const int64_t dims[] = {2};
+  auto t = rt->CreateFromData(s, "tensord-0/cpu:1", DType::kFloat32, dims,
+                              std::vector<uint8_t>(8, 0), "");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->device, "cpu:1");
+  EXPECT_TRUE(rt->To(s, t->handle, "tensord-0/cpu:0", false).ok());
+
+  RuntimeOptions unnamed;
+  auto plain = Runtime::Create(std::move(unnamed)).value();
+  EXPECT_EQ(plain->node_name(), "");
+  EXPECT_THAT(plain->FindDevice("tensord-0/cpu").status().message(),
+              HasSubstr("but this server is unnamed (start it with "
+                        "--node-name)"));
+}
+
+TEST(RuntimeNodeTest, NodeNamesAreChecked) {
+  EXPECT_TRUE(CheckNodeName("tensord-0").ok());
+  EXPECT_TRUE(CheckNodeName("gpu-node_7.example").ok());
+  EXPECT_TRUE(CheckNodeName(std::string(63, 'a')).ok());
+  for (const std::string& bad :
+       {std::string(), std::string(64, 'a'), std::string("a/b"),
+        std::string("a:b"), std::string("a b"), std::string("\xff")}) {
+    EXPECT_EQ(CheckNodeName(bad).code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  RuntimeOptions options;
+  options.node_name = "no/slashes";
+  auto rt = Runtime::Create(std::move(options));
+  EXPECT_EQ(rt.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(rt.status().message(), HasSubstr("may hold only letters"));
+}
+
 TEST_F(RuntimeTest, CreateFromDataAndRead) {
   TensorMeta m = Make<int32_t>({2, 2}, {1, 2, 3, 4}, "cpu:1");
   EXPECT_EQ(m.device, "cpu:1");

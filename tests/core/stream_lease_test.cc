@@ -221,7 +221,7 @@ TEST(ArgumentRulesTest, ClientStringsAreBoundedAndEchoedShort) {
       rt->CreateFromData(s->id, huge, DType::kFloat32, dims, data, "");
   EXPECT_EQ(device.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(device.status().message()),
-              AllOf(HasSubstr("invalid device name"), HasSubstr("64 bytes"),
+              AllOf(HasSubstr("invalid device name"), HasSubstr("128 bytes"),
                     HasSubstr("(100000 bytes)")));
   EXPECT_LT(device.status().message().size(), 300u);
 

@@ -7,7 +7,10 @@ Parses every YAML file in deploy/k8s and deploy/docker, the example config
 and the Kubernetes ConfigMap's tensord.toml, the Dockerfile and the systemd
 unit, and checks what each must say for tensord to run: GPU requests, probes,
 ports, health checks, non-root users, config keys that the daemon knows,
-stop timeouts longer than the daemon's shutdown grace, and security: every
+stop timeouts longer than the daemon's shutdown grace; the cluster manifests
+(deploy/k8s/cluster: a StatefulSet named by a headless Service, selectors
+that agree, flags tensord has, the node name from the pod name, the
+single-node Deployment's image, ports, probes and token); and security: every
 artifact that listens beyond loopback wires a bearer-token file (a mounted
 secret), and none turns on --insecure. Needs Debian's
 python3 (3.11: tomllib) and python3-yaml. Prints one line per failure and
@@ -29,6 +32,7 @@ CONFIG_KEYS = {
     "auth_token_file", "tls_cert", "tls_key", "tls_client_ca", "insecure",
     "session_ttl", "max_sessions", "session_max_bytes", "session_max_tensors",
     "max_message_bytes", "max_inline_bytes", "max_tensor_bytes", "blas_threads",
+    "node_name",
 }
 PATH_KEYS = ("port_file", "auth_token_file", "tls_cert", "tls_key",
              "tls_client_ca")
@@ -134,7 +138,7 @@ def daemon_config_keys(root: pathlib.Path) -> set[str] | None:
 
 def load_yaml_files(root: pathlib.Path) -> dict[pathlib.Path, list]:
     docs = {}
-    for d in ("deploy/k8s", "deploy/docker"):
+    for d in ("deploy/k8s", "deploy/k8s/cluster", "deploy/docker"):
         files = sorted((root / d).glob("*.y*ml"))
         check(bool(files), f"{d}: no YAML files")
         for path in files:
@@ -316,6 +320,311 @@ def check_k8s(root: pathlib.Path, docs: dict[pathlib.Path, list]) -> None:
     for s in by_kind.get("Secret", []):
         check("token" in (s.get("stringData") or s.get("data") or {}),
               "Secret: no token key")
+
+
+# --- deploy/k8s/cluster: many nodes as one (issue 13) ---------------------------
+
+CLUSTER_DIR = "deploy/k8s/cluster"
+NODE_NAME_VALUE = "$(POD_NAME)"
+
+
+def daemon_flags(root: pathlib.Path) -> set[str] | None:
+    """tensord's own flags, with underscores: the ABSL_FLAG names in
+    server/ (what `tensord --help` lists), or None where none are found."""
+    names = set()
+    for path in sorted((root / "server").rglob("*.cc")):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        names.update(re.findall(r"\bABSL_FLAG\(\s*[\w:<>]+\s*,\s*(\w+)\s*,", text))
+    return names or None
+
+
+def flag_args(words: list) -> dict[str, str | None]:
+    """{flag name with underscores: value} of `--name=value` / `--name value`
+    words, as absl reads them (a bare `--name` takes the next word when that
+    is not a flag itself)."""
+    out: dict[str, str | None] = {}
+    words = [str(w) for w in words]
+    for i, w in enumerate(words):
+        if not w.startswith("--"):
+            continue
+        name, eq, value = w[2:].partition("=")
+        if not eq:
+            nxt = words[i + 1] if i + 1 < len(words) else None
+            value = nxt if nxt is not None and not nxt.startswith("-") else None
+        out[name.replace("-", "_")] = value
+    return out
+
+
+def k8s_docs_in(docs: dict[pathlib.Path, list], d: pathlib.Path,
+                root: pathlib.Path) -> dict[str, list[dict]]:
+    by_kind: dict[str, list[dict]] = {}
+    for path, items in docs.items():
+        if path.parent != d:
+            continue
+        for doc in items:
+            if check(isinstance(doc, dict) and "kind" in doc and "apiVersion" in doc,
+                     f"{path.relative_to(root)}: a document without kind/apiVersion"):
+                by_kind.setdefault(doc["kind"], []).append(doc)
+    return by_kind
+
+
+def selected(selector: dict | None, labels: dict) -> bool:
+    """Whether a non-empty equality selector selects pods with `labels`."""
+    return bool(selector) and selector.items() <= labels.items()
+
+
+def token_secret(c: dict, pod: dict, token: str):
+    """(mount, secret volume source) holding the file `token`, or (None, {})."""
+    mount = max((m for m in c.get("volumeMounts", [])
+                 if token.startswith(m["mountPath"].rstrip("/") + "/")),
+                key=lambda m: len(m["mountPath"]), default=None)
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    vol = volumes.get(mount["name"], {}) if mount else {}
+    return mount, vol.get("secret") or {}
+
+
+def check_k8s_cluster(root: pathlib.Path, docs: dict[pathlib.Path, list]) -> None:
+    d = root / CLUSTER_DIR
+    if not check(d.is_dir(), f"{CLUSTER_DIR}: missing (the StatefulSet of issue 13)"):
+        return
+    cl = k8s_docs_in(docs, d, root)
+    single = k8s_docs_in({p: v for p, v in docs.items()
+                          if p.parent == root / "deploy/k8s"},
+                         root / "deploy/k8s", root)
+    W = CLUSTER_DIR
+
+    # kustomization.yaml lists every manifest of the directory, and only
+    # files that exist, and no placeholder Secret.
+    kust = cl.get("Kustomization", [])
+    if check(len(kust) == 1, f"{W}: expected one kustomization.yaml"):
+        listed = [str(r) for r in kust[0].get("resources", [])]
+        files = sorted(p.name for p in d.glob("*.y*ml")
+                       if p.name not in ("kustomization.yaml", "kustomization.yml"))
+        for name in files:
+            check(name in listed, f"{W}/kustomization.yaml: does not list {name} "
+                  "(kubectl apply -k would leave it out)")
+        for res in listed:
+            path = d / res
+            if check(path.is_file(), f"{W}/kustomization.yaml: resource {res} "
+                     "does not exist"):
+                check(not any(doc.get("kind") == "Secret" for doc in docs.get(path, [])),
+                      f"{W}/kustomization.yaml: {res} holds a placeholder Secret; "
+                      "create the real one with kubectl instead")
+
+    sets = cl.get("StatefulSet", [])
+    if not check(len(sets) == 1, f"{W}: expected one StatefulSet"):
+        return
+    sts = sets[0]
+    name = sts["metadata"].get("name")
+    check(name == "tensord", f"{W}: StatefulSet is named {name!r}, not 'tensord' "
+          "(the pods are tensord-0..N-1)")
+    spec = sts.get("spec", {})
+    replicas = spec.get("replicas", 1)
+    check(isinstance(replicas, int) and not isinstance(replicas, bool)
+          and replicas >= 2,
+          f"{W}: StatefulSet replicas = {replicas!r}; a cluster example needs >= 2")
+    tmpl = spec.get("template", {})
+    pod = tmpl.get("spec", {})
+    labels = (tmpl.get("metadata") or {}).get("labels") or {}
+    containers = pod.get("containers", [])
+    if not check(len(containers) == 1, f"{W}: StatefulSet: expected one container"):
+        return
+    c = containers[0]
+    ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
+    env_list = c.get("env", [])
+    env = {e["name"]: e.get("value") for e in env_list}
+
+    # The same conventions as the single-node Deployment.
+    deps = single.get("Deployment", [])
+    dep_pod, dep_c, dep_labels, dep_meta = {}, {}, {}, {}
+    if check(len(deps) == 1, "deploy/k8s: expected one Deployment to compare "
+             "the cluster with"):
+        dep_meta = deps[0]["spec"]["template"]["metadata"]
+        dep_pod = deps[0]["spec"]["template"]["spec"]
+        dep_labels = dep_meta.get("labels", {})
+        dep_cs = dep_pod.get("containers", [])
+        dep_c = dep_cs[0] if dep_cs else {}
+    check(dep_labels.items() <= labels.items(),
+          f"{W}: StatefulSet pod labels {labels} lack the Deployment's {dep_labels}")
+    check(c.get("image") == dep_c.get("image"),
+          f"{W}: StatefulSet image {c.get('image')!r} is not the Deployment's "
+          f"{dep_c.get('image')!r}")
+    check(ports.get("grpc") == GRPC_PORT and ports.get("metrics") == METRICS_PORT,
+          f"{W}: StatefulSet ports {ports} are not grpc={GRPC_PORT}, "
+          f"metrics={METRICS_PORT}")
+    dep_ports = {p.get("name"): p.get("containerPort") for p in dep_c.get("ports", [])}
+    check(ports == dep_ports,
+          f"{W}: StatefulSet ports {ports} differ from the Deployment's {dep_ports}")
+    check(port_of(env.get("TENSORD_LISTEN", "")) == GRPC_PORT,
+          f"{W}: TENSORD_LISTEN does not listen on the grpc port {GRPC_PORT}")
+    check(port_of(env.get("TENSORD_METRICS_LISTEN", "")) == METRICS_PORT,
+          f"{W}: TENSORD_METRICS_LISTEN does not listen on the metrics port")
+    for what, mine, theirs in (
+            ("pod securityContext", pod.get("securityContext"),
+             dep_pod.get("securityContext")),
+            ("container securityContext", c.get("securityContext"),
+             dep_c.get("securityContext")),
+            ("tolerations", pod.get("tolerations"), dep_pod.get("tolerations")),
+            ("automountServiceAccountToken", pod.get("automountServiceAccountToken"),
+             dep_pod.get("automountServiceAccountToken")),
+            ("Prometheus annotations", (tmpl.get("metadata") or {}).get("annotations"),
+             dep_meta.get("annotations"))):
+        check(mine == theirs,
+              f"{W}: StatefulSet {what} {mine!r} differs from the Deployment's {theirs!r}")
+
+    # Selectors: the StatefulSet's, both Services' and the PDB's select
+    # these pods, and none the single-node Deployment's.
+    sel = (spec.get("selector") or {}).get("matchLabels")
+    check(selected(sel, labels),
+          f"{W}: StatefulSet selector {sel} does not match its pod labels {labels}")
+    services = {s["metadata"]["name"]: s for s in cl.get("Service", [])}
+    for sname, s in services.items():
+        ssel = (s.get("spec") or {}).get("selector")
+        check(selected(ssel, labels),
+              f"{W}: Service {sname} selector {ssel} does not select the "
+              f"StatefulSet's pods {labels}")
+    pdbs = cl.get("PodDisruptionBudget", [])
+    if check(len(pdbs) == 1, f"{W}: expected one PodDisruptionBudget"):
+        pdb = pdbs[0]
+        check(pdb.get("apiVersion") == "policy/v1",
+              f"{W}: PodDisruptionBudget apiVersion {pdb.get('apiVersion')} is not policy/v1")
+        psel = ((pdb.get("spec") or {}).get("selector") or {}).get("matchLabels")
+        check(selected(psel, labels),
+              f"{W}: PodDisruptionBudget selector {psel} does not select the "
+              f"StatefulSet's pods {labels}")
+        pspec = pdb.get("spec") or {}
+        check(("maxUnavailable" in pspec) != ("minAvailable" in pspec),
+              f"{W}: PodDisruptionBudget needs one of maxUnavailable/minAvailable")
+    if dep_labels:
+        for what, s in ([("StatefulSet", sel)]
+                        + [(f"Service {n}", (v.get("spec") or {}).get("selector"))
+                           for n, v in services.items()]
+                        + [("PodDisruptionBudget",
+                            ((p.get("spec") or {}).get("selector") or {}).get("matchLabels"))
+                           for p in pdbs]):
+            check(not selected(s, dep_labels),
+                  f"{W}: {what} selector {s} also selects the single-node "
+                  f"Deployment's pods {dep_labels}")
+
+    # Discovery: serviceName is a headless Service; clients have a ClusterIP.
+    svc_name = spec.get("serviceName")
+    headless = services.get(svc_name)
+    if check(headless is not None,
+             f"{W}: StatefulSet serviceName {svc_name!r} is not a Service here "
+             "(the per-pod DNS names hang off it)"):
+        hspec = headless.get("spec") or {}
+        check(hspec.get("clusterIP") == "None",
+              f"{W}: Service {svc_name} (serviceName) is not headless: "
+              f"clusterIP is {hspec.get('clusterIP')!r}, not None")
+        hports = {p.get("port"): p for p in hspec.get("ports", [])}
+        p = hports.get(GRPC_PORT)
+        check(p is not None and p.get("targetPort", GRPC_PORT) in ("grpc", GRPC_PORT),
+              f"{W}: headless Service {svc_name} has no port {GRPC_PORT} to the grpc port")
+    clients = [n for n, s in services.items()
+               if (s.get("spec") or {}).get("clusterIP") != "None"
+               and (s.get("spec") or {}).get("type", "ClusterIP") == "ClusterIP"]
+    if check(len(clients) == 1, f"{W}: expected one ClusterIP Service for "
+             f"clients, found {clients}"):
+        cports = {p.get("port"): p for p in services[clients[0]]["spec"].get("ports", [])}
+        for port, pname in ((GRPC_PORT, "grpc"), (METRICS_PORT, "metrics")):
+            p = cports.get(port)
+            if check(p is not None, f"{W}: Service {clients[0]}: no port {port}"):
+                target = p.get("targetPort", port)
+                check(target in (pname, ports.get(pname)),
+                      f"{W}: Service {clients[0]}: port {port} targets {target!r}, "
+                      f"not the {pname} port")
+
+    # The command line: only flags tensord has; the node name is the pod
+    # name through the downward API.
+    words = list(c.get("command", [])) + list(c.get("args", []))
+    given = flag_args(words)
+    known = daemon_flags(root)
+    if check(known is not None, f"{W}: no ABSL_FLAG found under server/ to check "
+             "the container's flags against"):
+        for flag in given:
+            check(flag in known, f"{W}: the container passes --{flag.replace('_', '-')}, "
+                  "which is not a tensord flag (server/*.cc ABSL_FLAG)")
+    check(given.get("node_name") == NODE_NAME_VALUE,
+          f"{W}: the container does not pass --node-name={NODE_NAME_VALUE} "
+          f"(its args: {c.get('args')})")
+    pod_name = next((e for e in env_list if e["name"] == "POD_NAME"), {})
+    field = ((pod_name.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+    check(field == "metadata.name",
+          f"{W}: env POD_NAME does not come from the downward API's metadata.name "
+          f"(fieldRef.fieldPath is {field!r})")
+    for word in words:
+        for var in re.findall(r"(?<!\$)\$\((\w+)\)", str(word)):
+            check(var in env, f"{W}: {word!r} names $({var}), which is not in the "
+                  "container's env (Kubernetes would pass it literally)")
+
+    # GPUs and resources.
+    res = c.get("resources", {})
+    gpus = [res.get(part, {}).get("nvidia.com/gpu") for part in ("requests", "limits")]
+    check(all(g is not None and int(g) >= 1 for g in gpus) and gpus[0] == gpus[1],
+          f"{W}: nvidia.com/gpu requests/limits {gpus} are not the same count >= 1")
+    for part in ("requests", "limits"):
+        for r in ("cpu", "memory"):
+            check(r in res.get(part, {}), f"{W}: resources.{part}.{r} missing")
+
+    # Probes: Kubernetes' gRPC probes on the grpc port the Services reach.
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        g = (c.get(probe) or {}).get("grpc") or {}
+        check(g.get("port") == GRPC_PORT and ports.get("grpc") == GRPC_PORT,
+              f"{W}: {probe} is not a gRPC probe on the grpc port {GRPC_PORT}")
+    check(((c.get("readinessProbe") or {}).get("grpc") or {}).get("service")
+          == HEALTH_SERVICE,
+          f"{W}: readinessProbe should ask for service {HEALTH_SERVICE}")
+
+    # The config: a ConfigMap of this directory at /etc/tensord.
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+    config_maps = {m["metadata"]["name"]: m for m in cl.get("ConfigMap", [])}
+    cm_name = volumes.get(mounts.get("/etc/tensord", ""), {}).get("configMap", {}).get("name")
+    grace_ms = DEFAULT_GRACE_MS
+    if check(cm_name in config_maps,
+             f"{W}: /etc/tensord is not a ConfigMap of {W} (it is {cm_name!r})"):
+        text = (config_maps[cm_name].get("data") or {}).get("tensord.toml")
+        if check(text is not None, f"{W}: ConfigMap {cm_name}: no tensord.toml"):
+            try:
+                cfg = tomllib.loads(text)
+                check_config(cfg, f"{W}: ConfigMap {cm_name} tensord.toml", exact=False)
+                grace_ms = cfg.get("shutdown_grace_ms", grace_ms)
+            except tomllib.TOMLDecodeError as e:
+                check(False, f"{W}: ConfigMap {cm_name}: tensord.toml: {e}")
+    tgp = pod.get("terminationGracePeriodSeconds", 30)
+    check(tgp * 1000 > grace_ms,
+          f"{W}: terminationGracePeriodSeconds {tgp}s <= shutdown grace {grace_ms} ms")
+
+    # The client token: the Deployment's Secret, mounted as it mounts it.
+    token = env.get("TENSORD_AUTH_TOKEN_FILE") or ""
+    dep_env = {e["name"]: e.get("value") for e in dep_c.get("env", [])}
+    dep_token = dep_env.get("TENSORD_AUTH_TOKEN_FILE") or ""
+    check(token == dep_token and token.startswith("/"),
+          f"{W}: TENSORD_AUTH_TOKEN_FILE {token!r} is not the Deployment's "
+          f"{dep_token!r} (tensord refuses 0.0.0.0 without a token)")
+    mount, secret = token_secret(c, pod, token)
+    dep_mount, dep_secret = token_secret(dep_c, dep_pod, dep_token)
+    if check(bool(secret.get("secretName")),
+             f"{W}: TENSORD_AUTH_TOKEN_FILE {token!r} is not in a mounted Secret volume"):
+        check(mount.get("readOnly") is True,
+              f"{W}: the token volume is not mounted readOnly")
+        check(secret == dep_secret and mount.get("mountPath") == (dep_mount or {}).get("mountPath"),
+              f"{W}: the token Secret volume {secret} at {mount.get('mountPath')} is "
+              f"not the Deployment's {dep_secret} at {(dep_mount or {}).get('mountPath')}")
+        secrets = {s["metadata"]["name"]: s for s in single.get("Secret", [])}
+        name = secret["secretName"]
+        if check(name in secrets, f"{W}: Secret {name} is not documented in deploy/k8s"):
+            check("token" in (secrets[name].get("stringData")
+                              or secrets[name].get("data") or {}),
+                  f"Secret {name}: no key 'token' (the cluster's TENSORD_AUTH_TOKEN_FILE)")
+    check(not truthy(env.get("TENSORD_INSECURE", "")), f"{W}: TENSORD_INSECURE is set")
+    check("insecure" not in given, f"{W}: the container passes --insecure")
+    check(not env.get("TENSORD_TLS_CERT"),
+          f"{W}: with TLS the native gRPC probes (plaintext) fail; "
+          "use exec probes with tensorctl --tls-ca")
 
 
 def check_compose(root: pathlib.Path, docs: dict[pathlib.Path, list]) -> None:
@@ -581,6 +890,7 @@ def main() -> int:
 
     docs = load_yaml_files(root)
     check_k8s(root, docs)
+    check_k8s_cluster(root, docs)
     check_compose(root, docs)
     check_dockerfile(root)
     check_systemd(root, grace_ms)
@@ -591,9 +901,9 @@ def main() -> int:
         print("FAIL:", f)
     if failures:
         return 1
-    print(f"ok: {len(docs)} YAML files, the example config, the Dockerfile "
-          "(and its .dockerignore), the systemd unit and README's Deploy "
-          "section pass")
+    print(f"ok: {len(docs)} YAML files (the cluster's StatefulSet too), the "
+          "example config, the Dockerfile (and its .dockerignore), the systemd "
+          "unit and README's Deploy section pass")
     return 0
 
 

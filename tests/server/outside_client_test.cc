@@ -396,7 +396,7 @@ TEST_F(OutsideClientTest, LimitsAreReportedAndMatchWhatIsEnforced) {
   EXPECT_EQ(limits.default_session_ttl_ms(), 60000);
   EXPECT_EQ(limits.min_session_ttl_ms(), 200);
   EXPECT_EQ(limits.max_session_ttl_ms(), 3600000);
-  EXPECT_EQ(limits.max_device_name_bytes(), 64u);
+  EXPECT_EQ(limits.max_device_name_bytes(), 128u);
   EXPECT_EQ(limits.max_tag_bytes(), 256u);
   EXPECT_EQ(limits.max_client_name_bytes(), 256u);
   EXPECT_EQ(limits.max_request_id_bytes(), 64u);
