@@ -16,7 +16,9 @@ on the server (no gradient math in Python). Module-level factories
 Every server error is a TensordError (a RuntimeError with .code, a
 grpc.StatusCode). tensord.cuda is the default client's client.cuda. tensord.save(state_dict,
 path) and tensord.load(path, client=None, device=None) write and read
-safetensors files (_safetensors.py).
+safetensors files (_safetensors.py). tensord.nn, tensord.optim and
+tensord.data (datasets and a DataLoader whose batches are server tensors)
+load on first use.
 """
 from tensord._client import Client, TensorRecord, connect, default_client
 from tensord._device import device
@@ -67,10 +69,10 @@ manual_seed = _on_default_client("manual_seed")
 
 def __getattr__(name):
     # tensord.cuda is the default client's (torch.cuda's queries, answered by
-    # its server); tensord.nn and tensord.optim load on first use.
+    # its server); tensord.nn, tensord.optim and tensord.data load on first use.
     if name == "cuda":
         return default_client().cuda
-    if name in ("nn", "optim"):
+    if name in ("nn", "optim", "data"):
         import importlib
         return importlib.import_module(f"tensord.{name}")
     raise AttributeError(f"module 'tensord' has no attribute '{name}'")

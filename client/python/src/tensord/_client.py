@@ -17,7 +17,11 @@ Contract:
   * capture(fn, *inputs): a step recorded once, replayed as one Execute
     (_capture.py).
   * tensors() lists what the session holds (after the releases of dropped
-    tensors are answered); held_bytes() is their total.
+    tensors are answered); held() the memory it holds without a handle,
+    which counts toward its quotas as tensors do: what autograd keeps
+    (tensors saved for a backward, tag "saved by MulBackward0", and leaves'
+    grads no handle names, "grad of tensor 17"; handle 0), as the C++
+    Client::held(); held_bytes() is the total of both.
   * close() (or leaving a `with` block) closes the session, freeing every
     tensor of it; tensors of a closed client fail with NOT_FOUND.
 Thread-safety: a Client may be shared by threads.
@@ -80,6 +84,13 @@ def _bfloat16_bits(values):
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
     nan = np.isnan(np.asarray(values, dtype=np.float32))
     return np.where(nan, 0x7FC0, rounded).astype(np.uint16)
+
+
+def _record(info):
+    """The TensorRecord of a pb.TensorInfo."""
+    return TensorRecord(info.handle, info.device, _dtypes.from_wire(info.dtype),
+                        tuple(info.shape), info.nbytes, info.tag, info.age_ms, info.idle_ms,
+                        info.requires_grad, info.grad_fn or None)
 
 
 class _Cuda:
@@ -147,16 +158,19 @@ class Client:
         records, token = [], ""
         while True:
             reply = self._session.call("ListTensors", pb.ListTensorsRequest(page_token=token))
-            records += [TensorRecord(t.handle, t.device, _dtypes.from_wire(t.dtype),
-                                     tuple(t.shape), t.nbytes, t.tag, t.age_ms, t.idle_ms,
-                                     t.requires_grad, t.grad_fn or None)
-                        for t in reply.tensors]
+            records += [_record(t) for t in reply.tensors]
             token = reply.next_page_token
             if not token:
                 return records
 
+    def held(self):
+        """What the session holds without a handle (autograd's saved tensors and
+        grads), as TensorRecords with handle 0."""
+        reply = self._session.call("ListTensors", pb.ListTensorsRequest(page_size=1))
+        return [_record(t) for t in reply.held]
+
     def held_bytes(self):
-        """Bytes the session's tensors hold on the server."""
+        """Bytes the session holds on the server: its tensors' and held()'s."""
         return self._session.call("ListTensors", pb.ListTensorsRequest(page_size=1)).total_bytes
 
     def manual_seed(self, seed):

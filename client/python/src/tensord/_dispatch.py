@@ -14,8 +14,9 @@ code above it.
   * recorder: None, or while client.capture() runs a step, the
     _capture.Recorder that run() reports each op and its result to; to()
     and fetch() refuse then (RuntimeError).
-  * fetch(info): all bytes of the tensor, a unary Read when it fits one
-    reply, else the Fetch stream; each chunk's offset must continue the
+  * fetch(info): all bytes of the tensor (bytes from a unary Read when it
+    fits one reply, else a bytearray of the tensor's size filled by the
+    Fetch stream, the caller's to keep and write); each chunk's offset must continue the
     bytes so far and its CRC-32 must match, else DATA_LOSS.
 Thread-safety: as the Session's.
 """
@@ -91,14 +92,20 @@ class Dispatcher:
                                    f"tensor {info.handle}: read {len(chunk.data)} "
                                    f"of {nbytes} bytes")
             return chunk.data
-        out = bytearray()
+        # One buffer of the tensor's size, each chunk copied into it once.
+        out = bytearray(nbytes)
+        view = memoryview(out)
+        received = 0
         for chunk in self.session.fetch(info.handle):
-            _check_chunk(info.handle, chunk, len(out))
-            out += chunk.data
-        if len(out) != nbytes:
+            _check_chunk(info.handle, chunk, received)
+            end = received + len(chunk.data)
+            if end <= nbytes:
+                view[received:end] = chunk.data
+            received = end
+        if received != nbytes:
             raise TensordError(grpc.StatusCode.DATA_LOSS,
-                               f"tensor {info.handle}: fetched {len(out)} of {nbytes} bytes")
-        return bytes(out)
+                               f"tensor {info.handle}: fetched {received} of {nbytes} bytes")
+        return out
 
 
 def _check_chunk(handle, chunk, expected_offset):

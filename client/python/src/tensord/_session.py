@@ -266,11 +266,6 @@ class Session:
                 tensor._info = info
             return tensor
 
-    def live(self, handle):
-        """The live Tensor object of `handle`, or None."""
-        with self._live_lock:
-            return self._live.get(handle)
-
     def close(self):
         self.closed = True
         self._finalizer()

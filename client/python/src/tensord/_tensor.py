@@ -6,7 +6,11 @@ Contract:
     state). Each op is one message through the client's Dispatcher; the
     result stays on the server; nothing is fetched except by numpy(),
     item(), tolist(), torch(), repr()/str() (which fetch for display, on
-    any device, as PyTorch prints CUDA tensors), bool() and int()/float().
+    any device, as PyTorch prints CUDA tensors), bool() and int()/float(),
+    and __dlpack__ (the DLPack protocol, for tensors on a server cpu
+    device, as numpy(): it exports a host copy fetched at that moment, so
+    torch.from_dlpack(x) and np.from_dlpack(x) get the values, not shared
+    memory).
   * One Python object per handle: an op whose result is one of its operands
     (in-place ops, requires_grad_, x.to(x.device)) returns that very object,
     so `x.cuda() is x` when x is already there, as in PyTorch.
@@ -670,11 +674,47 @@ class Tensor:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
                                "Use tensor.detach().numpy() instead.")
         numpy_dtype = _dtypes.to_numpy_dtype(self.dtype)
-        return self._host_array().astype(numpy_dtype, copy=True)
+        array = self._host_array()
+        # A streamed fetch lands in a fresh writable buffer: no second copy.
+        return array.astype(numpy_dtype, copy=not array.flags.writeable)
 
     def __array__(self, dtype=None):
         array = self.numpy()
         return array if dtype is None else array.astype(dtype)
+
+    def _host_copy_to_export(self):
+        """A host copy of this tensor for DLPack: numpy's, or torch's for
+        bfloat16, which numpy lacks (bool exports where numpy's DLPack has
+        it, numpy >= 1.25; older raises its BufferError)."""
+        if self.device.type != "cpu":
+            raise TypeError(f"can't export a {self.device} device type tensor through "
+                            "DLPack: its memory is on the server. Use Tensor.cpu() to "
+                            "copy the tensor to the server's host memory first.")
+        if self.requires_grad:
+            raise RuntimeError("Can't export tensors that require gradient, "
+                               "use tensor.detach()")
+        if self.dtype is _dtypes.bfloat16:
+            try:
+                return self.torch()
+            except ImportError:
+                raise BufferError(f"DLPack export of {self.dtype} needs PyTorch installed "
+                                  "(numpy cannot export it)") from None
+        return self.numpy()
+
+    def __dlpack__(self, stream=None):
+        """The DLPack capsule of a host copy, fetched now, of a tensor on a
+        server cpu device (torch.from_dlpack(x), np.from_dlpack(x)). The
+        copy is this process's, not a view of the server's memory: writes
+        to it do not reach the tensor."""
+        if stream is not None:
+            raise BufferError("a host copy has no stream: pass stream=None")
+        return self._host_copy_to_export().__dlpack__()
+
+    def __dlpack_device__(self):
+        """(kDLCPU, 0): where __dlpack__'s copy lives (TypeError off the server's cpu)."""
+        if self.device.type != "cpu":
+            self._host_copy_to_export()  # raises
+        return (1, 0)
 
     def _python_values(self):
         """The flat values as Python numbers (bfloat16 widened)."""

@@ -1,0 +1,324 @@
+"""python_client_bench: what the Python client (client/python) costs, beside bare grpcio and the C++ client.
+
+    python3 bench/python_client_bench.py [--tensord build/server/tensord]
+        [--cpp-bench build/bench/tensord-bench] [--iterations 2000]
+        [--rounds 3] [--mib 256]
+
+Run it with a Python where `tensord` is importable (pip install
+./client/python, or the CTest venv: build/tests/python/python-client-venv).
+
+Measured, over TCP loopback against one tensord daemon (--tensord, started
+here with its defaults), each as p50 (and p99) latency in microseconds or
+as GB/s:
+  * small ops: create_3 (an int64 tensor of 3 elements), mul, fetch_3 (the
+    unary Read), each through the client (client.tensor, x * y,
+    x.numpy()) and through bare grpcio stubs of the same RPCs;
+  * the eager 4-call loop: two creates, a mul, a fetch (and the releases of
+    the three dropped tensors, riding the next call's request as the
+    client sends them), through the client and bare grpcio;
+  * bulk: a --mib MiB float32 upload (client.from_numpy: the Upload stream
+    in 1 MiB chunks) and fetch (x.numpy(): the Fetch stream), beside bare
+    grpcio streams of the same bytes in the same chunks (the request
+    messages built before the clock starts: grpcio's floor).
+The Python measurements are interleaved in rounds (every body a slice of
+each round), so drift on a shared machine lands on all alike; a bulk row
+is the best of --rounds. The C++ rows come from tensord-bench (--only
+small,bulk, its TCP rows, run between the Python rounds; the best of its
+runs): its create_3/mul/fetch_3 are raw C++ stubs, its loop is
+client_create_mul_fetch_unary (the C++ client on the same path as Python's,
+one unary call per op; its pipelined loop is shown too), its bulk the C++
+client's upload/fetch. tensord-bench serves from its own process (an
+in-process server), so a C++ ratio compares clients on different server
+processes of the same build. Ratios are what matter on a shared machine.
+Prints a table, then one JSON line. Exits 1 if a result is wrong.
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+
+import grpc
+import numpy as np
+
+import tensord
+from tensord.v1 import tensord_pb2 as pb
+from tensord.v1 import tensord_pb2_grpc as pb_grpc
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHUNK_BYTES = 1 << 20
+MAX_MESSAGE_BYTES = 64 << 20
+SLICES_PER_ROUND = 10
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tensord", default=os.path.join(REPO, "build/server/tensord"))
+    parser.add_argument("--cpp-bench", default=os.path.join(REPO, "build/bench/tensord-bench"),
+                        help="tensord-bench for the C++ rows ('' to skip them)")
+    parser.add_argument("--iterations", type=int, default=2000,
+                        help="timed calls per small-op measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="bulk and C++ runs (best counts)")
+    parser.add_argument("--mib", type=int, default=256, help="bulk transfer size")
+    return parser.parse_args()
+
+
+class Daemon:
+    """A tensord on a free loopback port, for the duration of the bench."""
+
+    def __init__(self, binary):
+        self._dir = tempfile.TemporaryDirectory(prefix="python-client-bench-")
+        port_file = os.path.join(self._dir.name, "port")
+        self._log = open(os.path.join(self._dir.name, "log"), "w")
+        self.proc = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--port-file",
+                                      port_file], stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 30
+        while not (os.path.exists(port_file) and open(port_file).read().strip()):
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise SystemExit(f"python_client_bench: {binary} did not start")
+            time.sleep(0.05)
+        self.address = "127.0.0.1:" + open(port_file).read().strip()
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+        self._log.close()
+        self._dir.cleanup()
+
+
+def check(condition, what):
+    if not condition:
+        raise SystemExit(f"python_client_bench: wrong result: {what}")
+
+
+def measure_interleaved(iterations, bodies):
+    """{name: sorted latencies in us} of each body, run in interleaved slices."""
+    for body in bodies.values():  # warm-up
+        for _ in range(max(20, iterations // 20)):
+            body()
+    samples = {name: [] for name in bodies}
+    per_slice = max(1, iterations // SLICES_PER_ROUND)
+    clock = time.perf_counter_ns
+    for _ in range(SLICES_PER_ROUND):
+        for name, body in bodies.items():
+            record = samples[name].append
+            for _ in range(per_slice):
+                start = clock()
+                body()
+                record((clock() - start) / 1e3)
+    return {name: sorted(values) for name, values in samples.items()}
+
+
+def percentile(sorted_values, q):
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+class BareGrpc:
+    """tensord's RPCs through grpcio stubs alone: the floor under the client."""
+
+    def __init__(self, address):
+        self.channel = grpc.insecure_channel(address, options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+        self.stub = pb_grpc.TensorServiceStub(self.channel)
+        self.session = self.stub.OpenSession(pb.OpenSessionRequest(client_name="bare")).session
+        self.made = []
+        self.values_x = np.array([1, 2, 3], np.int64).tobytes()
+        self.values_y = np.array([5, 8, 1], np.int64).tobytes()
+        self.x = self.create(self.values_x)
+        self.y = self.create(self.values_y)
+
+    def create(self, data, release=()):
+        return self.stub.Create(pb.CreateRequest(
+            session=self.session, dtype=pb.INT64, shape=[3], data=data,
+            release=release)).tensor.handle
+
+    def mul(self, lhs, rhs, release=()):
+        op = pb.Op(binary=pb.BinaryArgs(op=pb.MUL, lhs=pb.Operand(handle=lhs),
+                                        rhs=pb.Operand(handle=rhs)))
+        return self.stub.Run(pb.RunRequest(session=self.session, op=op,
+                                           release=release)).tensor.handle
+
+    def read(self, handle):
+        return self.stub.Read(pb.ReadRequest(session=self.session, handle=handle)).data
+
+    def release_made(self):
+        while self.made:
+            batch, self.made = self.made[:1000], self.made[1000:]
+            self.stub.Release(pb.ReleaseRequest(session=self.session, release=batch))
+
+    def upload(self, messages):
+        return self.stub.Upload(iter(messages)).tensor
+
+    def fetch(self, handle):
+        return [chunk.data for chunk in self.stub.Fetch(
+            pb.FetchRequest(session=self.session, handle=handle))]
+
+    def close(self):
+        self.stub.CloseSession(pb.CloseSessionRequest(session=self.session))
+        self.channel.close()
+
+
+def small_ops(address, iterations):
+    client = tensord.connect(address, client_name="python-client-bench")
+    bare = BareGrpc(address)
+    x, y = client.tensor([1, 2, 3]), client.tensor([5, 8, 1])
+    pending = []  # the bare loop's dropped handles, riding its next Create
+
+    def bare_loop():
+        a = bare.create(bare.values_x, release=pending)
+        b = bare.create(bare.values_y)
+        product = bare.mul(a, b)
+        check(np.frombuffer(bare.read(product), np.int64)[1] == 16, "bare loop")
+        pending[:] = [a, b, product]
+
+    def client_loop():
+        a = client.tensor([1, 2, 3])
+        b = client.tensor([5, 8, 1])
+        check((a * b).numpy()[1] == 16, "client loop")
+
+    bodies = {
+        "bare_unary": lambda: bare.stub.KeepAlive(pb.KeepAliveRequest(session=bare.session)),
+        "create_3/bare": lambda: bare.made.append(bare.create(bare.values_x)),
+        "create_3/python": lambda: client.tensor([1, 2, 3]),
+        "mul/bare": lambda: bare.made.append(bare.mul(bare.x, bare.y)),
+        "mul/python": lambda: x * y,
+        "fetch_3/bare": lambda: bare.read(bare.x),
+        "fetch_3/python": x.numpy,
+        "loop/bare": bare_loop,
+        "loop/python": client_loop,
+    }
+    latencies = measure_interleaved(iterations, bodies)
+    bare.release_made()
+    bare.close()
+    client.close()
+    return {name: (percentile(v, 0.5), percentile(v, 0.99)) for name, v in latencies.items()}
+
+
+def bulk_round(address, mib):
+    """GB/s of one upload and one fetch of `mib` MiB, client and bare."""
+    client = tensord.connect(address, client_name="python-client-bench")
+    bare = BareGrpc(address)
+    array = np.arange(mib << 18, dtype=np.float32)
+    nbytes = array.nbytes
+    view = memoryview(array).cast("B")
+    header = pb.UploadRequest.Header(session=bare.session, dtype=pb.FLOAT32,
+                                     shape=[array.size])
+    messages = [pb.UploadRequest(header=header, data=bytes(view[:CHUNK_BYTES]))]
+    messages += [pb.UploadRequest(data=bytes(view[at:at + CHUNK_BYTES]))
+                 for at in range(CHUNK_BYTES, nbytes, CHUNK_BYTES)]
+    rates = {}
+
+    def timed(name, body, *args):
+        start = time.perf_counter()
+        result = body(*args)
+        rates[name] = nbytes / (time.perf_counter() - start) / 1e9
+        return result
+
+    uploaded = timed("upload/bare", bare.upload, messages)
+    del messages
+    tensor = timed("upload/python", client.from_numpy, array)
+    chunks = timed("fetch/bare", bare.fetch, uploaded.handle)
+    check(sum(len(c) for c in chunks) == nbytes, "bare fetch size")
+    del chunks
+    fetched = timed("fetch/python", tensor.numpy)
+    check(np.array_equal(fetched, array), "fetched values")
+    del fetched, tensor
+    bare.close()
+    client.close()
+    return rates
+
+
+def cpp_round(binary, iterations, mib):
+    """{row name: (value, p99)} of tensord-bench's TCP rows."""
+    out = subprocess.run([binary, "--only", "small,bulk", "--sizes", f"{mib}MiB",
+                          "--iterations", str(iterations), "--seconds", "0.5",
+                          "--threads", "1"], capture_output=True, text=True, check=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    return {r["name"]: (r["value"], r["p99"]) for r in result["results"]
+            if r["transport"] == "tcp"}
+
+
+def best(runs, name, key):
+    values = [run[name] for run in runs if name in run]
+    return key(values) if values else None
+
+
+def main():
+    args = parse_args()
+    daemon = Daemon(args.tensord)
+    try:
+        small = small_ops(daemon.address, args.iterations)
+        bulk_runs, cpp_runs = [], []
+        for _ in range(args.rounds):
+            bulk_runs.append(bulk_round(daemon.address, args.mib))
+            if args.cpp_bench:
+                cpp_runs.append(cpp_round(args.cpp_bench, args.iterations, args.mib))
+    finally:
+        daemon.stop()
+
+    def cpp_latency(name):
+        return best(cpp_runs, name, lambda v: min(v, key=lambda x: x[0]))
+
+    def cpp_rate(name):
+        return best(cpp_runs, name, lambda v: max(v, key=lambda x: x[0]))
+
+    rows = []  # (group, measurement, side, value, p99, unit, ratios)
+    bare_p50 = small["bare_unary"][0]
+    rows.append(("latency", "bare_unary (KeepAlive)", "grpcio", *small["bare_unary"], "us",
+                 {}))
+    cpp_of = {"create_3": "create_3", "mul": "mul", "fetch_3": "fetch_3",
+              "loop": "client_create_mul_fetch_unary"}
+    for op in ("create_3", "mul", "fetch_3", "loop"):
+        bare_value = small[f"{op}/bare"][0]
+        rows.append(("latency", op, "grpcio", *small[f"{op}/bare"], "us",
+                     {"bare_unary": small[f"{op}/bare"][0] / bare_p50}))
+        cpp = cpp_latency(cpp_of[op])
+        python = small[f"{op}/python"]
+        ratios = {"grpcio": python[0] / bare_value}
+        if cpp:
+            ratios["c++"] = python[0] / cpp[0]
+        rows.append(("latency", op, "python", *python, "us", ratios))
+        if cpp:
+            rows.append(("latency", op, "c++" + ("" if op == "loop" else " stub"), *cpp, "us",
+                         {}))
+    pipelined = cpp_latency("client_create_mul_fetch")
+    if pipelined:
+        rows.append(("latency", "loop", "c++ pipelined", *pipelined, "us",
+                     {"python/this": small["loop/python"][0] / pipelined[0]}))
+    for way, cpp_name, cpp_bare in (("upload", "upload", "bare_stream_up"),
+                                    ("fetch", "fetch", "bare_stream_down")):
+        name = f"{way}_{args.mib}MiB"
+        bare_rate = best(bulk_runs, f"{way}/bare", max)
+        python_rate = best(bulk_runs, f"{way}/python", max)
+        rows.append(("bulk", name, "grpcio", bare_rate, None, "GB/s", {}))
+        cpp = cpp_rate(f"{cpp_name}_{args.mib}MiB")
+        ratios = {"grpcio": python_rate / bare_rate}
+        if cpp:
+            ratios["c++"] = python_rate / cpp[0]
+        rows.append(("bulk", name, "python", python_rate, None, "GB/s", ratios))
+        if cpp:
+            rows.append(("bulk", name, "c++", cpp[0], None, "GB/s", {}))
+            rows.append(("bulk", name, "c++ bare", cpp_rate(f"{cpp_bare}_{args.mib}MiB")[0],
+                         None, "GB/s", {}))
+
+    print(f"python_client_bench: {args.iterations} calls per latency, best of "
+          f"{args.rounds} bulk/C++ runs, TCP loopback")
+    print(f"{'group':<8} {'measurement':<24} {'side':<14} {'value':>10} {'p99':>10} "
+          f"{'unit':<5} ratios (value over)")
+    for group, name, side, value, p99, unit, ratios in rows:
+        shown = "  ".join(f"{r:.3f} x {of}" for of, r in ratios.items())
+        p99_text = f"{p99:10.1f}" if p99 is not None and p99 >= 0 else f"{'-':>10}"
+        print(f"{group:<8} {name:<24} {side:<14} {value:10.2f} {p99_text} {unit:<5} {shown}")
+    print(json.dumps({"benchmark": "python_client_bench", "iterations": args.iterations,
+                      "rounds": args.rounds, "results": [
+                          {"group": g, "name": n, "side": s, "value": round(v, 3),
+                           "p99": None if p is None else round(p, 3), "unit": u,
+                           "ratios": {k: round(r, 4) for k, r in ratios.items()}}
+                          for g, n, s, v, p, u, ratios in rows]}))
+
+
+if __name__ == "__main__":
+    main()
