@@ -141,6 +141,33 @@ bool Reportable(const std::optional<Error>& error) {
 
 }  // namespace
 
+struct Cluster::Directory {
+  std::mutex mu;
+  std::map<std::string, std::weak_ptr<const internal::Session>, std::less<>>
+      sessions;  // guarded by mu
+};
+
+void Cluster::Publish(const std::vector<std::shared_ptr<Node>>& nodes) {
+  std::map<std::string, std::weak_ptr<const internal::Session>, std::less<>>
+      sessions;
+  for (const auto& node : nodes) {
+    sessions.emplace(node->name, node->client.session_);
+    // A node joined before has it already (and may be in use: not again).
+    if (node->client.session_->has_node_lookup()) continue;
+    node->client.session_->set_node_lookup(
+        [directory = std::weak_ptr<Directory>(directory_)](
+            std::string_view name) -> std::shared_ptr<const internal::Session> {
+          std::shared_ptr<Directory> d = directory.lock();
+          if (d == nullptr) return nullptr;
+          std::lock_guard<std::mutex> lock(d->mu);
+          auto it = d->sessions.find(name);
+          return it == d->sessions.end() ? nullptr : it->second.lock();
+        });
+  }
+  std::lock_guard<std::mutex> lock(directory_->mu);
+  directory_->sessions = std::move(sessions);
+}
+
 Cluster::Cluster(std::vector<std::string> addresses, ClusterOptions options)
     : Cluster(std::move(addresses), "", std::move(options), "") {}
 
@@ -159,7 +186,8 @@ Cluster::Cluster(std::vector<std::string> addresses, std::string dns_name,
                  ClusterOptions options, std::string_view cluster_session)
     : addresses_(std::move(addresses)),
       dns_name_(std::move(dns_name)),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      directory_(std::make_shared<Directory>()) {
   const std::vector<std::string> all = Addresses();
   const std::string attach(cluster_session);
   const std::vector<Outcome<std::shared_ptr<Node>>> joined =
@@ -188,6 +216,7 @@ Cluster::Cluster(std::vector<std::string> addresses, std::string dns_name,
                     " ms at " + (all.empty() ? "(no address)" : JoinNames(all, ", ")));
   }
   for (auto& [name, node] : by_name) nodes_.push_back(std::move(node));
+  Publish(nodes_);
 }
 
 std::vector<std::string> Cluster::Addresses() const {
@@ -315,6 +344,7 @@ void Cluster::refresh() {
   }
   std::sort(kept.begin(), kept.end(),
             [](const auto& a, const auto& b) { return a->name < b->name; });
+  Publish(kept);
   std::lock_guard<std::mutex> lock(mu_);
   nodes_ = std::move(kept);
 }

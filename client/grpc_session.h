@@ -84,6 +84,16 @@ class Session : public std::enable_shared_from_this<Session> {
   // (ClientOptions::qualify_devices), else "": prefixed to every device
   // name the server replies with.
   const std::string& node_prefix() const { return node_prefix_; }
+  // The session of another node of the same tensord::Cluster, by node name
+  // (null when there is none): how to() moves a tensor between nodes. Set
+  // once by the Cluster, before the session is shared.
+  using NodeLookup =
+      std::function<std::shared_ptr<const Session>(std::string_view node)>;
+  void set_node_lookup(NodeLookup lookup) { node_lookup_ = std::move(lookup); }
+  bool has_node_lookup() const { return node_lookup_ != nullptr; }
+  std::shared_ptr<const Session> PeerSession(std::string_view node) const {
+    return node_lookup_ ? node_lookup_(node) : nullptr;
+  }
 
   // Performs the unary RPC `method` with `request`, filling in the session
   // id when the request has one. Mutating requests carry a fresh request
@@ -106,7 +116,9 @@ class Session : public std::enable_shared_from_this<Session> {
         std::is_same_v<Request, v1::ReleaseRequest> ||
         std::is_same_v<Request, v1::RegisterSharedMemoryRequest> ||
         std::is_same_v<Request, v1::UnregisterSharedMemoryRequest> ||
-        std::is_same_v<Request, v1::UploadFromSharedMemoryRequest>;
+        std::is_same_v<Request, v1::UploadFromSharedMemoryRequest> ||
+        std::is_same_v<Request, v1::GrantTransferRequest> ||
+        std::is_same_v<Request, v1::ImportRequest>;
     constexpr bool kRetryable =
         !std::is_same_v<Request, v1::OpenSessionRequest> &&
         !std::is_same_v<Request, v1::CloseSessionRequest>;
@@ -387,6 +399,7 @@ class Session : public std::enable_shared_from_this<Session> {
   mutable std::vector<uint64_t> dropped_;  // guarded by release_mu_
 
   std::string node_prefix_;           // set once, in Open
+  NodeLookup node_lookup_;            // set once, by a Cluster
   bool pipelined_ = false;            // set once, by LoadDevices
   std::vector<DeviceEntry> devices_;  // set once, by LoadDevices
   mutable std::once_flag stream_once_;

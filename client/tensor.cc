@@ -43,12 +43,7 @@ Tensor Tensor::to(const Device& device, bool copy) const {
   if (const size_t slash = device.str().find('/');
       !node.empty() && slash != std::string::npos &&
       device.str().compare(0, slash + 1, node) != 0) {
-    throw Error(StatusCode::UNIMPLEMENTED,
-                "moving a tensor from node " + node.substr(0, node.size() - 1) +
-                    " to node " + device.str().substr(0, slash) +
-                    " is not implemented yet (moves between servers come "
-                    "with server-to-server transfers); within a node, to() "
-                    "works as ever");
+    return ToNode(device.str().substr(0, slash), device);
   }
   std::shared_ptr<const internal::TensorState> moved;
   if (state_->session->ToOnStream(*state_, device.str(), copy, &moved)) {
@@ -65,6 +60,28 @@ Tensor Tensor::to(const Device& device, bool copy) const {
   // owns already (adopting it again would release it twice).
   if (info.handle() == state_->handle) return *this;
   return Tensor(state_->session->Adopt(info));
+}
+
+// Another node of the cluster: this node grants the tensor to that one,
+// which pulls it from here itself; the client sends two small requests.
+Tensor Tensor::ToNode(const std::string& node, const Device& device) const {
+  std::shared_ptr<const internal::Session> peer =
+      state_->session->PeerSession(node);
+  if (peer == nullptr) {
+    throw Error(StatusCode::NOT_FOUND,
+                "no node '" + node + "' in this tensor's cluster");
+  }
+  internal::v1::GrantTransferRequest grant;
+  grant.set_handle(state_->handle);
+  grant.set_destination_node(node);
+  const internal::v1::GrantTransferResponse granted = state_->session->Call(
+      &TensorService::Stub::GrantTransfer, std::move(grant));
+  internal::v1::ImportRequest import;
+  import.set_source_node(granted.source_node());
+  import.set_grant(granted.grant());
+  import.set_device(device.str());
+  return Tensor(peer->Adopt(
+      peer->Call(&TensorService::Stub::Import, std::move(import)).tensor()));
 }
 
 template <typename T>

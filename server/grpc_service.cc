@@ -294,6 +294,39 @@ grpc::ServerUnaryReactor* TensorServiceImpl::FetchToSharedMemory(
                &TensorServiceImpl::FetchToSharedMemoryImpl);
 }
 
+grpc::ServerUnaryReactor* TensorServiceImpl::GrantTransfer(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Mutating(ctx, "GrantTransfer", req, resp,
+                  &TensorServiceImpl::GrantTransferImpl);
+}
+grpc::ServerUnaryReactor* TensorServiceImpl::Import(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return Mutating(ctx, "Import", req, resp, &TensorServiceImpl::ImportImpl);
+}
+
+absl::Status TensorServiceImpl::CheckTransfers() const {
+  if (transfers_ != nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      "moves between nodes are off on this server: start it with "
+      "--node-name, --node-token-file and --peers or --peer-address-pattern");
+}
+
+absl::Status TensorServiceImpl::GrantTransferImpl(
+    grpc::CallbackServerContext* ctx, const v1::GrantTransferRequest& req,
+    v1::GrantTransferResponse* resp) {
+  RETURN_IF_ERROR(CheckTransfers());
+  return transfers_->Grant(req, resp);
+}
+
+absl::Status TensorServiceImpl::ImportImpl(grpc::CallbackServerContext* ctx,
+                                           const v1::ImportRequest& req,
+                                           v1::TensorResponse* resp) {
+  RETURN_IF_ERROR(CheckTransfers());
+  return transfers_->Import(req, resp);
+}
+
 absl::Status TensorServiceImpl::ListDevicesImpl(
     grpc::CallbackServerContext* ctx, const v1::ListDevicesRequest& req,
     v1::ListDevicesResponse* resp) {

@@ -28,6 +28,7 @@
 #include "server/auth.h"
 #include "server/grpc_stream.h"
 #include "server/metrics.h"
+#include "server/node_transfers.h"
 #include "tensord/v1/tensord.grpc.pb.h"
 
 namespace tensord::server {
@@ -105,6 +106,8 @@ using TensorServiceBase = internal::Nest<
     v1::TensorService::WithRawCallbackMethod_UnregisterSharedMemory,
     v1::TensorService::WithRawCallbackMethod_UploadFromSharedMemory,
     v1::TensorService::WithRawCallbackMethod_FetchToSharedMemory,
+    v1::TensorService::WithRawCallbackMethod_GrantTransfer,
+    v1::TensorService::WithRawCallbackMethod_Import,
     v1::TensorService::WithRawCallbackMethod_Stream>::type;
 
 class TensorServiceImpl final : public TensorServiceBase {
@@ -223,6 +226,18 @@ class TensorServiceImpl final : public TensorServiceBase {
   grpc::ServerUnaryReactor* FetchToSharedMemory(
       grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
       grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::GrantTransfer;
+  grpc::ServerUnaryReactor* GrantTransfer(grpc::CallbackServerContext* ctx,
+                                          const grpc::ByteBuffer* req,
+                                          grpc::ByteBuffer* resp) override;
+  using TensorServiceBase::Import;
+  grpc::ServerUnaryReactor* Import(grpc::CallbackServerContext* ctx,
+                                   const grpc::ByteBuffer* req,
+                                   grpc::ByteBuffer* resp) override;
+
+  // Moves between nodes (server/node_transfers.h; borrowed, set before
+  // serving). nullptr: GrantTransfer and Import are FAILED_PRECONDITION.
+  void set_node_transfers(NodeTransfers* transfers) { transfers_ = transfers; }
 
   // Raw: the request stream carries tensord.v1.UploadRequest messages, the
   // reply is a tensord.v1.TensorResponse.
@@ -360,6 +375,13 @@ class TensorServiceImpl final : public TensorServiceBase {
   absl::Status FetchToSharedMemoryImpl(
       grpc::CallbackServerContext* ctx,
       const v1::FetchToSharedMemoryRequest& req, v1::TensorResponse* resp);
+  absl::Status GrantTransferImpl(grpc::CallbackServerContext* ctx,
+                                 const v1::GrantTransferRequest& req,
+                                 v1::GrantTransferResponse* resp);
+  absl::Status ImportImpl(grpc::CallbackServerContext* ctx,
+                          const v1::ImportRequest& req,
+                          v1::TensorResponse* resp);
+  absl::Status CheckTransfers() const;
 
   // UNAVAILABLE while draining; UNAUTHENTICATED without a valid token.
   absl::Status CheckServing(const grpc::CallbackServerContext* ctx) const;
@@ -368,6 +390,7 @@ class TensorServiceImpl final : public TensorServiceBase {
   core::Runtime* runtime_;          // borrowed
   Metrics* metrics_;                // borrowed
   const TokenAuthenticator* auth_;  // borrowed; nullptr = no auth
+  NodeTransfers* transfers_ = nullptr;  // borrowed
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_request_id_{0};
   std::atomic<int64_t> in_flight_{0};

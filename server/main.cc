@@ -92,6 +92,15 @@ ABSL_FLAG(std::string, node_name, "",
           "Kubernetes the pod name): device names qualified by it "
           "(node/cuda:0) name this server's devices; 1-63 letters, digits, "
           "'-', '_', '.'");
+ABSL_FLAG(std::string, node_token_file, "",
+          "moves between nodes: a file of \"NODE-NAME TOKEN\" lines, this "
+          "node's and its peers' (node-to-node calls authenticate with "
+          "them, never with client tokens); empty = moves between nodes off");
+ABSL_FLAG(std::string, peers, "",
+          "the nodes this one may pull tensors from: NAME=HOST:PORT,...");
+ABSL_FLAG(std::string, peer_address_pattern, "",
+          "a peer's address from its name, e.g. "
+          "\"{node}.tensord-peers:50051\" (a StatefulSet's headless Service)");
 ABSL_FLAG(std::string, config, "",
           "TOML config file (default /etc/tensord/tensord.toml if present); "
           "keys are these flags' names, e.g. listen = \"0.0.0.0:50051\"");
@@ -192,6 +201,9 @@ int main(int argc, char** argv) {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.runtime.host_devices = absl::GetFlag(FLAGS_host_devices);
   options.runtime.node_name = absl::GetFlag(FLAGS_node_name);
+  options.node_token_file = absl::GetFlag(FLAGS_node_token_file);
+  options.peers = absl::GetFlag(FLAGS_peers);
+  options.peer_address_pattern = absl::GetFlag(FLAGS_peer_address_pattern);
   if (options.runtime.node_name.empty()) {
     char host[256] = {};
     if (gethostname(host, sizeof(host) - 1) == 0 &&

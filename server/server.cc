@@ -122,6 +122,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   server->metrics_ = std::make_unique<Metrics>();
   server->service_ = std::make_unique<TensorServiceImpl>(
       server->runtime_.get(), server->metrics_.get(), server->auth_.get());
+  if (!options.node_token_file.empty()) {
+    NodeTransferOptions transfers;
+    transfers.node_token_file = options.node_token_file;
+    transfers.peers = options.peers;
+    transfers.peer_address_pattern = options.peer_address_pattern;
+    ASSIGN_OR_RETURN(server->transfers_,
+                     NodeTransfers::Create(server->runtime_.get(), transfers));
+    server->node_service_ =
+        std::make_unique<NodeServiceImpl>(server->transfers_.get());
+    server->service_->set_node_transfers(server->transfers_.get());
+  }
   server->service_->set_max_inline_bytes(options.max_inline_bytes);
   server->service_->set_max_message_bytes(
       static_cast<uint64_t>(options.max_message_bytes));
@@ -148,6 +159,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     builder.AddListeningPort(options.listen, credentials, &bound_port);
   }
   builder.RegisterService(server->service_.get());
+  if (server->node_service_ != nullptr) {
+    builder.RegisterService(server->node_service_.get());
+  }
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr ||
       (!options.listen.empty() && bound_port == 0)) {

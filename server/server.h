@@ -52,10 +52,20 @@ struct ServerOptions {
   // bytes are in `runtime`.
   int max_message_bytes = 64 << 20;
   uint64_t max_inline_bytes = 4 << 20;
+
+  // Moves between nodes (server/node_transfers.h): on when a node token
+  // file is given (the runtime then needs a node_name). "NAME TOKEN" lines;
+  // the peers this node may pull from, by name (NAME=ADDRESS,...) and/or
+  // by an address pattern with {node}.
+  std::string node_token_file;
+  std::string peers;
+  std::string peer_address_pattern;
 };
 
 class TensorServiceImpl;
 class TokenAuthenticator;
+class NodeTransfers;
+class NodeServiceImpl;
 class Metrics;
 class MetricsHttpServer;
 
@@ -97,6 +107,8 @@ class Server {
   std::unique_ptr<core::Runtime> runtime_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<TokenAuthenticator> auth_;
+  std::unique_ptr<NodeTransfers> transfers_;  // null: moves between nodes off
+  std::unique_ptr<NodeServiceImpl> node_service_;
   std::unique_ptr<TensorServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;

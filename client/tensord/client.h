@@ -290,6 +290,7 @@ class Client {
   }
   [[noreturn]] static void ThrowRaggedRows();
 
+  friend class Cluster;  // ties its nodes' sessions together
   std::shared_ptr<internal::Session> session_;
 };
 

@@ -15,9 +15,11 @@
 // the node. An op mixing tensors of two nodes throws PyTorch's same-device
 // error with both qualified names (FAILED_PRECONDITION "Expected all
 // tensors to be on the same device, but found at least two devices,
-// tensord-0/cuda:0 and tensord-1/cuda:0!"). Moving a tensor between nodes
-// is not implemented yet (UNIMPLEMENTED naming both nodes): it is to run
-// server to server, never through this client.
+// tensord-0/cuda:0 and tensord-1/cuda:0!"). x.to("tensord-1/cuda:0") for
+// an x on tensord-0 moves it server to server: tensord-0 grants it to
+// tensord-1, which pulls the bytes itself (the nodes need --node-token-file
+// and their peers' addresses; see the proto's "Moves between nodes"); the
+// client sends two small requests, whatever the size.
 //
 // Discovery: a list of addresses, or one DNS name that resolves to every
 // node (a Kubernetes headless Service). refresh() resolves the name again,
@@ -135,11 +137,16 @@ class Cluster {
   std::vector<std::string> Addresses() const;
   std::vector<std::shared_ptr<Node>> Snapshot() const;
 
+  // Ties the nodes' sessions together, for moves between them.
+  struct Directory;
+  void Publish(const std::vector<std::shared_ptr<Node>>& nodes);
+
   const std::vector<std::string> addresses_;
   const std::string dns_name_;
   const ClusterOptions options_;
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<Node>> nodes_;  // guarded by mu_, by name
+  const std::shared_ptr<Directory> directory_;
 };
 
 }  // namespace tensord::client

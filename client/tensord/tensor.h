@@ -72,7 +72,9 @@ class Tensor {
 
   // The tensor on `device`. If it already lives there this returns the same
   // tensor (is() holds) unless `copy` forces a new one. Moves happen inside
-  // the server; nothing reaches the client.
+  // the server; nothing reaches the client. For a tensor of a
+  // tensord::Cluster, `device` may name another node ("tensord-1/cuda:0"):
+  // that node pulls the tensor from this one itself (tensord/cluster.h).
   Tensor to(const Device& device, bool copy = false) const;
   Tensor cpu() const { return to("cpu"); }
   Tensor cuda(int index = 0) const {
@@ -274,6 +276,7 @@ class Tensor {
   friend std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
  private:
+  Tensor ToNode(const std::string& node, const Device& device) const;
   friend class Client;
   friend class Batch;
   friend struct internal::TensorAccess;

@@ -1,20 +1,28 @@
-// tensord::Cluster (issue 13) against three real daemons on loopback TCP,
-// each named by node and with two host devices: devices named by node,
-// tensors and ops on the node that owns them, PyTorch's same-device error
-// across nodes with the qualified names, sessions re-attached by the
-// cluster's id, discovery through DNS, and a node that dies vanishing
-// without hanging the others.
+// tensord::Cluster (issue 13) against three real daemons, each named by
+// node, with two host devices, on its own unix socket (their peers' address
+// pattern) and with node tokens: devices named by node, tensors and ops on
+// the node that owns them, PyTorch's same-device error across nodes with
+// the qualified names, moves between nodes server to server (grants bound
+// to one tensor and one node, once, before their deadline), sessions
+// re-attached by the cluster's id, discovery through DNS (over TCP), and a
+// node that dies vanishing without hanging the others.
 #include "tensord/cluster.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
 #include "server/server.h"
+#include "tensord/v1/tensord.grpc.pb.h"
 
 namespace tensord {
 namespace {
@@ -22,16 +30,34 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
+constexpr char kTokens[] =
+    "# node tokens\n"
+    "tensord-0 node-zero-token-0123456789\n"
+    "tensord-1 node-one-token-0123456789\n"
+    "tensord-2 node-two-token-0123456789\n";
+
 class ClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("tensord-cluster-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+    std::ofstream(dir_ / "node-tokens") << kTokens;
     for (int i = 0; i < 3; ++i) servers_.push_back(Start(i));
   }
-  static std::unique_ptr<server::Server> Start(int i) {
+  void TearDown() override {
+    servers_.clear();
+    std::filesystem::remove_all(dir_);
+  }
+  std::unique_ptr<server::Server> Start(int i) const {
     server::ServerOptions options;
-    options.listen = "127.0.0.1:0";
+    options.listen =
+        "unix:" + (dir_ / ("tensord-" + std::to_string(i) + ".sock")).string();
     options.runtime.host_devices = 2;
     options.runtime.node_name = "tensord-" + std::to_string(i);
+    options.node_token_file = (dir_ / "node-tokens").string();
+    options.peer_address_pattern = "unix:" + (dir_ / "{node}.sock").string();
     return std::move(server::Server::Start(std::move(options))).value();
   }
   std::vector<std::string> Addresses() const {
@@ -54,6 +80,7 @@ class ClusterTest : public ::testing::Test {
     return Error(StatusCode::OK, "no error");
   }
 
+  std::filesystem::path dir_;
   std::vector<std::unique_ptr<server::Server>> servers_;
 };
 
@@ -115,10 +142,6 @@ TEST_F(ClusterTest, OpsAcrossNodesAreRefusedAsPyTorchRefusesTwoDevices) {
   e = ErrorOf([&] { (void)(a + c); });
   EXPECT_EQ(e.code(), StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(e.message(), HasSubstr("tensord-0/cpu:0 and tensord-0/cpu:1"));
-  // Moving between nodes is not done through the client.
-  e = ErrorOf([&] { (void)a.to("tensord-2/cpu:0"); });
-  EXPECT_EQ(e.code(), StatusCode::UNIMPLEMENTED);
-  EXPECT_THAT(e.message(), HasSubstr("from node tensord-0 to node tensord-2"));
   // Device names the cluster cannot place.
   e = ErrorOf([&] { (void)cluster.ones({2}, DType::kFloat32, "cpu:0"); });
   EXPECT_EQ(e.code(), StatusCode::INVALID_ARGUMENT);
@@ -144,6 +167,153 @@ TEST_F(ClusterTest, OpsAcrossNodesAreRefusedAsPyTorchRefusesTwoDevices) {
   EXPECT_THAT((a + a).fetch<float>(), ElementsAre(2, 2)) << "still serving";
 }
 
+TEST_F(ClusterTest, MovesBetweenNodesRunServerToServer) {
+  Cluster cluster(Addresses(), Quick());
+  std::vector<float> values(300000);  // 1.2 MB: several pulled chunks
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5f * i;
+  auto x = cluster.tensor(values, {300, 1000}, "tensord-0/cpu:1");
+  for (const char* to : {"tensord-1/cpu:0", "tensord-2/cpu:1"}) {
+    auto y = x.to(to);
+    EXPECT_EQ(y.device().str(), to);
+    EXPECT_EQ(y.shape(), x.shape());
+    EXPECT_EQ(y.fetch<float>(), values) << to;
+    // And back, and onward: every direction.
+    auto back = y.to("tensord-0/cpu:0");
+    EXPECT_EQ(back.fetch<float>(), values);
+  }
+  auto i64 = cluster.tensor<int64_t>({1, -2, 3}, "tensord-2/cpu:0");
+  EXPECT_THAT(i64.to("tensord-1/cpu:1").fetch<int64_t>(), ElementsAre(1, -2, 3));
+  auto empty = cluster.zeros({0, 3}, DType::kFloat32, "tensord-1/cpu:0");
+  EXPECT_EQ(empty.to("tensord-0/cpu:0").shape(), (std::vector<int64_t>{0, 3}));
+  EXPECT_THAT(x.fetch<float>()[7], 3.5f) << "the source is intact";
+  // Ops on the moved tensor run on its new node.
+  auto z = x.to("tensord-1/cpu:0");
+  EXPECT_EQ((z * 2.0).device().str(), "tensord-1/cpu:0");
+  Error e = ErrorOf([&] { (void)x.to("tensord-7/cpu:0"); });
+  EXPECT_EQ(e.code(), StatusCode::NOT_FOUND);
+  EXPECT_THAT(e.message(), HasSubstr("no node 'tensord-7'"));
+}
+
+TEST_F(ClusterTest, GrantsCannotBeMisused) {
+  Cluster cluster(Addresses(), Quick());
+  auto x = cluster.tensor<float>({1, 2, 3}, "tensord-0/cpu:0");
+  // A raw client: a grant of x for tensord-1, presented every wrong way.
+  auto stub0 = v1::TensorService::NewStub(
+      grpc::CreateChannel(servers_[0]->address(),
+                          grpc::InsecureChannelCredentials()));
+  auto grant_for = [&](const std::string& node) {
+    grpc::ClientContext ctx;
+    v1::GrantTransferRequest req;
+    req.set_session(cluster.node("tensord-0").session());
+    req.set_handle(x.handle());
+    req.set_destination_node(node);
+    v1::GrantTransferResponse resp;
+    grpc::Status s = stub0->GrantTransfer(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp;
+  };
+  auto pull = [&](int server, const std::string& token,
+                  const std::string& grant, bool finish = false) {
+    auto node = v1::NodeService::NewStub(grpc::CreateChannel(
+        servers_[server]->address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    v1::PullChunkRequest req;
+    req.set_grant(grant);
+    req.set_finish(finish);
+    v1::PullChunkResponse resp;
+    return node->PullChunk(&ctx, req, &resp);
+  };
+  auto import_on = [&](int server, const std::string& source,
+                       const std::string& grant) {
+    auto stub = v1::TensorService::NewStub(grpc::CreateChannel(
+        servers_[server]->address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    v1::ImportRequest req;
+    req.set_session(cluster.node("tensord-" + std::to_string(server)).session());
+    req.set_source_node(source);
+    req.set_grant(grant);
+    req.set_device("cpu:0");
+    v1::TensorResponse resp;
+    return stub->Import(&ctx, req, &resp);
+  };
+  const v1::GrantTransferResponse g = grant_for("tensord-1");
+  EXPECT_EQ(g.grant().size(), 32u);
+  EXPECT_EQ(g.source_node(), "tensord-0");
+  // No token, a client's token, another node's token: refused.
+  EXPECT_EQ(pull(0, "", g.grant()).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(pull(0, "a-client-token-0123456789", g.grant()).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  grpc::Status s = pull(0, "node-two-token-0123456789", g.grant());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(), HasSubstr("the grant is for node 'tensord-1'"));
+  // tensord-2 importing tensord-1's grant fails the same way, and leaves
+  // nothing on tensord-2.
+  s = import_on(2, "tensord-0", g.grant());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(cluster.node("tensord-2").tensors().empty());
+  // The right node redeems it once; a replay is refused.
+  EXPECT_TRUE(import_on(1, "tensord-0", g.grant()).ok());
+  s = import_on(1, "tensord-0", g.grant());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(pull(0, "node-one-token-0123456789", g.grant()).error_code(),
+            grpc::StatusCode::NOT_FOUND)
+      << "finished: the source forgot it";
+  // A made-up grant, and a source this node has no address for.
+  EXPECT_EQ(import_on(1, "tensord-0", std::string(32, 'a')).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  s = import_on(1, "evil/host", grant_for("tensord-1").grant());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // A grant to this node itself is pointless, and refused.
+  grpc::ClientContext ctx;
+  v1::GrantTransferRequest self;
+  self.set_session(cluster.node("tensord-0").session());
+  self.set_handle(x.handle());
+  self.set_destination_node("tensord-0");
+  v1::GrantTransferResponse unused;
+  EXPECT_EQ(stub0->GrantTransfer(&ctx, self, &unused).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ClusterTest, AMoveFromADeadNodeLeavesNothingHalfMade) {
+  Cluster cluster(Addresses(), Quick());
+  auto x = cluster.tensor<float>({1, 2, 3}, "tensord-0/cpu:0");
+  Client node1 = cluster.node("tensord-1");
+  const uint64_t held_before = node1.devices()[0].held_memory;
+  servers_[0].reset();  // the source dies
+  Error e = ErrorOf([&] { (void)x.to("tensord-1/cpu:0"); });
+  EXPECT_EQ(e.code(), StatusCode::UNAVAILABLE);
+  // Granting needs the source itself, so the client learns it first.
+  EXPECT_TRUE(node1.tensors().empty());
+  EXPECT_EQ(node1.devices()[0].held_memory, held_before);
+  // A grant whose source dies before the import: UNAVAILABLE naming it.
+  auto y = cluster.tensor<float>({4}, "tensord-1/cpu:0");
+  grpc::ClientContext gctx;
+  auto stub1 = v1::TensorService::NewStub(grpc::CreateChannel(
+      servers_[1]->address(), grpc::InsecureChannelCredentials()));
+  v1::GrantTransferRequest grant;
+  grant.set_session(node1.session());
+  grant.set_handle(y.handle());
+  grant.set_destination_node("tensord-2");
+  v1::GrantTransferResponse granted;
+  ASSERT_TRUE(stub1->GrantTransfer(&gctx, grant, &granted).ok());
+  servers_[1].reset();
+  auto stub2 = v1::TensorService::NewStub(grpc::CreateChannel(
+      servers_[2]->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ictx;
+  v1::ImportRequest import;
+  import.set_session(cluster.node("tensord-2").session());
+  import.set_source_node("tensord-1");
+  import.set_grant(granted.grant());
+  import.set_device("cpu:0");
+  v1::TensorResponse imported;
+  grpc::Status s = stub2->Import(&ictx, import, &imported);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(s.error_message(), HasSubstr("node 'tensord-1'"));
+  EXPECT_TRUE(cluster.node("tensord-2").tensors().empty());
+}
+
 TEST_F(ClusterTest, TheClusterSessionReattachesEveryNode) {
   Cluster cluster(Addresses(), Quick());
   auto x = cluster.tensor<int64_t>({7}, "tensord-2/cpu:1");
@@ -157,7 +327,12 @@ TEST_F(ClusterTest, TheClusterSessionReattachesEveryNode) {
 }
 
 TEST_F(ClusterTest, DiscoveryByDnsAndBadClusters) {
-  const std::string port = std::to_string(servers_[0]->port());
+  server::ServerOptions tcp;
+  tcp.listen = "127.0.0.1:0";
+  tcp.runtime.host_devices = 2;
+  tcp.runtime.node_name = "tensord-0";
+  auto tcp_server = std::move(server::Server::Start(std::move(tcp))).value();
+  const std::string port = std::to_string(tcp_server->port());
   Cluster by_dns = Cluster::FromDns("localhost:" + port, Quick());
   EXPECT_THAT(by_dns.nodes(), ElementsAre("tensord-0"));
   // One node: names without a node mean it.
@@ -165,7 +340,7 @@ TEST_F(ClusterTest, DiscoveryByDnsAndBadClusters) {
             "tensord-0/cpu:1");
 
   Error e = ErrorOf([&] {
-    Cluster twice({servers_[0]->address(), "localhost:" + port}, Quick());
+    Cluster twice({tcp_server->address(), "localhost:" + port}, Quick());
   });
   EXPECT_EQ(e.code(), StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(e.message(), HasSubstr("are both node 'tensord-0'"));

@@ -32,7 +32,7 @@ CONFIG_KEYS = {
     "auth_token_file", "tls_cert", "tls_key", "tls_client_ca", "insecure",
     "session_ttl", "max_sessions", "session_max_bytes", "session_max_tensors",
     "max_message_bytes", "max_inline_bytes", "max_tensor_bytes", "blas_threads",
-    "node_name",
+    "node_name", "node_token_file", "peers", "peer_address_pattern",
 }
 PATH_KEYS = ("port_file", "auth_token_file", "tls_cert", "tls_key",
              "tls_client_ca")
