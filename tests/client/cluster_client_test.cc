@@ -11,17 +11,20 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
 #include "server/server.h"
+#include "tests/client/cuttable_proxy.h"
 #include "tensord/v1/tensord.grpc.pb.h"
 
 namespace tensord {
@@ -370,6 +373,61 @@ TEST_F(ClusterTest, ANodeThatDiesVanishesWithoutHangingTheOthers) {
   servers_[2] = Start(2);  // a new port: a cluster built on it finds it
   Cluster grown({servers_[0]->address(), servers_[2]->address()}, Quick());
   EXPECT_THAT(grown.nodes(), ElementsAre("tensord-0", "tensord-2"));
+}
+
+// Two daemons on TCP, each reached through a counting proxy, and the
+// destination's peer address another proxy, cut twice mid-transfer: the
+// client's bytes for a 32 MiB move stay under 8 KiB, the pull resumes from
+// its last good chunk, and the bytes arrive whole.
+TEST(ClusterMoveTest, TheClientSendsLittleAndACutTransferResumes) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("tensord-cluster-move-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "node-tokens") << kTokens;
+  auto start = [&](int i, std::string peers) {
+    server::ServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.runtime.node_name = "tensord-" + std::to_string(i);
+    options.node_token_file = (dir / "node-tokens").string();
+    options.peers = std::move(peers);
+    return std::move(server::Server::Start(std::move(options))).value();
+  };
+  auto source = start(0, "");
+  CuttableProxy between_nodes(source->port());
+  auto destination = start(1, "tensord-0=" + between_nodes.address());
+  CuttableProxy to_source(source->port());
+  CuttableProxy to_destination(destination->port());
+  ClusterOptions options;
+  options.node_timeout = std::chrono::milliseconds(2000);
+  Cluster cluster({to_source.address(), to_destination.address()}, options);
+
+  std::vector<float> values(8 << 20);  // 32 MiB
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  auto x = cluster.tensor(values, {static_cast<int64_t>(values.size())},
+                          "tensord-0/cpu");
+  cluster.node("tensord-0").synchronize();
+  const uint64_t client_before = to_source.bytes() + to_destination.bytes();
+  std::atomic<bool> moved{false};
+  std::thread cutter([&] {
+    for (uint64_t at : {uint64_t{4} << 20, uint64_t{16} << 20}) {
+      while (!moved && between_nodes.bytes() < at) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      if (!moved) between_nodes.Cut();
+    }
+  });
+  auto y = x.to("tensord-1/cpu");
+  moved = true;
+  cutter.join();
+  const uint64_t client_bytes =
+      to_source.bytes() + to_destination.bytes() - client_before;
+  EXPECT_LT(client_bytes, 8192u) << "the client's bytes for the move";
+  EXPECT_GE(between_nodes.bytes(), uint64_t{32} << 20);
+  EXPECT_GE(between_nodes.connections(), 3u) << "both cuts hit the transfer";
+  EXPECT_EQ(y.device().str(), "tensord-1/cpu");
+  EXPECT_TRUE(y.fetch<float>() == values) << "the bytes arrived whole";
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

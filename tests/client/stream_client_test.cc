@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "client/command_stream.h"
+#include "tests/client/cuttable_proxy.h"
 #include "server/server.h"
 #include "tensord/client.h"
 #include "tensord/v1/tensord.grpc.pb.h"
@@ -218,104 +219,6 @@ TEST(StreamClientTest, AWindowThatStaysFullIsResourceExhausted) {
   stream.Drain();  // the matmul ends; the window opens again
   EXPECT_NO_THROW(stream.Wait(stream.Send(sync, /*want_reply=*/true)));
 }
-
-// A TCP proxy whose connections can be cut at will.
-class CuttableProxy {
- public:
-  explicit CuttableProxy(int target_port) : target_port_(target_port) {
-    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&addr),
-                     sizeof(addr)),
-              0);
-    EXPECT_EQ(::listen(listener_, 16), 0);
-    socklen_t len = sizeof(addr);
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    acceptor_ = std::thread([this] { Accept(); });
-  }
-  ~CuttableProxy() {
-    stop_ = true;
-    ::shutdown(listener_, SHUT_RDWR);
-    Cut();
-    acceptor_.join();
-    ::close(listener_);
-    for (std::thread& t : pumps_) t.join();
-  }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  // Closes every connection open now; new ones are accepted as before.
-  void Cut() {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (int fd : open_) ::shutdown(fd, SHUT_RDWR);
-    ++cuts_;
-  }
-
- private:
-  void Accept() {
-    while (!stop_) {
-      const int client = ::accept(listener_, nullptr, nullptr);
-      if (client < 0) return;
-      const int server = ::socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      addr.sin_port = htons(static_cast<uint16_t>(target_port_));
-      if (::connect(server, reinterpret_cast<sockaddr*>(&addr),
-                    sizeof(addr)) != 0) {
-        ::close(client);
-        ::close(server);
-        continue;
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      open_.push_back(client);
-      open_.push_back(server);
-      pumps_.emplace_back([client, server] { Pump(client, server); });
-    }
-  }
-  static void Pump(int a, int b) {
-    pollfd fds[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
-    char buf[1 << 16];
-    for (;;) {
-      if (::poll(fds, 2, 200) < 0) break;
-      bool done = false;
-      for (int i = 0; i < 2 && !done; ++i) {
-        if (fds[i].revents == 0) continue;
-        const ssize_t n = ::read(fds[i].fd, buf, sizeof(buf));
-        if (n <= 0) {
-          done = true;
-          break;
-        }
-        ssize_t at = 0;
-        while (at < n) {
-          const ssize_t w =
-              ::send(fds[1 - i].fd, buf + at, n - at, MSG_NOSIGNAL);
-          if (w <= 0) {
-            done = true;
-            break;
-          }
-          at += w;
-        }
-      }
-      if (done) break;
-    }
-    ::shutdown(a, SHUT_RDWR);
-    ::shutdown(b, SHUT_RDWR);
-    ::close(a);
-    ::close(b);
-  }
-
-  const int target_port_;
-  int listener_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::mutex mu_;
-  std::vector<int> open_;
-  std::vector<std::thread> pumps_;
-  int cuts_ = 0;
-  std::thread acceptor_;
-};
 
 // A scripted sequence with the connection cut after its k-th line, for
 // every k: the results are right, and every create ran exactly once (a
