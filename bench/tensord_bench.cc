@@ -56,6 +56,7 @@
 #include "tensord/channel.h"
 #include "tensord/client.h"
 #include "tensord/v1/tensord.grpc.pb.h"
+#include "bench/echo_service.h"
 #include "tensord_bench/echo.grpc.pb.h"
 
 ABSL_FLAG(int, iterations, 10000, "round trips per latency measurement");
@@ -81,77 +82,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace bench = ::tensord_bench;
 namespace v1 = ::tensord::v1;
+using tensord::bench_support::EchoService;
 
 constexpr uint32_t kChunkBytes = 1 << 20;  // as the client's Upload and Fetch
 
 double Seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
-
-// The floors: nothing behind the calls but gRPC.
-class EchoService final : public bench::Echo::CallbackService {
-  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* ctx,
-                                 const bench::Empty*, bench::Empty*) override {
-    auto* reactor = ctx->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-
-  grpc::ServerReadReactor<bench::Chunk>* Sink(grpc::CallbackServerContext*,
-                                              bench::Empty*) override {
-    class Reader : public grpc::ServerReadReactor<bench::Chunk> {
-     public:
-      Reader() { StartRead(&chunk_); }
-      void OnReadDone(bool ok) override {
-        if (!ok) {
-          Finish(grpc::Status::OK);
-          return;
-        }
-        StartRead(&chunk_);
-      }
-      void OnDone() override { delete this; }
-
-     private:
-      bench::Chunk chunk_;
-    };
-    return new Reader();
-  }
-
-  grpc::ServerWriteReactor<bench::Chunk>* Source(
-      grpc::CallbackServerContext*, const bench::SourceRequest* req) override {
-    class Writer : public grpc::ServerWriteReactor<bench::Chunk> {
-     public:
-      Writer(uint64_t total, uint32_t chunk) : left_(total) {
-        chunk_.mutable_data()->assign(chunk, '\x5a');
-        Next();
-      }
-      void OnWriteDone(bool ok) override {
-        if (!ok) {
-          Finish(grpc::Status::CANCELLED);
-          return;
-        }
-        Next();
-      }
-      void OnDone() override { delete this; }
-
-     private:
-      void Next() {
-        if (left_ == 0) {
-          Finish(grpc::Status::OK);
-          return;
-        }
-        const uint64_t n = std::min<uint64_t>(left_, chunk_.data().size());
-        chunk_.mutable_data()->resize(n);
-        left_ -= n;
-        StartWrite(&chunk_);
-      }
-      uint64_t left_;
-      bench::Chunk chunk_;
-    };
-    return new Writer(req->total_bytes(),
-                      req->chunk_bytes() ? req->chunk_bytes() : kChunkBytes);
-  }
-};
 
 struct Transport {
   std::string name;  // "tcp" or "unix"
