@@ -49,6 +49,8 @@ build_pkgs=(
   # refuses pip into the system Python); its tests run under pytest, and
   # it builds offline with the system's setuptools and wheel.
   python3-venv python3-pytest python3-setuptools python3-wheel
+  # tests/cluster makes network namespaces and veth pairs (ip netns).
+  iproute2
   # tests/deploy parses the Kubernetes and Compose YAML.
   python3-yaml
   # deploy/bundle.sh sets the bundle's RUNPATH (tests/bundle).
