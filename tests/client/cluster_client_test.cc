@@ -200,16 +200,18 @@ TEST_F(ClusterTest, MovesBetweenNodesRunServerToServer) {
 TEST_F(ClusterTest, GrantsCannotBeMisused) {
   Cluster cluster(Addresses(), Quick());
   auto x = cluster.tensor<float>({1, 2, 3}, "tensord-0/cpu:0");
+  cluster.node("tensord-0").synchronize();  // x exists before raw calls
   // A raw client: a grant of x for tensord-1, presented every wrong way.
   auto stub0 = v1::TensorService::NewStub(
       grpc::CreateChannel(servers_[0]->address(),
                           grpc::InsecureChannelCredentials()));
-  auto grant_for = [&](const std::string& node) {
+  auto grant_for = [&](const std::string& node, int64_t ttl_ms = 0) {
     grpc::ClientContext ctx;
     v1::GrantTransferRequest req;
     req.set_session(cluster.node("tensord-0").session());
     req.set_handle(x.handle());
     req.set_destination_node(node);
+    req.set_ttl_ms(ttl_ms);
     v1::GrantTransferResponse resp;
     grpc::Status s = stub0->GrantTransfer(&ctx, req, &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();
@@ -268,6 +270,14 @@ TEST_F(ClusterTest, GrantsCannotBeMisused) {
             grpc::StatusCode::NOT_FOUND);
   s = import_on(1, "evil/host", grant_for("tensord-1").grant());
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // A grant does not outlive its deadline.
+  const v1::GrantTransferResponse brief = grant_for("tensord-1", 50);
+  EXPECT_EQ(brief.expires_ms(), 50);
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  s = import_on(1, "tensord-0", brief.grant());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(), HasSubstr("no such transfer grant"));
+  EXPECT_EQ(cluster.node("tensord-1").tensors().size(), 1u) << "the import";
   // A grant to this node itself is pointless, and refused.
   grpc::ClientContext ctx;
   v1::GrantTransferRequest self;
@@ -292,6 +302,7 @@ TEST_F(ClusterTest, AMoveFromADeadNodeLeavesNothingHalfMade) {
   EXPECT_EQ(node1.devices()[0].held_memory, held_before);
   // A grant whose source dies before the import: UNAVAILABLE naming it.
   auto y = cluster.tensor<float>({4}, "tensord-1/cpu:0");
+  node1.synchronize();  // y exists before raw calls
   grpc::ClientContext gctx;
   auto stub1 = v1::TensorService::NewStub(grpc::CreateChannel(
       servers_[1]->address(), grpc::InsecureChannelCredentials()));
