@@ -11,11 +11,15 @@ Measured, over TCP loopback against one tensord daemon (--tensord, started
 here with its defaults), each as p50 (and p99) latency in microseconds or
 as GB/s:
   * small ops: create_3 (an int64 tensor of 3 elements), mul, fetch_3 (the
-    unary Read), each through the client (client.tensor, x * y,
+    unary Read), each through the client with pipelining off
+    (connect(pipeline=False): one unary call each; client.tensor, x * y,
     x.numpy()) and through bare grpcio stubs of the same RPCs;
   * the eager 4-call loop: two creates, a mul, a fetch (and the releases of
     the three dropped tensors, riding the next call's request as the
-    client sends them), through the client and bare grpcio;
+    client sends them), through bare grpcio, the client unary
+    (pipeline=False) and the client pipelined (the default: the four go on
+    the session's command stream without waiting, the fetch's reply ends
+    the iteration);
   * bulk: a --mib MiB float32 upload (client.from_numpy: the Upload stream
     in 1 MiB chunks) and fetch (x.numpy(): the Fetch stream), beside bare
     grpcio streams of the same bytes in the same chunks (the request
@@ -25,8 +29,9 @@ each round), so drift on a shared machine lands on all alike; a bulk row
 is the best of --rounds. The C++ rows come from tensord-bench (--only
 small,bulk, its TCP rows, run between the Python rounds; the best of its
 runs): its create_3/mul/fetch_3 are raw C++ stubs, its loop is
-client_create_mul_fetch_unary (the C++ client on the same path as Python's,
-one unary call per op; its pipelined loop is shown too), its bulk the C++
+client_create_mul_fetch_unary (the C++ client on the same path as Python's
+unary loop, one unary call per op) and client_create_mul_fetch (the C++
+client pipelined, beside Python's pipelined loop), its bulk the C++
 client's upload/fetch. tensord-bench serves from its own process (an
 in-process server), so a C++ ratio compares clients on different server
 processes of the same build. Ratios are what matter on a shared machine.
@@ -162,7 +167,9 @@ class BareGrpc:
 
 
 def small_ops(address, iterations):
-    client = tensord.connect(address, client_name="python-client-bench")
+    client = tensord.connect(address, client_name="python-client-bench", pipeline=False)
+    piped = tensord.connect(address, client_name="python-client-bench-pipelined")
+    check(piped.pipelined and not client.pipelined, "the server has no command stream")
     bare = BareGrpc(address)
     x, y = client.tensor([1, 2, 3]), client.tensor([5, 8, 1])
     pending = []  # the bare loop's dropped handles, riding its next Create
@@ -179,6 +186,11 @@ def small_ops(address, iterations):
         b = client.tensor([5, 8, 1])
         check((a * b).numpy()[1] == 16, "client loop")
 
+    def pipelined_loop():
+        a = piped.tensor([1, 2, 3])
+        b = piped.tensor([5, 8, 1])
+        check((a * b).numpy()[1] == 16, "pipelined loop")
+
     bodies = {
         "bare_unary": lambda: bare.stub.KeepAlive(pb.KeepAliveRequest(session=bare.session)),
         "create_3/bare": lambda: bare.made.append(bare.create(bare.values_x)),
@@ -189,11 +201,13 @@ def small_ops(address, iterations):
         "fetch_3/python": x.numpy,
         "loop/bare": bare_loop,
         "loop/python": client_loop,
+        "loop/pipelined": pipelined_loop,
     }
     latencies = measure_interleaved(iterations, bodies)
     bare.release_made()
     bare.close()
     client.close()
+    piped.close()
     return {name: (percentile(v, 0.5), percentile(v, 0.99)) for name, v in latencies.items()}
 
 
@@ -285,9 +299,14 @@ def main():
             rows.append(("latency", op, "c++" + ("" if op == "loop" else " stub"), *cpp, "us",
                          {}))
     pipelined = cpp_latency("client_create_mul_fetch")
+    python_piped = small["loop/pipelined"]
+    ratios = {"python unary": python_piped[0] / small["loop/python"][0],
+              "grpcio": python_piped[0] / small["loop/bare"][0]}
     if pipelined:
-        rows.append(("latency", "loop", "c++ pipelined", *pipelined, "us",
-                     {"python/this": small["loop/python"][0] / pipelined[0]}))
+        ratios["c++ pipelined"] = python_piped[0] / pipelined[0]
+    rows.append(("latency", "loop", "python pipelined", *python_piped, "us", ratios))
+    if pipelined:
+        rows.append(("latency", "loop", "c++ pipelined", *pipelined, "us", {}))
     for way, cpp_name, cpp_bare in (("upload", "upload", "bare_stream_up"),
                                     ("fetch", "fetch", "bare_stream_down")):
         name = f"{way}_{args.mib}MiB"
@@ -306,12 +325,12 @@ def main():
 
     print(f"python_client_bench: {args.iterations} calls per latency, best of "
           f"{args.rounds} bulk/C++ runs, TCP loopback")
-    print(f"{'group':<8} {'measurement':<24} {'side':<14} {'value':>10} {'p99':>10} "
+    print(f"{'group':<8} {'measurement':<24} {'side':<16} {'value':>10} {'p99':>10} "
           f"{'unit':<5} ratios (value over)")
     for group, name, side, value, p99, unit, ratios in rows:
         shown = "  ".join(f"{r:.3f} x {of}" for of, r in ratios.items())
         p99_text = f"{p99:10.1f}" if p99 is not None and p99 >= 0 else f"{'-':>10}"
-        print(f"{group:<8} {name:<24} {side:<14} {value:10.2f} {p99_text} {unit:<5} {shown}")
+        print(f"{group:<8} {name:<24} {side:<16} {value:10.2f} {p99_text} {unit:<5} {shown}")
     print(json.dumps({"benchmark": "python_client_bench", "iterations": args.iterations,
                       "rounds": args.rounds, "results": [
                           {"group": g, "name": n, "side": s, "value": round(v, 3),

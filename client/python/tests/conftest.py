@@ -1,7 +1,9 @@
 """Fixtures: a real tensord daemon (--host-devices 2) on a free loopback port, and clients.
 
 The daemon binary is $TENSORD_BINARY or --tensord=PATH (CTest passes the
-build's); the tests skip, saying so, when neither is given.
+build's); the tests skip, saying so, when neither is given. --pipeline=on
+(the default) or off is what tensord.connect() does when a test does not
+say (connect(pipeline=...)): venv_pytest.py runs the suite in both modes.
 """
 import os
 import signal
@@ -17,6 +19,23 @@ import tensord
 def pytest_addoption(parser):
     parser.addoption("--tensord", default=os.environ.get("TENSORD_BINARY", ""),
                      help="path of the tensord daemon to test against")
+    parser.addoption("--pipeline", default="on", choices=("on", "off"),
+                     help="connect()'s default: the command stream (on) or unary calls")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def pipeline_mode(request):
+    """Whether clients pipeline by default in this run (--pipeline)."""
+    on = request.config.getoption("--pipeline") == "on"
+    original = tensord.connect
+
+    def connect(*args, **kwargs):
+        kwargs.setdefault("pipeline", None if on else False)
+        return original(*args, **kwargs)
+
+    tensord.connect = connect
+    yield on
+    tensord.connect = original
 
 
 class Daemon:
@@ -71,7 +90,8 @@ def daemon(request):
 
 
 @pytest.fixture
-def client(daemon):
+def client(daemon, pipeline_mode):
     c = tensord.connect(daemon.address)
+    assert c.pipelined == pipeline_mode
     yield c
     c.close()

@@ -10,6 +10,7 @@ def test_same_device_is_pytorchs_runtime_error(client):
     y = client.tensor([5, 8, 1], device="cpu:1")
     with pytest.raises(RuntimeError) as err:
         x * y
+        client.synchronize()  # pipelined: errors come at the next sync point
     assert str(err.value) == ("Expected all tensors to be on the same device, but found "
                               "at least two devices, cpu:0 and cpu:1!")
     assert isinstance(err.value, tensord.TensordError)
@@ -19,6 +20,7 @@ def test_same_device_is_pytorchs_runtime_error(client):
 def test_shape_mismatch_is_runtime_error_with_code(client):
     with pytest.raises(RuntimeError) as err:
         client.zeros(2, 3) + client.zeros(4)
+        client.synchronize()
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
     assert "[2, 3]" in str(err.value) and "[4]" in str(err.value)
 
@@ -26,10 +28,12 @@ def test_shape_mismatch_is_runtime_error_with_code(client):
 def test_unknown_device(client):
     with pytest.raises(tensord.TensordError) as err:
         client.zeros(2, device="cuda:0")
+        client.synchronize()
     assert err.value.code == grpc.StatusCode.NOT_FOUND
     assert "cpu:0" in err.value.details  # names the devices there are
     with pytest.raises(tensord.TensordError) as err:
         client.zeros(2, device="tpu")
+        client.synchronize()
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
 
 
@@ -58,6 +62,7 @@ def test_numpy_of_a_tensor_requiring_grad(client):
 def test_dtype_not_supported(client):
     with pytest.raises(tensord.TensordError) as err:
         -client.tensor([True])
+        client.synchronize()
     assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION
 
 

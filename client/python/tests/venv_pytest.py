@@ -8,7 +8,9 @@ client/python into it with `pip install --no-build-isolation --no-index` (no
 network: the stubs come from the system protoc and grpc_python_plugin when
 grpcio-tools is absent), then runs this directory's tests against
 TENSORD_BINARY from outside the source tree, so they import the installed
-package. Exits with pytest's status (or the failing step's).
+package: twice, with the command stream (--pipeline=on) and with unary
+calls (--pipeline=off). Exits with the first failing run's status (or the
+failing step's).
 """
 import os
 import shutil
@@ -35,8 +37,14 @@ def main():
     python = os.path.join(venv, "bin", "python")
     run([python, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-index",
          "--no-cache-dir", PACKAGE])
-    run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", HERE,
-         f"--tensord={tensord}", *sys.argv[3:]], cwd=venv)
+    status = 0
+    for mode in ("on", "off"):
+        print(f"--- pipeline={mode}", flush=True)
+        result = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", HERE,
+                                 f"--tensord={tensord}", f"--pipeline={mode}", *sys.argv[3:]],
+                                cwd=venv)
+        status = status or result.returncode
+    sys.exit(status)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,11 @@ Contract:
     (tensors saved for a backward, tag "saved by MulBackward0", and leaves'
     grads no handle names, "grad of tensor 17"; handle 0), as the C++
     Client::held(); held_bytes() is the total of both.
+  * connect(..., pipeline=None|True|False): whether tensor work goes on the
+    session's ordered command stream (the default where the server has it)
+    or as unary calls; client.pipelined says which; client.synchronize()
+    waits for what was sent and raises a failure not yet reported
+    (_dispatch.py states the contract).
   * close() (or leaving a `with` block) closes the session, freeing every
     tensor of it; tensors of a closed client fail with NOT_FOUND.
 Thread-safety: a Client may be shared by threads.
@@ -57,13 +62,17 @@ def default_client():
 
 def connect(address=None, token_file=None, tls=False, *, tls_ca_file=None,
             tls_cert_file=None, tls_key_file=None, tls_server_name=None,
-            client_name="tensord-python", session_ttl_ms=0, session=None):
-    """A Client on a new session (or attached to `session`, an id within its lease)."""
+            client_name="tensord-python", session_ttl_ms=0, session=None, pipeline=None):
+    """A Client on a new session (or attached to `session`, an id within its lease).
+
+    pipeline: None (the default) sends tensor work on the session's ordered
+    command stream when the server has it, True asks for it (unary where the
+    server lacks it), False makes every request a unary call (_dispatch.py)."""
     global _default_client
     channel, metadata = _channel.open_channel(
         address, token_file, tls, tls_ca_file, tls_cert_file, tls_key_file, tls_server_name)
     try:
-        client = Client(channel, metadata, client_name, session_ttl_ms, session)
+        client = Client(channel, metadata, client_name, session_ttl_ms, session, pipeline)
     except BaseException:
         channel.close()
         raise
@@ -117,10 +126,21 @@ class _Cuda:
 
 class Client:
     def __init__(self, channel, metadata=(), client_name="tensord-python",
-                 session_ttl_ms=0, session=None):
+                 session_ttl_ms=0, session=None, pipeline=None):
         self._channel = channel
         self._session = Session(channel, metadata, client_name, session_ttl_ms, session)
-        self._dispatcher = Dispatcher(self._session)
+        stream, names = None, ()
+        if pipeline is None or pipeline:
+            try:
+                listed = self._session.call("ListDevices", pb.ListDevicesRequest()).devices
+            except BaseException:
+                self._session.close()
+                raise
+            names = [d.name for d in listed]
+            # A server without capability tables has no command stream either.
+            if listed and all(len(d.capabilities) for d in listed):
+                stream = self._session.start_stream()
+        self._dispatcher = Dispatcher(self._session, stream, names)
         self._seed_lock = threading.Lock()
         self._next_seed = None
         self.cuda = _Cuda(self)
@@ -135,6 +155,16 @@ class Client:
     @property
     def closed(self):
         return self._session.closed
+
+    @property
+    def pipelined(self):
+        """Whether tensor work goes on the session's command stream (_dispatch.py)."""
+        return self._dispatcher.pipelined
+
+    def synchronize(self):
+        """Waits until the server has run everything sent so far; raises the
+        failure of a command not yet reported (torch.cuda.synchronize())."""
+        self._dispatcher.synchronize()
 
     def close(self):
         self._session.close()

@@ -1,41 +1,126 @@
 """Where tensor work leaves the process: the one dispatch point of creates, moves, ops and fetches.
 
-Contract: a Dispatcher turns the client's requests into RPCs of its Session
-and returns the server's TensorInfo (or bytes, for fetch). In this stage
-each is one unary call (Upload and Fetch streams for large data); the
-pipelined Stream RPC can replace this class without touching the tensor
-code above it.
+Contract: a Dispatcher turns the client's requests into commands of its
+Session and returns the server's TensorInfo (or bytes, for fetch). Two
+paths, one contract for the tensor code above:
+  * unary (stream None: connect(pipeline=False), or a server without the
+    Stream RPC): each request is one unary call (Upload and Fetch streams
+    for large data) and its errors are raised by the call that made them.
+  * pipelined (the default where the server has Stream, i.e. ListDevices
+    reports capability tables): creates with inline data or a fill, moves
+    (to), ops (run), small reads, releases and syncs go on the session's one
+    ordered command stream (_stream.CommandStream) as they are written,
+    without waiting. Each result is named by a handle the client chooses, so
+    a Tensor exists at once; its metadata (shape, dtype, device,
+    requires_grad...) is a _stream.PendingInfo that arrives with the
+    server's reply, and reading it waits for that reply (that one only).
+    Python plans nothing: the server alone says what an op makes.
+    Sync points wait for what they need: fetch (numpy, item, tolist, repr,
+    bool) for its read's reply, synchronize() and every unary call (listings,
+    large uploads and fetches, Execute, capture, close) for every command
+    sent. A command that fails on the server is raised at the next sync
+    point as TensordError with the server's code and message (PyTorch's
+    wording where the server uses it), `.command` naming the command
+    ("command <seq> (run <op>, result <handle>)"; the traceback's note says
+    "command ... failed: <message>"), and cleared then, so the code after the except runs again; commands sent
+    after it and before that sync are not run, and their tensors, like the
+    failed command's, raise "tensor <handle> was never made: ..." when used.
+    The grad property waits for its op (a missing grad is None, not an
+    error at a later sync). While a step is captured, ops take the unary
+    path (the recorder needs each result at once).
   * create_data(dtype, shape, data, device, tag): inline Create up to
     INLINE_CREATE_BYTES (and the server's max_inline_bytes), else Upload in
     UPLOAD_CHUNK_BYTES chunks.
   * create_fill(dtype, shape, fill, device): a Create from a pb.Fill.
-  * to(handle, device, copy), run(op) and execute(ops, keep): the tensor the
-    server made or named (run marks the op no_grad inside tensord.no_grad()).
+  * to(handle, device, copy), run(op, wait=False) and execute(ops, keep):
+    the tensor the server made or named (run marks the op no_grad inside
+    tensord.no_grad(); wait=True: the reply is waited for, so its failure
+    is raised here).
   * recorder: None, or while client.capture() runs a step, the
     _capture.Recorder that run() reports each op and its result to; to()
     and fetch() refuse then (RuntimeError).
-  * fetch(info): all bytes of the tensor (bytes from a unary Read when it
-    fits one reply, else a bytearray of the tensor's size filled by the
-    Fetch stream, the caller's to keep and write); each chunk's offset must continue the
-    bytes so far and its CRC-32 must match, else DATA_LOSS.
+  * fetch(info): all bytes of the tensor (bytes from a Read when it fits
+    one reply, else a bytearray of the tensor's size filled by the Fetch
+    stream, the caller's to keep and write); each chunk's offset must
+    continue the bytes so far and its CRC-32 must match, else DATA_LOSS.
+  * synchronize(): waits for every command sent (raises a failure not yet
+    reported); nothing to do on the unary path.
 Thread-safety: as the Session's.
 """
 import zlib
 
 import grpc
 
-from tensord import _grad_mode
+from tensord import _capture, _grad_mode
 from tensord._errors import TensordError
+from tensord._stream import PendingInfo
 from tensord.v1 import tensord_pb2 as pb
 
 INLINE_CREATE_BYTES = 64 << 10
 UPLOAD_CHUNK_BYTES = 1 << 20
+# Ops whose reply is an operand, updated (the target), not a new tensor:
+# kind -> the field naming it.
+_IN_PLACE = {"in_place": "target", "requires_grad": "x", "backward": "root",
+             "zero_grad": "tensors", "optimizer_step": "params"}
 
 
 class Dispatcher:
-    def __init__(self, session):
+    def __init__(self, session, stream=None, device_names=()):
         self.session = session
         self.recorder = None  # a _capture.Recorder while a step is captured
+        self._stream = stream  # a _stream.CommandStream: the pipelined path
+        self._device_names = frozenset(device_names)
+
+    @property
+    def pipelined(self):
+        return self._stream is not None
+
+    def _streaming(self):
+        """The command stream, when this request should go on it."""
+        stream = self._stream
+        if stream is None or self.session.closed or self.recorder is not None:
+            return None
+        return stream
+
+    def _canonical(self, device):
+        """The server's name of `device` (its aliases resolved), or None."""
+        names = self._device_names
+        if device in names:
+            return device
+        if device in ("", "cpu", "cpu:0"):
+            return next((n for n in ("cpu:0", "cpu") if n in names), None)
+        if device == "cuda" and "cuda:0" in names:
+            return "cuda:0"
+        return None
+
+    def _send(self, stream, kind, request, device_hint=None):
+        """A PendingInfo for the new tensor of a create/to/run command sent now."""
+        pending = PendingInfo(stream, stream.new_handle(), device_hint)
+        self._send_carrying(stream, kind, request, pending.handle, pending)
+        return pending
+
+    def _send_carrying(self, stream, kind, request, result, pending):
+        taken = self.session._take_dropped()
+        if taken:
+            request.release.extend(taken)
+        try:
+            stream.send(kind, request, result, pending)
+        except BaseException:
+            self.session._end_carry(taken, sent=False)
+            raise
+        # Ordered before anything sent later: a listing's drain sees it done.
+        self.session._end_carry(taken, sent=True)
+
+    def _check_operands(self, stream, op):
+        if stream.has_dead():
+            for operand in _capture._operands(op):
+                error = stream.dead_error(operand.handle)
+                if error is not None:
+                    raise error
+
+    def synchronize(self):
+        if self._stream is not None and not self.session.closed:
+            self._stream.drain()
 
     def create_data(self, dtype, shape, data, device, tag=""):
         limits = self.session.limits
@@ -43,9 +128,12 @@ class Dispatcher:
         if limits.max_inline_bytes:
             inline_cap = min(inline_cap, limits.max_inline_bytes)
         if len(data) <= inline_cap:
-            return self.session.call("Create", pb.CreateRequest(
-                device=device, dtype=dtype.wire, shape=list(shape), data=bytes(data),
-                tag=tag), mutating=True).tensor
+            request = pb.CreateRequest(device=device, dtype=dtype.wire, shape=list(shape),
+                                       data=bytes(data), tag=tag)
+            stream = self._streaming()
+            if stream is not None:
+                return self._send(stream, "create", request, self._canonical(device))
+            return self.session.call("Create", request, mutating=True).tensor
         header = pb.UploadRequest.Header(device=device, dtype=dtype.wire,
                                          shape=list(shape), tag=tag)
         return self.session.upload(header, data, UPLOAD_CHUNK_BYTES).tensor
@@ -55,18 +143,57 @@ class Dispatcher:
             self.recorder.refuse(what)
 
     def create_fill(self, dtype, shape, fill, device):
-        return self.session.call("Create", pb.CreateRequest(
-            device=device, dtype=dtype.wire, shape=list(shape), fill=fill),
-            mutating=True).tensor
+        request = pb.CreateRequest(device=device, dtype=dtype.wire, shape=list(shape),
+                                   fill=fill)
+        stream = self._streaming()
+        if stream is not None:
+            return self._send(stream, "create", request, self._canonical(device))
+        return self.session.call("Create", request, mutating=True).tensor
 
     def to(self, handle, device, copy=False):
         self._refuse_while_capturing("a move between devices (to/cuda/cpu)")
+        stream = self._streaming()
+        if stream is not None:
+            target = self._canonical(device)
+            if target is not None:
+                error = stream.dead_error(handle)
+                if error is not None:
+                    raise error
+                if not copy:
+                    # x.to(its own device) is x, as the unary To answers.
+                    source = self.session.live(handle)
+                    info = getattr(source, "_info", None)
+                    if info is not None:
+                        where = getattr(info, "device_hint", None) or info.device
+                        if where == target:
+                            return info
+                return self._send(stream, "to", pb.ToRequest(handle=handle, device=target),
+                                  target)
+            # A device this server does not have: the unary call says so.
         return self.session.call("To", pb.ToRequest(
             handle=handle, device=device, copy=copy), mutating=True).tensor
 
-    def run(self, op):
+    def run(self, op, wait=False):
         if _grad_mode.no_grad_active():
             op.no_grad = True
+        stream = self._streaming()
+        if stream is not None:
+            self._check_operands(stream, op)
+            kind = op.WhichOneof("kind")
+            field = _IN_PLACE.get(kind)
+            if field is None:
+                pending = self._send(stream, "run", pb.RunRequest(op=op))
+            else:
+                target = getattr(getattr(op, kind), field)
+                handle = (target[0] if len(target) else pb.Operand()).handle \
+                    if field in ("tensors", "params") else target.handle
+                live = self.session.live(handle)
+                pending = PendingInfo(stream, handle,
+                                      fallback=getattr(live, "_info", None))
+                self._send_carrying(stream, "run", pb.RunRequest(op=op), 0, pending)
+            if wait:
+                pending.resolved()
+            return pending
         result = self.session.call("Run", pb.RunRequest(op=op), mutating=True).tensor
         if self.recorder is not None:
             self.recorder.record(op, result)
@@ -85,7 +212,11 @@ class Dispatcher:
         if nbytes == 0:
             return b""
         if nbytes <= self.session.limits.max_read_bytes:
-            chunk = self.session.call("Read", pb.ReadRequest(handle=info.handle))
+            stream = self._streaming()
+            if stream is not None:
+                chunk = stream.request("read", pb.ReadRequest(handle=info.handle)).chunk
+            else:
+                chunk = self.session.call("Read", pb.ReadRequest(handle=info.handle))
             _check_chunk(info.handle, chunk, 0)
             if len(chunk.data) != nbytes:
                 raise TensordError(grpc.StatusCode.DATA_LOSS,

@@ -16,6 +16,10 @@ Contract:
     `tensord-instance` is compared with the first: a change means the server
     restarted and the call raises FAILED_PRECONDITION "server restarted".
     upload()/fetch() are the streaming RPCs on the same rules.
+  * start_stream() opens the session's ordered command stream (_stream.py)
+    as `stream`; from then on every call(), upload() and fetch() first
+    drains it (a sync point: a failed command is raised there), and the
+    releases no request carried go on it as release commands.
   * drop(handle) never blocks and is safe from __del__ and from any thread
     (a deque append and a SimpleQueue put): the handle rides the next
     Create/To/Run/Execute/Release, or goes in a Release of its own after
@@ -24,7 +28,7 @@ Contract:
     sent has been answered (listings call it, so they never show tensors the
     program already dropped).
   * close() (also run when the Session is garbage collected, and at exit)
-    stops the thread and closes the remote session, freeing its tensors;
+    stops the thread, cancels the command stream and closes the remote session, freeing its tensors;
     errors are ignored: there is nobody left to tell.
 Thread-safety: every method may be called from any thread.
 """
@@ -84,14 +88,29 @@ class Session:
         self._live = weakref.WeakValueDictionary()
         self._live_lock = threading.Lock()
         self.closed = False
+        self.stream = None  # a _stream.CommandStream once start_stream() ran
+        self._streams = []  # the finalizer's view of it
         self._finalizer = weakref.finalize(
-            self, _close_remote, self._stub, self.id, self._metadata, self._wake)
+            self, _close_remote, self._stub, self.id, self._metadata, self._wake,
+            self._streams)
         self._thread = threading.Thread(
             target=_background, name="tensord-session",
             args=(weakref.ref(self), self._wake, self.ttl_ms / 3000.0), daemon=True)
         self._thread.start()
 
     # --- calls -------------------------------------------------------------
+
+    def start_stream(self):
+        """Opens the session's command stream (_stream.py); unary calls drain it."""
+        from tensord._stream import CommandStream
+        self.stream = CommandStream(self._stub, self.id, self._metadata)
+        self._streams.append(self.stream)
+        return self.stream
+
+    def _drain_stream(self):
+        stream = self.stream
+        if stream is not None and not self.closed:
+            stream.drain()
 
     def _raw_call(self, method, request, metadata=()):
         try:
@@ -124,6 +143,7 @@ class Session:
             request.session = self.id
         if method in ("ListTensors", "ListDevices", "GetStats"):
             self.wait_for_releases()
+        self._drain_stream()  # in order after every command sent before
         taken = []
         if "release" in fields:
             taken = self._take_dropped()
@@ -158,6 +178,7 @@ class Session:
     def upload(self, header, data, chunk_bytes):
         """Upload's reply for `header` (an UploadRequest.Header) and `data`."""
         header.session = self.id
+        self._drain_stream()
         view = memoryview(data)
 
         def messages():
@@ -178,6 +199,7 @@ class Session:
     def fetch(self, handle, offset=0):
         """Fetch's chunks of tensor `handle` from byte `offset`, in order."""
         request = pb.FetchRequest(session=self.id, handle=handle, offset=offset)
+        self._drain_stream()
         try:
             for chunk in self._stub.Fetch(request, metadata=self._metadata):
                 yield chunk
@@ -223,7 +245,9 @@ class Session:
             if not taken:
                 return
             try:
-                if self._max_release == 0:  # a server without release lists
+                if self.stream is not None:  # in order with the commands before
+                    self.stream.send("release", pb.ReleaseRequest(release=taken))
+                elif self._max_release == 0:  # a server without release lists
                     for handle in taken:
                         self._raw_call("Release", pb.ReleaseRequest(session=self.id, handle=handle))
                 else:
@@ -271,8 +295,10 @@ class Session:
         self._finalizer()
 
 
-def _close_remote(stub, session_id, metadata, wake):
+def _close_remote(stub, session_id, metadata, wake, streams):
     wake.put(_STOP)
+    for stream in streams:
+        stream.close()
     try:
         stub.CloseSession(pb.CloseSessionRequest(session=session_id),
                           metadata=metadata, timeout=CLOSE_TIMEOUT_S)

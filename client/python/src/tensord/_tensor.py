@@ -636,8 +636,9 @@ class Tensor:
     @property
     def grad(self):
         """x.grad: a new tensor on the gradient's memory, or None."""
-        try:
-            return self._run(grad=pb.GradArgs(x=operand(self)))
+        try:  # waits for the answer: a missing grad is None here, not an error later
+            return Tensor._adopt(self._client, self._client._dispatcher.run(
+                pb.Op(grad=pb.GradArgs(x=operand(self))), wait=True))
         except TensordError as e:
             if "grad is None" in e.details:
                 return None

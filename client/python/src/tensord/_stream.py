@@ -1,0 +1,346 @@
+"""The client's side of the session's ordered command stream (the Stream RPC).
+
+Contract (tensord.proto, "The session's ordered command stream"):
+  * CommandStream(stub, session_id, metadata) opens one bidirectional
+    Stream for the session (a random stream id). send(kind, request,
+    result=..., pending=...) numbers a command (seq 1, 2, ...), queues it and
+    returns at once; a writer (grpcio's request-iterator thread) sends what
+    is queued, up to MAX_COMMANDS_PER_MESSAGE per message (batched while
+    earlier commands await their replies: BATCH_COMMANDS, BATCH_DELAY_S), each message
+    acknowledging the replies received so far (received_through); a reader
+    thread takes the replies in seq order. new_handle() names a result: the
+    client's range, from a random point of [2^63, 2^63 + 2^62).
+  * A PendingInfo stands for the TensorInfo a command's reply will carry:
+    `handle` is known at once; reading any other field waits for the reply
+    (and raises as wait() does, or why the tensor was never made).
+  * Sync points: wait(pending) for one reply, drain() for every command sent
+    so far. A failed command stops the server's stream until cleared; its
+    failure is raised (once) at the first sync point at or after it as
+    TensordError with the server's code and message, its `.command` naming
+    it ("command <seq> (<kind>[ <op>], result <handle>)", also a note of
+    the traceback), and cleared then (a clear_error is queued) so later
+    commands run again. Tensors whose command failed or was
+    refused are dead: dead_error(handle) says why.
+  * At most WINDOW commands are without a reply; send() waits beyond that,
+    and raises RESOURCE_EXHAUSTED when the window stays full FULL_WAIT_S.
+  * A broken stream (the connection dropped, the session is gone) is not
+    reconnected: every later send and wait raises its error.
+  * close() cancels the stream; commands without a reply may not run.
+Thread-safety: every method may be called from any thread.
+"""
+import collections
+import secrets
+import threading
+import time
+
+import grpc
+
+from tensord._errors import TensordError, from_rpc_error
+from tensord.v1 import tensord_pb2 as pb
+
+MAX_COMMANDS_PER_MESSAGE = 1024  # Limits.max_stream_commands
+WINDOW = 4096
+ACK_EVERY = 1024  # replies received before an acknowledgement goes alone
+# Nagle for commands, as the C++ client: on an idle stream a command goes at
+# once; while sent commands await their replies, new ones wait for company
+# until a sync point waits, the replies come, BATCH_COMMANDS are queued or
+# BATCH_DELAY_S has passed since the first, so they share one message.
+BATCH_COMMANDS = 256
+BATCH_DELAY_S = 0.002
+FULL_WAIT_S = 60.0
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+_NOT_STOPPING = ("release", "sync", "clear_error")
+
+
+def describe(command):
+    """"command 12 (run binary, result 9223...)": a command as errors name it."""
+    kind = command.WhichOneof("kind") or "command"
+    if kind == "run":
+        op = command.run.op.WhichOneof("kind")
+        if op:
+            kind += " " + op
+    result = f", result {command.result}" if command.result else ""
+    return f"command {command.seq} ({kind}{result})"
+
+
+class PendingInfo:
+    """The pb.TensorInfo of a command's result, once its reply comes."""
+
+    __slots__ = ("handle", "device_hint", "_stream", "_seq", "_info", "_error", "_fallback")
+
+    def __init__(self, stream, handle, device_hint=None, fallback=None):
+        self.handle = handle
+        self.device_hint = device_hint  # the device asked for, if the command says
+        self._stream = stream
+        self._seq = 0
+        self._info = None
+        self._error = None
+        self._fallback = fallback  # an in-place op's target: its metadata before
+
+    def resolved(self):
+        """The pb.TensorInfo (waiting for the reply); raises if never made."""
+        info = self._info
+        if info is None:
+            info = self._stream.wait(self)
+        return info
+
+    def __getattr__(self, name):  # every field but handle
+        return getattr(self.resolved(), name)
+
+    def __repr__(self):
+        state = "pending" if self._info is None and self._error is None else "answered"
+        return f"<PendingInfo handle={self.handle} seq={self._seq} {state}>"
+
+
+class _Reply:
+    """The reply of a read or sync command, once it comes."""
+    __slots__ = ("_seq", "_info", "_error", "_fallback")
+
+    def __init__(self):
+        self._seq = 0
+        self._info = None  # the CommandReply
+        self._error = None
+        self._fallback = None
+
+
+def _never_made(handle, error):
+    """The error of using tensor `handle`, whose command failed with `error`."""
+    why = f"{error.command} failed: {error.details}" if error.command else error.details
+    return TensordError(error.code, f"tensor {handle} was never made: {why}")
+
+
+class CommandStream:
+    def __init__(self, stub, session_id, metadata=()):
+        self._cond = threading.Condition()
+        self._writer_cv = threading.Condition(self._cond)
+        self._outbox = collections.deque()  # numbered, not yet written
+        self._in_flight = {}  # seq -> (command, pending or None): no reply yet
+        self._next_seq = 0
+        self._next_handle = (1 << 63) | (secrets.randbits(64) >> 2)
+        self._received_through = 0
+        self._acked = 0
+        self._ack_due = False
+        self._failure = None  # (seq, TensordError): the first not yet reported
+        self._dead = {}  # handle -> TensordError
+        self._broken = None
+        self._closing = False
+        self._flush = False  # a sync point waits: send what is queued now
+        self._first_queued = 0.0
+        self._session_id = session_id
+        self._stream_id = secrets.randbits(63) + 1
+        self._call = stub.Stream(self._requests(), metadata=tuple(metadata))
+        self._reader = threading.Thread(target=self._read, name="tensord-stream",
+                                        daemon=True)
+        self._reader.start()
+
+    # --- sending -------------------------------------------------------------
+
+    def new_handle(self):
+        with self._cond:
+            handle = self._next_handle
+            self._next_handle += 1
+            return handle
+
+    def send(self, kind, request, result=0, pending=None, flush=False):
+        """Numbers and queues a command (`kind` its oneof field); returns its seq."""
+        with self._cond:
+            if len(self._in_flight) >= WINDOW and self._broken is None:
+                if not self._cond.wait_for(
+                        lambda: self._broken is not None or len(self._in_flight) < WINDOW,
+                        FULL_WAIT_S):
+                    raise TensordError(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"{len(self._in_flight)} commands have waited for the server's "
+                        f"answers for {FULL_WAIT_S:.0f} s: the most the client keeps in "
+                        f"flight on its command stream is {WINDOW}")
+            if self._broken is not None:
+                raise self._broken
+            return self._queue_locked(kind, request, result, pending)
+
+    def _queue_locked(self, kind, request, result=0, pending=None):
+        self._next_seq += 1
+        seq = self._next_seq
+        command = pb.Command(seq=seq, result=result, **{kind: request})
+        if pending is not None:
+            pending._seq = seq
+        self._in_flight[seq] = (command, pending)
+        self._outbox.append(command)
+        if len(self._outbox) == 1:
+            self._first_queued = time.monotonic()
+            self._writer_cv.notify()
+        elif len(self._outbox) == BATCH_COMMANDS:
+            self._writer_cv.notify()
+        return seq
+
+    def _flush_locked(self):
+        if self._outbox and not self._flush:
+            self._flush = True
+            self._writer_cv.notify()
+
+    def _requests(self):
+        """The messages of the Stream call (run on grpcio's writer thread)."""
+        first = True
+        while True:
+            with self._cond:
+                self._writer_cv.wait_for(lambda: self._outbox or self._ack_due or self._closing
+                                         or self._broken is not None or first)
+                # An idle stream sends at once; while sent commands await their
+                # replies, new ones wait for company (the replies flush too).
+                if (not first and not self._ack_due
+                        and len(self._in_flight) > len(self._outbox)):
+                    self._writer_cv.wait_for(
+                        lambda: self._flush or len(self._outbox) >= BATCH_COMMANDS
+                        or self._closing or self._broken is not None,
+                        self._first_queued + BATCH_DELAY_S - time.monotonic())
+                if self._closing or self._broken is not None:
+                    return
+                self._flush = False
+                request = pb.StreamRequest(received_through=self._received_through)
+                if first:
+                    request.open.session = self._session_id
+                    request.open.stream = self._stream_id
+                    first = False
+                outbox = self._outbox
+                n = min(len(outbox), MAX_COMMANDS_PER_MESSAGE)
+                request.commands.extend([outbox.popleft() for _ in range(n)])
+                self._acked = self._received_through
+                self._ack_due = False
+                if self._outbox:
+                    self._first_queued = time.monotonic()
+            yield request
+
+    # --- receiving -----------------------------------------------------------
+
+    def _read(self):
+        try:
+            for response in self._call:
+                self._take(response)
+            error = TensordError(grpc.StatusCode.UNAVAILABLE,
+                                 "the session's command stream ended")
+        except grpc.RpcError as e:
+            error = from_rpc_error(e)
+        except Exception as e:  # noqa: BLE001 — the stream is useless now; say why
+            error = TensordError(grpc.StatusCode.INTERNAL, f"command stream reader: {e!r}")
+        with self._cond:
+            if self._closing:
+                error = TensordError(grpc.StatusCode.CANCELLED, "the client is closing")
+            if self._broken is None:
+                self._broken = error
+            for _, pending in self._in_flight.values():
+                if pending is not None and pending._error is None:
+                    pending._error = self._broken
+            self._in_flight.clear()
+            self._outbox.clear()
+            self._cond.notify_all()
+            self._writer_cv.notify_all()
+
+    def _take(self, response):
+        with self._cond:
+            for reply in response.replies:
+                seq = reply.seq
+                if seq <= self._received_through:
+                    continue  # a replay of one we hold
+                self._received_through = seq
+                command, pending = self._in_flight.pop(seq, (None, None))
+                if reply.code:
+                    self._failed_locked(command, reply, pending)
+                elif isinstance(pending, _Reply):
+                    pending._info = reply
+                elif pending is not None:
+                    if reply.HasField("tensor"):
+                        pending._info = reply.tensor
+                    else:
+                        pending._info = pending._fallback or pb.TensorInfo(handle=pending.handle)
+            if len(self._in_flight) == len(self._outbox):
+                self._flush_locked()  # all sent are answered: wait no longer
+            if self._received_through - self._acked >= ACK_EVERY:
+                self._ack_due = True
+                self._writer_cv.notify()
+            self._cond.notify_all()
+
+    def _failed_locked(self, command, reply, pending):
+        code = _CODES.get(reply.code, grpc.StatusCode.UNKNOWN)
+        kind = command.WhichOneof("kind") if command is not None else None
+        refusal = (code == grpc.StatusCode.FAILED_PRECONDITION
+                   and reply.message.startswith("not run: command "))
+        if kind not in _NOT_STOPPING and not refusal and self._failure is None:
+            name = describe(command) if command is not None else f"command {reply.seq}"
+            self._failure = (reply.seq, TensordError(code, reply.message, command=name))
+        error = self._failure[1] if self._failure is not None else TensordError(
+            code, reply.message)
+        if command is not None and command.result:
+            self._dead[command.result] = error
+        if pending is not None:
+            if pending._fallback is not None:  # an in-place op: the target lives on
+                pending._info = pending._fallback
+            else:
+                pending._error = error
+
+    # --- sync points ---------------------------------------------------------
+
+    def _raise_failure_through_locked(self, seq):
+        if self._failure is None or self._failure[0] > seq:
+            return
+        failed, error = self._failure
+        self._failure = None
+        if self._broken is None:  # acknowledged: commands run again from here
+            self._queue_locked("clear_error", pb.ClearError(seq=failed))
+        raise error
+
+    def wait(self, pending):
+        """pending's answer (a pb.TensorInfo, or a _Reply's CommandReply)."""
+        with self._cond:
+            if pending._info is None and pending._error is None:
+                self._flush_locked()
+            self._cond.wait_for(lambda: pending._info is not None or pending._error is not None
+                                or self._broken is not None)
+            self._raise_failure_through_locked(pending._seq)
+            if pending._info is not None:
+                return pending._info
+            error = pending._error or self._broken
+            handle = getattr(pending, "handle", None)
+            if handle is not None and error is not self._broken:
+                raise _never_made(handle, error)
+            raise error
+
+    def request(self, kind, request):
+        """The CommandReply of a command sent now (a read, a sync)."""
+        slot = _Reply()
+        self.send(kind, request, pending=slot)
+        return self.wait(slot)
+
+    def drain(self):
+        """Waits for the replies of every command sent so far; raises the
+        failure not yet reported, if any, or the stream's break."""
+        with self._cond:
+            last = self._next_seq
+            self._flush_locked()
+            self._cond.wait_for(lambda: self._received_through >= last
+                                or self._broken is not None)
+            if self._received_through < last and self._broken is not None:
+                raise self._broken
+            self._raise_failure_through_locked(last)
+
+    def dead_error(self, handle):
+        """Why tensor `handle` was never made (a TensordError), or None."""
+        if not self._dead:
+            return None
+        with self._cond:
+            error = self._dead.get(handle)
+        if error is None:
+            return None
+        return _never_made(handle, error)
+
+    def has_dead(self):
+        return bool(self._dead)
+
+    @property
+    def broken(self):
+        return self._broken
+
+    def close(self):
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+            self._writer_cv.notify_all()
+        self._call.cancel()
