@@ -68,9 +68,11 @@ class ClusterTest : public ::testing::Test {
     for (const auto& s : servers_) out.push_back(s->address());
     return out;
   }
-  static ClusterOptions Quick() {
+  // Generous: a loaded 2-core CI machine (ASan, two tests at once) may
+  // take a second to answer. A dead node is refused at once regardless.
+  static ClusterOptions Quick(int ms = 5000) {
     ClusterOptions options;
-    options.node_timeout = std::chrono::milliseconds(500);
+    options.node_timeout = std::chrono::milliseconds(ms);
     return options;
   }
   template <typename F>
@@ -358,7 +360,7 @@ TEST_F(ClusterTest, DiscoveryByDnsAndBadClusters) {
   });
   EXPECT_EQ(e.code(), StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(e.message(), HasSubstr("are both node 'tensord-0'"));
-  e = ErrorOf([&] { Cluster none({"127.0.0.1:1"}, Quick()); });
+  e = ErrorOf([&] { Cluster none({"127.0.0.1:1"}, Quick(300)); });
   EXPECT_EQ(e.code(), StatusCode::UNAVAILABLE);
   EXPECT_THAT(e.message(), HasSubstr("no tensord node answered"));
   server::ServerOptions unnamed;
@@ -375,7 +377,7 @@ TEST_F(ClusterTest, ANodeThatDiesVanishesWithoutHangingTheOthers) {
   servers_[2].reset();
   const auto start = std::chrono::steady_clock::now();
   const std::vector<DeviceInfo> devices = cluster.devices();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(6));
   EXPECT_EQ(devices.size(), 4u);
   cluster.refresh();
   EXPECT_THAT(cluster.nodes(), ElementsAre("tensord-0", "tensord-1"));
