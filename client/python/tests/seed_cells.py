@@ -21,7 +21,9 @@ Cell = collections.namedtuple("Cell", "seed label source output compare form why
                               defaults=("exact", None, ""))
 
 _ONES_2x3 = "tensor([[1., 1., 1.],\n        [1., 1., 1.]], device='cuda:{}')"
-_FLOAT = r"-?\d+\.\d+"
+# A printed float, in PyTorch's scientific mode too (random values whose
+# largest is over 1000 times their smallest print as 2.9003e-04).
+_FLOAT = r"-?\d+\.\d+(?:e[+-]\d+)?"
 
 CELLS = [
     # --- 000: "Usando a GPU" (Portuguese notebook) -------------------------

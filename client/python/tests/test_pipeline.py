@@ -1,8 +1,7 @@
 """Pipelining: tensor work on the session's ordered command stream (_dispatch.py).
 
 These tests name their mode (connect(pipeline=...)), so they do the same in
-both runs of the suite. Reconnecting a dropped stream is not implemented
-(a broken stream raises at every later sync point), so it is not tested.
+both runs of the suite. Reconnecting a dropped stream is test_reconnect.py's.
 """
 import collections
 import threading

@@ -12,8 +12,10 @@ Contract:
     (zeros), arange, rand, randn and their *_like forms, each with dtype=,
     device= (default "cpu") and requires_grad=; from_numpy(a) and
     from_torch(t) copy host data to a device (dtype and shape exact,
-    bfloat16 included); manual_seed(s) makes the following rand/randn
-    reproducible (seeds s, s+1, ...; not torch's values).
+    bfloat16 included; from_numpy(a, progress=True) and x.numpy(progress=True)
+    show a large transfer's progress on stderr, _progress.py); manual_seed(s)
+    makes the following rand/randn reproducible (seeds s, s+1, ...; not
+    torch's values).
   * capture(fn, *inputs): a step recorded once, replayed as one Execute
     (_capture.py).
   * tensors() lists what the session holds (after the releases of dropped
@@ -27,6 +29,17 @@ Contract:
     or as unary calls; client.pipelined says which; client.synchronize()
     waits for what was sent and raises a failure not yet reported
     (_dispatch.py states the contract).
+  * Same-host shared memory, opt-in as the C++ Client's:
+    enable_shared_memory(nbytes) (or connect(..., shared_memory=nbytes))
+    creates one region of `nbytes` (_shm.py) in the session, after which
+    uploads (tensor, from_numpy, from_torch...) and fetches (numpy, tolist,
+    item...) over 1 MiB that fit it go through it, the rest through the
+    socket; concurrent large transfers take turns. It returns True, or
+    False where the server cannot use it (another host: NOT_FOUND; another
+    user: PERMISSION_DENIED; no /dev/shm here), the socket staying and
+    shared_memory_reason saying why; calling it again replaces the region.
+    disable_shared_memory() and close() release the region (unregistered,
+    unmapped, unlinked); shared_memory_enabled says whether one is in use.
   * close() (or leaving a `with` block) closes the session, freeing every
     tensor of it; tensors of a closed client fail with NOT_FOUND.
 Thread-safety: a Client may be shared by threads.
@@ -36,10 +49,11 @@ import threading
 
 import numpy as np
 
-from tensord import _capture, _channel, _dtypes
+from tensord import _capture, _channel, _dtypes, _shm
 from tensord._device import device as Device
 from tensord._device import name_of
 from tensord._dispatch import Dispatcher
+from tensord._errors import TensordError
 from tensord._session import Session
 from tensord._tensor import Tensor
 from tensord.v1 import tensord_pb2 as pb
@@ -62,17 +76,23 @@ def default_client():
 
 def connect(address=None, token_file=None, tls=False, *, tls_ca_file=None,
             tls_cert_file=None, tls_key_file=None, tls_server_name=None,
-            client_name="tensord-python", session_ttl_ms=0, session=None, pipeline=None):
+            client_name="tensord-python", session_ttl_ms=0, session=None, pipeline=None,
+            shared_memory=None):
     """A Client on a new session (or attached to `session`, an id within its lease).
 
     pipeline: None (the default) sends tensor work on the session's ordered
     command stream when the server has it, True asks for it (unary where the
-    server lacks it), False makes every request a unary call (_dispatch.py)."""
+    server lacks it), False makes every request a unary call (_dispatch.py).
+    shared_memory: bytes of a same-host region for large transfers
+    (Client.enable_shared_memory; a server it cannot serve leaves the socket,
+    client.shared_memory_reason saying why)."""
     global _default_client
     channel, metadata = _channel.open_channel(
         address, token_file, tls, tls_ca_file, tls_cert_file, tls_key_file, tls_server_name)
     try:
         client = Client(channel, metadata, client_name, session_ttl_ms, session, pipeline)
+        if shared_memory:
+            client.enable_shared_memory(shared_memory)
     except BaseException:
         channel.close()
         raise
@@ -143,6 +163,7 @@ class Client:
         self._dispatcher = Dispatcher(self._session, stream, names)
         self._seed_lock = threading.Lock()
         self._next_seed = None
+        self.shared_memory_reason = None  # why enable_shared_memory last failed
         self.cuda = _Cuda(self)
 
     # --- the session -------------------------------------------------------
@@ -167,8 +188,33 @@ class Client:
         self._dispatcher.synchronize()
 
     def close(self):
+        if not self._session.closed:
+            self._dispatcher.set_region(None)
         self._session.close()
         self._channel.close()
+
+    # --- same-host shared memory -------------------------------------------
+
+    def enable_shared_memory(self, nbytes):
+        """Large transfers through a same-host region of `nbytes` from now on;
+        False (the socket stays; shared_memory_reason says why) where the
+        server cannot use it."""
+        try:
+            region = _shm.Region.create(self._session, nbytes)
+        except TensordError as e:
+            self.shared_memory_reason = str(e)
+            return False
+        self.shared_memory_reason = None
+        self._dispatcher.set_region(region)
+        return True
+
+    def disable_shared_memory(self):
+        """Back to the socket only; the region is released."""
+        self._dispatcher.set_region(None)
+
+    @property
+    def shared_memory_enabled(self):
+        return self._dispatcher.region is not None
 
     def __enter__(self):
         return self
@@ -227,7 +273,7 @@ class Client:
         t = Tensor._adopt(self, info)
         return t.requires_grad_() if requires_grad else t
 
-    def _from_array(self, array, dtype, device, requires_grad=False):
+    def _from_array(self, array, dtype, device, requires_grad=False, progress=False):
         """A tensor of `dtype` holding `array`'s values (converted)."""
         if dtype is _dtypes.bfloat16:
             array = _bfloat16_bits(array)
@@ -236,7 +282,7 @@ class Client:
         if not array.flags.c_contiguous:
             array = array.copy(order="C")  # (np.ascontiguousarray makes 0-d 1-d)
         info = self._dispatcher.create_data(dtype, array.shape, memoryview(array).cast("B"),
-                                            name_of(device))
+                                            name_of(device), progress=progress)
         return self._finish(info, requires_grad)
 
     def tensor(self, data, dtype=None, device=None, requires_grad=False):
@@ -261,10 +307,13 @@ class Client:
             return data.to(device or data.device, dtype or data.dtype)
         return self.tensor(data, dtype, device)
 
-    def from_numpy(self, array, device=None):
-        """A tensor with `array`'s values, dtype and shape."""
+    def from_numpy(self, array, device=None, progress=False):
+        """A tensor with `array`'s values, dtype and shape. progress=True: an
+        upload over 1 MiB draws a progress line on stderr (tqdm's when it is
+        installed)."""
         array = np.asarray(array)
-        return self._from_array(array, _dtypes.from_numpy(array.dtype), device)
+        return self._from_array(array, _dtypes.from_numpy(array.dtype), device,
+                                progress=progress)
 
     def from_torch(self, tensor, device=None):
         """A tensor with torch `tensor`'s values, dtype and shape (bfloat16 too)."""

@@ -28,7 +28,13 @@ paths, one contract for the tensor code above:
     The grad property waits for its op (a missing grad is None, not an
     error at a later sync). While a step is captured, ops take the unary
     path (the recorder needs each result at once).
-  * create_data(dtype, shape, data, device, tag): inline Create up to
+  * create_data(dtype, shape, data, device, tag, progress) and
+    fetch(info, progress): with progress true, a transfer over
+    _progress.PROGRESS_MIN_BYTES draws its progress line on stderr
+    (_progress.py; per chunk on the Upload and Fetch streams).
+  * create_data(dtype, shape, data, device, tag): through the shared-memory
+    region (set_region; UploadFromSharedMemory) when one is set and the data
+    is over SHM_MIN_BYTES and fits it, else inline Create up to
     INLINE_CREATE_BYTES (and the server's max_inline_bytes), else Upload in
     UPLOAD_CHUNK_BYTES chunks.
   * create_fill(dtype, shape, fill, device): a Create from a pb.Fill.
@@ -39,10 +45,15 @@ paths, one contract for the tensor code above:
   * recorder: None, or while client.capture() runs a step, the
     _capture.Recorder that run() reports each op and its result to; to()
     and fetch() refuse then (RuntimeError).
-  * fetch(info): all bytes of the tensor (bytes from a Read when it fits
-    one reply, else a bytearray of the tensor's size filled by the Fetch
-    stream, the caller's to keep and write); each chunk's offset must
+  * fetch(info): all bytes of the tensor (a bytearray copied out of the
+    shared-memory region as create_data's rule says, else bytes from a Read
+    when it fits one reply, else a bytearray of the tensor's size filled by
+    the Fetch stream; a bytearray is the caller's to keep and write); each
+    chunk's offset must
     continue the bytes so far and its CRC-32 must match, else DATA_LOSS.
+  * set_region(region): the _shm.Region large transfers go through (None:
+    the socket only); the region it replaces is closed after its transfer
+    in progress, if any.
   * synchronize(): waits for every command sent (raises a failure not yet
     reported); nothing to do on the unary path.
 Thread-safety: as the Session's.
@@ -51,12 +62,13 @@ import zlib
 
 import grpc
 
-from tensord import _capture, _grad_mode
+from tensord import _capture, _grad_mode, _progress
 from tensord._errors import TensordError
 from tensord._stream import PendingInfo
 from tensord.v1 import tensord_pb2 as pb
 
 INLINE_CREATE_BYTES = 64 << 10
+SHM_MIN_BYTES = 1 << 20  # transfers over this go through the region, as C++'s
 UPLOAD_CHUNK_BYTES = 1 << 20
 # Ops whose reply is an operand, updated (the target), not a new tensor:
 # kind -> the field naming it.
@@ -70,6 +82,20 @@ class Dispatcher:
         self.recorder = None  # a _capture.Recorder while a step is captured
         self._stream = stream  # a _stream.CommandStream: the pipelined path
         self._device_names = frozenset(device_names)
+        self.region = None  # a _shm.Region: the same-host path of large transfers
+
+    def set_region(self, region):
+        old, self.region = self.region, region
+        if old is not None:
+            with old.lock:  # after the transfer it is doing
+                old.close()
+
+    def _region_for(self, nbytes):
+        """The region to move `nbytes` through, or None (the socket)."""
+        region = self.region
+        if region is None or nbytes <= SHM_MIN_BYTES or nbytes > region.size:
+            return None
+        return region
 
     @property
     def pipelined(self):
@@ -122,7 +148,25 @@ class Dispatcher:
         if self._stream is not None and not self.session.closed:
             self._stream.drain()
 
-    def create_data(self, dtype, shape, data, device, tag=""):
+    def create_data(self, dtype, shape, data, device, tag="", progress=False):
+        nbytes = len(data)
+        bar = _progress.bar(progress, nbytes, f"upload to {device or 'cpu'}")
+        try:
+            info = self._create_data(dtype, shape, data, device, tag, bar)
+            if bar is not None:
+                bar.update(nbytes - bar.n)
+            return info
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def _create_data(self, dtype, shape, data, device, tag, bar):
+        region = self._region_for(len(data))
+        if region is not None:
+            with region.lock:
+                if not region.closed:
+                    region.data[:len(data)] = data
+                    return region.upload(dtype, shape, device, tag)
         limits = self.session.limits
         inline_cap = INLINE_CREATE_BYTES
         if limits.max_inline_bytes:
@@ -136,7 +180,8 @@ class Dispatcher:
             return self.session.call("Create", request, mutating=True).tensor
         header = pb.UploadRequest.Header(device=device, dtype=dtype.wire,
                                          shape=list(shape), tag=tag)
-        return self.session.upload(header, data, UPLOAD_CHUNK_BYTES).tensor
+        return self.session.upload(header, data, UPLOAD_CHUNK_BYTES,
+                                   bar.update if bar is not None else None).tensor
 
     def _refuse_while_capturing(self, what):
         if self.recorder is not None:
@@ -206,11 +251,32 @@ class Dispatcher:
         return list(self.session.call("Execute", pb.ExecuteRequest(
             ops=ops, keep=keep), mutating=True).kept)
 
-    def fetch(self, info):
+    def fetch(self, info, progress=False):
         self._refuse_while_capturing("a fetch (numpy, item, repr, bool)")
         nbytes = info.nbytes
         if nbytes == 0:
             return b""
+        bar = _progress.bar(progress, nbytes, f"fetch tensor {info.handle}")
+        try:
+            data = self._fetch(info, nbytes, bar)
+            if bar is not None:
+                bar.update(nbytes - bar.n)
+            return data
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def _fetch(self, info, nbytes, bar):
+        region = self._region_for(nbytes)
+        if region is not None:
+            with region.lock:
+                if not region.closed:
+                    written = region.fetch(info.handle).nbytes
+                    if written != nbytes:
+                        raise TensordError(grpc.StatusCode.DATA_LOSS,
+                                           f"tensor {info.handle}: the server wrote {written} "
+                                           f"of {nbytes} bytes to shared memory")
+                    return bytearray(region.data[:nbytes])
         if nbytes <= self.session.limits.max_read_bytes:
             stream = self._streaming()
             if stream is not None:
@@ -233,6 +299,8 @@ class Dispatcher:
             if end <= nbytes:
                 view[received:end] = chunk.data
             received = end
+            if bar is not None:
+                bar.update(len(chunk.data))
         if received != nbytes:
             raise TensordError(grpc.StatusCode.DATA_LOSS,
                                f"tensor {info.handle}: fetched {received} of {nbytes} bytes")

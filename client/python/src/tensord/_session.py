@@ -15,11 +15,14 @@ Contract:
     Every failure is raised as TensordError (_errors.py). Every reply's
     `tensord-instance` is compared with the first: a change means the server
     restarted and the call raises FAILED_PRECONDITION "server restarted".
-    upload()/fetch() are the streaming RPCs on the same rules.
-  * start_stream() opens the session's ordered command stream (_stream.py)
-    as `stream`; from then on every call(), upload() and fetch() first
-    drains it (a sync point: a failed command is raised there), and the
-    releases no request carried go on it as release commands.
+    upload()/fetch() are the streaming RPCs on the same rules (an upload
+    retried with its request id, a fetch resumed at the bytes it has; upload's
+    on_chunk(n) hears of each chunk handed to gRPC).
+  * start_stream() opens the session's ordered command stream (_stream.py,
+    which reconnects a dropped connection itself) as `stream`; from then
+    on every call(), upload() and fetch() first drains it (a sync point: a
+    failed command is raised there), and the releases no request carried go
+    on it as release commands.
   * drop(handle) never blocks and is safe from __del__ and from any thread
     (a deque append and a SimpleQueue put): the handle rides the next
     Create/To/Run/Execute/Release, or goes in a Release of its own after
@@ -103,7 +106,7 @@ class Session:
     def start_stream(self):
         """Opens the session's command stream (_stream.py); unary calls drain it."""
         from tensord._stream import CommandStream
-        self.stream = CommandStream(self._stub, self.id, self._metadata)
+        self.stream = CommandStream(self._stub, self.id, self._metadata, self.instance)
         self._streams.append(self.stream)
         return self.stream
 
@@ -175,36 +178,66 @@ class Session:
             self._check_instance(call.trailing_metadata())
             return response
 
-    def upload(self, header, data, chunk_bytes):
-        """Upload's reply for `header` (an UploadRequest.Header) and `data`."""
+    def _retryable(self, error, attempt):
+        """Whether a failed call (grpc.RpcError) should be made again."""
+        self._check_instance(error.trailing_metadata())
+        return (error.code() == grpc.StatusCode.UNAVAILABLE and attempt + 1 < RETRY_ATTEMPTS
+                and "shutting down" not in (error.details() or ""))
+
+    def upload(self, header, data, chunk_bytes, on_chunk=None):
+        """Upload's reply for `header` (an UploadRequest.Header) and `data`;
+        on_chunk(n), when given, as each chunk of n bytes is handed to gRPC
+        the first time (a retry, with the same request id, says nothing)."""
         header.session = self.id
         self._drain_stream()
         view = memoryview(data)
+        reported = [0]  # bytes on_chunk has heard of
 
         def messages():
-            yield pb.UploadRequest(header=header, data=bytes(view[:chunk_bytes]))
-            for offset in range(chunk_bytes, len(view), chunk_bytes):
-                yield pb.UploadRequest(data=bytes(view[offset:offset + chunk_bytes]))
+            for offset in range(0, max(len(view), 1), chunk_bytes):
+                chunk = bytes(view[offset:offset + chunk_bytes])
+                if offset == 0:
+                    yield pb.UploadRequest(header=header, data=chunk)
+                else:
+                    yield pb.UploadRequest(data=chunk)
+                end = offset + len(chunk)
+                if on_chunk is not None and end > reported[0]:
+                    on_chunk(end - reported[0])
+                    reported[0] = end
 
         metadata = ((REQUEST_ID_KEY, self.next_request_id()),)
-        try:
-            response, call = self._stub.Upload.with_call(
-                messages(), metadata=self._metadata + metadata)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+        attempt = 0
+        while True:
+            try:
+                response, call = self._stub.Upload.with_call(
+                    messages(), metadata=self._metadata + metadata)
+                break
+            except grpc.RpcError as e:
+                if not self._retryable(e, attempt):
+                    raise from_rpc_error(e) from None
+            time.sleep(RETRY_BACKOFF_S * 2 ** attempt)
+            attempt += 1
         self._last_contact = time.monotonic()
         self._check_instance(call.trailing_metadata())
         return response
 
     def fetch(self, handle, offset=0):
-        """Fetch's chunks of tensor `handle` from byte `offset`, in order."""
-        request = pb.FetchRequest(session=self.id, handle=handle, offset=offset)
+        """Fetch's chunks of tensor `handle` from byte `offset`, in order; a
+        dropped connection resumes where it stopped."""
         self._drain_stream()
-        try:
-            for chunk in self._stub.Fetch(request, metadata=self._metadata):
-                yield chunk
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+        attempt = 0
+        while True:
+            request = pb.FetchRequest(session=self.id, handle=handle, offset=offset)
+            try:
+                for chunk in self._stub.Fetch(request, metadata=self._metadata):
+                    offset += len(chunk.data)
+                    yield chunk
+                break
+            except grpc.RpcError as e:
+                if not self._retryable(e, attempt):
+                    raise from_rpc_error(e) from None
+            time.sleep(RETRY_BACKOFF_S * 2 ** attempt)
+            attempt += 1
         self._last_contact = time.monotonic()
 
     # --- releases ----------------------------------------------------------

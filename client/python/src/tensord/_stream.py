@@ -23,8 +23,17 @@ Contract (tensord.proto, "The session's ordered command stream"):
     refused are dead: dead_error(handle) says why.
   * At most WINDOW commands are without a reply; send() waits beyond that,
     and raises RESOURCE_EXHAUSTED when the window stays full FULL_WAIT_S.
-  * A broken stream (the connection dropped, the session is gone) is not
-    reconnected: every later send and wait raises its error.
+  * A dropped connection (UNAVAILABLE or CANCELLED, not by close()) is
+    reconnected, as the C++ client does: up to MAX_RECONNECTS tries in a
+    row, RECONNECT_BACKOFF_S doubling, each a new Stream call naming the
+    same stream id with `received_through`; the server replays the replies
+    it kept and skips the seqs it ran, and every command without a reply is
+    sent again, so nothing is lost or run twice. `reconnects` counts them.
+    Another server instance answering (trailing `tensord-instance`
+    changed: the server restarted) is FAILED_PRECONDITION "server
+    restarted", not a reconnect. A broken stream (out of tries, the session
+    gone, the server ended it) stays broken: every later send and wait
+    raises its error.
   * close() cancels the stream; commands without a reply may not run.
 Thread-safety: every method may be called from any thread.
 """
@@ -48,6 +57,10 @@ ACK_EVERY = 1024  # replies received before an acknowledgement goes alone
 BATCH_COMMANDS = 256
 BATCH_DELAY_S = 0.002
 FULL_WAIT_S = 60.0
+MAX_RECONNECTS = 4  # tries in a row; a reply read resets the count
+RECONNECT_BACKOFF_S = 0.025  # before the first try; doubles after each
+INSTANCE_KEY = "tensord-instance"
+_TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 _NOT_STOPPING = ("release", "sync", "clear_error")
 
@@ -110,7 +123,7 @@ def _never_made(handle, error):
 
 
 class CommandStream:
-    def __init__(self, stub, session_id, metadata=()):
+    def __init__(self, stub, session_id, metadata=(), instance=None):
         self._cond = threading.Condition()
         self._writer_cv = threading.Condition(self._cond)
         self._outbox = collections.deque()  # numbered, not yet written
@@ -128,7 +141,14 @@ class CommandStream:
         self._first_queued = 0.0
         self._session_id = session_id
         self._stream_id = secrets.randbits(63) + 1
-        self._call = stub.Stream(self._requests(), metadata=tuple(metadata))
+        self._stub = stub
+        self._metadata = tuple(metadata)
+        self._instance = instance  # the server instance the session lives on
+        self.reconnects = 0  # connections made again after a drop
+        self._connection = 0  # which connection the writer feeds
+        self._call = None
+        with self._cond:
+            self._connect_locked()
         self._reader = threading.Thread(target=self._read, name="tensord-stream",
                                         daemon=True)
         self._reader.start()
@@ -177,22 +197,37 @@ class CommandStream:
             self._flush = True
             self._writer_cv.notify()
 
-    def _requests(self):
-        """The messages of the Stream call (run on grpcio's writer thread)."""
+    def _connect_locked(self):
+        """A new Stream call; its first message opens (or takes over) the
+        stream, and everything without a reply goes again (the server skips
+        the seqs it ran and replays their replies)."""
+        self._connection += 1
+        self._outbox = collections.deque(command for command, _ in self._in_flight.values())
+        if self._outbox:
+            self._first_queued = time.monotonic()
+        self._call = self._stub.Stream(self._requests(self._connection),
+                                       metadata=self._metadata)
+        self._writer_cv.notify_all()
+
+    def _requests(self, connection):
+        """The messages of one Stream call (run on grpcio's writer thread)."""
         first = True
         while True:
             with self._cond:
                 self._writer_cv.wait_for(lambda: self._outbox or self._ack_due or self._closing
-                                         or self._broken is not None or first)
+                                         or self._broken is not None or first
+                                         or self._connection != connection)
                 # An idle stream sends at once; while sent commands await their
                 # replies, new ones wait for company (the replies flush too).
                 if (not first and not self._ack_due
                         and len(self._in_flight) > len(self._outbox)):
                     self._writer_cv.wait_for(
                         lambda: self._flush or len(self._outbox) >= BATCH_COMMANDS
-                        or self._closing or self._broken is not None,
+                        or self._closing or self._broken is not None
+                        or self._connection != connection,
                         self._first_queued + BATCH_DELAY_S - time.monotonic())
-                if self._closing or self._broken is not None:
+                if (self._closing or self._broken is not None
+                        or self._connection != connection):
                     return
                 self._flush = False
                 request = pb.StreamRequest(received_through=self._received_through)
@@ -212,15 +247,34 @@ class CommandStream:
     # --- receiving -----------------------------------------------------------
 
     def _read(self):
-        try:
-            for response in self._call:
-                self._take(response)
-            error = TensordError(grpc.StatusCode.UNAVAILABLE,
-                                 "the session's command stream ended")
-        except grpc.RpcError as e:
-            error = from_rpc_error(e)
-        except Exception as e:  # noqa: BLE001 — the stream is useless now; say why
-            error = TensordError(grpc.StatusCode.INTERNAL, f"command stream reader: {e!r}")
+        tries = 0
+        while True:
+            call = self._call
+            try:
+                for response in call:
+                    tries = 0
+                    self._take(response)
+                error = TensordError(grpc.StatusCode.UNAVAILABLE,
+                                     "the session's command stream ended")
+                transient = False
+            except grpc.RpcError as e:
+                error = from_rpc_error(e)
+                transient = error.code in _TRANSIENT
+                restarted = self._restarted(e)
+                if restarted is not None:
+                    error, transient = restarted, False
+            except Exception as e:  # noqa: BLE001 — the stream is useless now; say why
+                error = TensordError(grpc.StatusCode.INTERNAL, f"command stream reader: {e!r}")
+                transient = False
+            if transient and tries < MAX_RECONNECTS and not self._closing:
+                time.sleep(RECONNECT_BACKOFF_S * 2 ** tries)
+                tries += 1
+                with self._cond:
+                    if not self._closing:
+                        self.reconnects += 1
+                        self._connect_locked()
+                        continue
+            break
         with self._cond:
             if self._closing:
                 error = TensordError(grpc.StatusCode.CANCELLED, "the client is closing")
@@ -233,6 +287,25 @@ class CommandStream:
             self._outbox.clear()
             self._cond.notify_all()
             self._writer_cv.notify_all()
+
+    def _restarted(self, error):
+        """The error to raise when another server instance answered, else None."""
+        try:
+            trailing = error.trailing_metadata() or ()
+        except Exception:  # noqa: BLE001 — a call that never reached a server
+            return None
+        now = next((value for key, value in trailing if key == INSTANCE_KEY), None)
+        if now is None:
+            return None
+        if self._instance is None:
+            self._instance = now
+            return None
+        if now == self._instance:
+            return None
+        return TensordError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"server restarted (instance {self._instance} \u2192 {now}): "
+            "this session's tensors are gone; connect again")
 
     def _take(self, response):
         with self._cond:
@@ -343,4 +416,5 @@ class CommandStream:
             self._closing = True
             self._cond.notify_all()
             self._writer_cv.notify_all()
-        self._call.cancel()
+            call = self._call
+        call.cancel()

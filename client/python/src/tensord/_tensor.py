@@ -660,14 +660,16 @@ class Tensor:
 
     # --- host copies -------------------------------------------------------
 
-    def _host_array(self):
+    def _host_array(self, progress=False):
         """The tensor's values in host memory (bfloat16 as uint16 bits)."""
-        data = self._client._dispatcher.fetch(self._info)
+        data = self._client._dispatcher.fetch(self._info, progress)
         storage = self.dtype.numpy_storage
         return np.frombuffer(data, dtype=storage).reshape(tuple(self._info.shape))
 
-    def numpy(self):
-        """The explicit fetch: a host copy of a tensor on a server cpu device."""
+    def numpy(self, progress=False):
+        """The explicit fetch: a host copy of a tensor on a server cpu device.
+        progress=True: a fetch over 1 MiB draws a progress line on stderr
+        (tqdm's when it is installed)."""
         if self.device.type != "cpu":
             raise TypeError(f"can't convert {self.device} device type tensor to numpy. "
                             "Use Tensor.cpu() to copy the tensor to host memory first.")
@@ -675,7 +677,7 @@ class Tensor:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
                                "Use tensor.detach().numpy() instead.")
         numpy_dtype = _dtypes.to_numpy_dtype(self.dtype)
-        array = self._host_array()
+        array = self._host_array(progress)
         # A streamed fetch lands in a fresh writable buffer: no second copy.
         return array.astype(numpy_dtype, copy=not array.flags.writeable)
 
