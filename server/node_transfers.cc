@@ -4,7 +4,9 @@
 #include <isa-l/crc.h>
 #include <openssl/sha.h>
 
+#include <deque>
 #include <fstream>
+#include <future>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -29,6 +31,9 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMinTokenBytes = 16;
 constexpr uint32_t kMaxChunkBytes = (4 << 20) - (64 << 10);
 constexpr int kPullAttempts = 4;
+// Chunks a destination asks for ahead of the one it is writing, so that
+// the source's reads, the wire and the destination's writes overlap.
+constexpr size_t kPullWindow = 4;
 
 std::array<unsigned char, 32> Sha256(std::string_view text) {
   std::array<unsigned char, 32> out;
@@ -412,17 +417,67 @@ absl::Status NodeTransfers::Import(const v1::ImportRequest& req,
         "importing from ", from, ": the source says ", info.nbytes(),
         " bytes for a tensor of ", upload->expected_bytes()));
   }
+  // The pulls ahead, taken in order. One that failed or came back wrong
+  // (a dropped connection) is pulled again by `pull`, which retries, and
+  // the window starts over after it.
+  struct Ahead {
+    grpc::ClientContext ctx;
+    v1::PullChunkRequest req;
+    v1::PullChunkResponse resp;
+    std::promise<grpc::Status> promise;
+    std::future<grpc::Status> done = promise.get_future();
+  };
+  std::deque<std::unique_ptr<Ahead>> ahead;
+  auto drain = [&ahead] {
+    for (auto& a : ahead) a->ctx.TryCancel();
+    for (auto& a : ahead) a->done.wait();
+    ahead.clear();
+  };
+  struct DrainAtExit {
+    decltype(drain)& then;
+    ~DrainAtExit() { then(); }
+  } drain_at_exit{drain};
+  uint64_t next = chunk.data().size();  // the next offset to ask for
+  auto fill = [&] {
+    while (ahead.size() < kPullWindow && next < info.nbytes()) {
+      auto a = std::make_unique<Ahead>();
+      a->ctx.AddMetadata("authorization", "Bearer " + token);
+      a->ctx.set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::seconds(30));
+      a->req.set_grant(req.grant());
+      a->req.set_offset(next);
+      a->req.set_max_bytes(chunk_bytes_);
+      Ahead* raw = a.get();
+      stub->async()->PullChunk(&raw->ctx, &raw->req, &raw->resp,
+                               [raw](grpc::Status status) {
+                                 raw->promise.set_value(std::move(status));
+                               });
+      next += chunk_bytes_;  // the source serves min(chunk_bytes_, rest)
+      ahead.push_back(std::move(a));
+    }
+  };
   while (true) {
     const std::string& data = chunk.data();
     RETURN_IF_ERROR(upload->Append(
         {reinterpret_cast<const uint8_t*>(data.data()), data.size()}));
-    if (upload->received_bytes() >= upload->expected_bytes()) break;
+    const uint64_t at = upload->received_bytes();
+    if (at >= upload->expected_bytes()) break;
     if (data.empty()) {
       return absl::InternalError(
-          absl::StrCat("importing from ", from, ": an empty chunk at ",
-                       upload->received_bytes()));
+          absl::StrCat("importing from ", from, ": an empty chunk at ", at));
     }
-    RETURN_IF_ERROR(pull(upload->received_bytes(), false, &chunk));
+    fill();
+    std::unique_ptr<Ahead> a = std::move(ahead.front());
+    ahead.pop_front();
+    const grpc::Status status = a->done.get();
+    if (status.ok() && a->resp.offset() == at && !a->resp.data().empty() &&
+        Crc32(a->resp.data()) == a->resp.crc32()) {
+      chunk = std::move(a->resp);
+    } else {
+      drain();
+      RETURN_IF_ERROR(pull(at, false, &chunk));
+      next = at + chunk.data().size();
+    }
   }
   ASSIGN_OR_RETURN(core::TensorMeta meta, upload->Finish());
   imported = true;
