@@ -344,8 +344,14 @@ inline void InsideRun(int64_t offset, int64_t s, int64_t w, int64_t ow,
   *last = std::max(*first, std::min(hi, ow));
 }
 
-template <typename E>
-void Im2Col(const WindowDims& d, E pad, const E* in, E* out) {
+// Visits every row of the columns ([c, kh, kw, n, oh, ow], row-major), in
+// order: visit(r, plane, row, offset, first, last) for column row r (its
+// index), input plane `plane` (b * c + channel), input row `row` (outside
+// [0, h) when the window row is all padding), and the run [first, last) of
+// window positions x whose input column offset + x * sw lies in [0, w).
+template <typename Visit>
+void ForEachColumnRow(const WindowDims& d, Visit visit) {
+  int64_t r = 0;
   for (int64_t c = 0; c < d.c; ++c) {
     for (int64_t i = 0; i < d.kh; ++i) {
       for (int64_t j = 0; j < d.kw; ++j) {
@@ -353,24 +359,9 @@ void Im2Col(const WindowDims& d, E pad, const E* in, E* out) {
         int64_t first, last;
         InsideRun(offset, d.sw, d.w, d.ow, &first, &last);
         for (int64_t b = 0; b < d.n; ++b) {
-          const E* plane = in + (b * d.c + c) * d.h * d.w;
-          for (int64_t y = 0; y < d.oh; ++y, out += d.ow) {
-            const int64_t row = y * d.sh - d.ph + i * d.dh;
-            if (row < 0 || row >= d.h) {
-              std::fill(out, out + d.ow, pad);
-              continue;
-            }
-            const E* src = plane + row * d.w;  // column x is src[offset + x * sw]
-            std::fill(out, out + first, pad);
-            if (d.sw == 1) {
-              std::copy(src + offset + first, src + offset + last,
-                        out + first);
-            } else {
-              for (int64_t x = first; x < last; ++x) {
-                out[x] = src[offset + x * d.sw];
-              }
-            }
-            std::fill(out + last, out + d.ow, pad);
+          for (int64_t y = 0; y < d.oh; ++y, ++r) {
+            visit(r, b * d.c + c, y * d.sh - d.ph + i * d.dh, offset, first,
+                  last);
           }
         }
       }
@@ -378,37 +369,46 @@ void Im2Col(const WindowDims& d, E pad, const E* in, E* out) {
   }
 }
 
+template <typename E>
+void Im2Col(const WindowDims& d, E pad, const E* in, E* cols) {
+  ForEachColumnRow(d, [&](int64_t r, int64_t plane, int64_t row,
+                          int64_t offset, int64_t first, int64_t last) {
+    E* out = cols + r * d.ow;
+    if (row < 0 || row >= d.h) {
+      std::fill(out, out + d.ow, pad);
+      return;
+    }
+    // Column x is src[offset + x * sw].
+    const E* src = in + (plane * d.h + row) * d.w;
+    std::fill(out, out + first, pad);
+    if (d.sw == 1) {
+      std::copy(src + offset + first, src + offset + last, out + first);
+    } else {
+      for (int64_t x = first; x < last; ++x) out[x] = src[offset + x * d.sw];
+    }
+    std::fill(out + last, out + d.ow, pad);
+  });
+}
+
 // col2im by scattering each column row into its input row: every input
 // element gets its windows' entries added in (i, j) order starting from
 // zero, as the gathering form sums them, so the result is the same to the
 // bit. For types that compute in themselves (float, double).
 template <typename T>
-void Col2ImScatter(const WindowDims& d, const T* in, T* dst) {
+void Col2ImScatter(const WindowDims& d, const T* cols, T* dst) {
   std::fill(dst, dst + d.n * d.c * d.h * d.w, T{0});
-  for (int64_t c = 0; c < d.c; ++c) {
-    for (int64_t i = 0; i < d.kh; ++i) {
-      for (int64_t j = 0; j < d.kw; ++j) {
-        const int64_t offset = -d.pw + j * d.dw;
-        int64_t first, last;
-        InsideRun(offset, d.sw, d.w, d.ow, &first, &last);
-        for (int64_t b = 0; b < d.n; ++b) {
-          T* plane = dst + (b * d.c + c) * d.h * d.w;
-          for (int64_t y = 0; y < d.oh; ++y, in += d.ow) {
-            const int64_t row = y * d.sh - d.ph + i * d.dh;
-            if (row < 0 || row >= d.h) continue;
-            T* out = plane + row * d.w;  // column x is out[offset + x * sw]
-            if (d.sw == 1) {
-              for (int64_t x = first; x < last; ++x) out[offset + x] += in[x];
-            } else {
-              for (int64_t x = first; x < last; ++x) {
-                out[offset + x * d.sw] += in[x];
-              }
-            }
-          }
-        }
-      }
+  ForEachColumnRow(d, [&](int64_t r, int64_t plane, int64_t row,
+                          int64_t offset, int64_t first, int64_t last) {
+    if (row < 0 || row >= d.h) return;
+    const T* in = cols + r * d.ow;
+    // Column x is out[offset + x * sw].
+    T* out = dst + (plane * d.h + row) * d.w;
+    if (d.sw == 1) {
+      for (int64_t x = first; x < last; ++x) out[offset + x] += in[x];
+    } else {
+      for (int64_t x = first; x < last; ++x) out[offset + x * d.sw] += in[x];
     }
-  }
+  });
 }
 
 template <typename E>
