@@ -363,6 +363,16 @@ absl::Status NodeTransfers::Import(const v1::ImportRequest& req,
   const std::string from = absl::StrCat("node '", req.source_node(), "' (",
                                         address, ")");
   // One chunk, retried on a dropped connection from the same offset.
+  // One pull's call: the node's token, a deadline, the chunk at `offset`.
+  auto prepare = [&](grpc::ClientContext& ctx, v1::PullChunkRequest& pull,
+                     uint64_t offset) {
+    ctx.AddMetadata("authorization", "Bearer " + token);
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(30));
+    pull.set_grant(req.grant());
+    pull.set_offset(offset);
+    pull.set_max_bytes(chunk_bytes_);
+  };
   auto pull = [&](uint64_t offset, bool finish,
                   v1::PullChunkResponse* chunk) -> absl::Status {
     grpc::Status status;
@@ -371,13 +381,8 @@ absl::Status NodeTransfers::Import(const v1::ImportRequest& req,
         std::this_thread::sleep_for(std::chrono::milliseconds(50 << attempt));
       }
       grpc::ClientContext ctx;
-      ctx.AddMetadata("authorization", "Bearer " + token);
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(30));
       v1::PullChunkRequest pull_req;
-      pull_req.set_grant(req.grant());
-      pull_req.set_offset(offset);
-      pull_req.set_max_bytes(chunk_bytes_);
+      prepare(ctx, pull_req, offset);
       pull_req.set_finish(finish);
       chunk->Clear();
       status = stub->PullChunk(&ctx, pull_req, chunk);
@@ -441,12 +446,7 @@ absl::Status NodeTransfers::Import(const v1::ImportRequest& req,
   auto fill = [&] {
     while (ahead.size() < kPullWindow && next < info.nbytes()) {
       auto a = std::make_unique<Ahead>();
-      a->ctx.AddMetadata("authorization", "Bearer " + token);
-      a->ctx.set_deadline(std::chrono::system_clock::now() +
-                          std::chrono::seconds(30));
-      a->req.set_grant(req.grant());
-      a->req.set_offset(next);
-      a->req.set_max_bytes(chunk_bytes_);
+      prepare(a->ctx, a->req, next);
       Ahead* raw = a.get();
       stub->async()->PullChunk(&raw->ctx, &raw->req, &raw->resp,
                                [raw](grpc::Status status) {
