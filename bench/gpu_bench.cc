@@ -1,12 +1,13 @@
 // gpu_bench: the GPU figures of issue 3, as one JSON object on stdout.
 //
-//   * matmul TFLOP/s for n = 1024 ... 8192 in float32 (exact), TF32 and
-//     bfloat16, through the service (an in-process tensord on loopback TCP,
+//   * matmul TFLOP/s for n = 1024 ... 8192 in float32 (exact), TF32,
+//     bfloat16 and float16, through the service (an in-process tensord on loopback TCP,
 //     driven by the client library: operands made with rand on the GPU,
 //     `iterations` matmuls queued back to back, then a wait by fetching one
 //     element of the last product) and for the cuBLAS kernel alone
 //     (in-process, CUDA events), with their ratio;
-//   * upload (client -> GPU tensor) and fetch (GPU tensor -> client) GB/s.
+//   * upload (client -> GPU tensor) and fetch (GPU tensor -> client) GB/s,
+//     and the same to and from the server's `cpu` (the wire alone).
 //
 // Without a GPU (or in a build without CUDA) it prints
 // {"skipped": "no CUDA device: <why>"} and exits 0. A table goes to stderr.
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -157,32 +159,44 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   std::string model, error;
   double upload_gbps = 0, fetch_gbps = 0;
+  double cpu_upload_gbps = 0, cpu_fetch_gbps = 0;
   try {
     {
       tensord::Client client(exact.server->address());
       for (const auto& d : client.devices()) {
         if (d.name == dev_name) model = d.model;
       }
-      // Transfers: one tensor of transfer_mib MiB up and back.
+      // Transfers: one tensor of transfer_mib MiB up and back, to the GPU
+      // and to the server's `cpu` (the same wire without the device copy),
+      // best of three.
       const size_t bytes =
           static_cast<size_t>(absl::GetFlag(FLAGS_transfer_mib)) << 20;
       std::string data(bytes, '\x01');
       const int64_t elems = static_cast<int64_t>(bytes / 4);
-      (void)client.FromBytes(tensord::DType::kFloat32, {elems}, data, dev_name);
-      auto t0 = Clock::now();
-      auto up =
-          client.FromBytes(tensord::DType::kFloat32, {elems}, data, dev_name);
-      upload_gbps = bytes / Seconds(t0, Clock::now()) / 1e9;
-      (void)up.fetch_bytes();
-      t0 = Clock::now();
-      const std::string back = up.fetch_bytes();
-      fetch_gbps = bytes / Seconds(t0, Clock::now()) / 1e9;
-      if (back != data) error = "fetched bytes differ from the uploaded ones";
+      for (auto [dev, up_gbps, down_gbps] :
+           {std::tuple{dev_name, &upload_gbps, &fetch_gbps},
+            std::tuple{std::string("cpu"), &cpu_upload_gbps,
+                       &cpu_fetch_gbps}}) {
+        for (int i = 0; i < 4; ++i) {
+          auto t0 = Clock::now();
+          auto up =
+              client.FromBytes(tensord::DType::kFloat32, {elems}, data, dev);
+          const double up_s = Seconds(t0, Clock::now());
+          t0 = Clock::now();
+          const std::string back = up.fetch_bytes();
+          const double down_s = Seconds(t0, Clock::now());
+          if (back != data) error = "fetched bytes differ from the uploaded ones";
+          if (i == 0) continue;  // warm-up
+          *up_gbps = std::max(*up_gbps, bytes / up_s / 1e9);
+          *down_gbps = std::max(*down_gbps, bytes / down_s / 1e9);
+        }
+      }
 
       for (int n : sizes) {
         for (auto [name, dtype] :
              {std::pair{"float32", tensord::DType::kFloat32},
-              std::pair{"bfloat16", tensord::DType::kBFloat16}}) {
+              std::pair{"bfloat16", tensord::DType::kBFloat16},
+              std::pair{"float16", tensord::DType::kFloat16}}) {
           Row r{n, name};
           const double s =
               ServiceMatMul(client, dev_name, n, dtype, min_seconds);
@@ -213,7 +227,8 @@ int main(int argc, char** argv) {
     const cuda::BenchPrecision p =
         r.precision == "float32" ? cuda::BenchPrecision::kFloat32
         : r.precision == "tf32"  ? cuda::BenchPrecision::kTF32
-                                 : cuda::BenchPrecision::kBFloat16;
+        : r.precision == "float16" ? cuda::BenchPrecision::kFloat16
+                                   : cuda::BenchPrecision::kBFloat16;
     const double flop = 2.0 * r.n * r.n * static_cast<double>(r.n);
     // About min_seconds of kernels, from the service's own rate.
     const int iterations = std::clamp(
@@ -250,13 +265,18 @@ int main(int argc, char** argv) {
   char buf[256];
   std::snprintf(
       buf, sizeof(buf),
-      "],\"upload_gbps\":%.3f,\"fetch_gbps\":%.3f,\"transfer_mib\":%d",
-      upload_gbps, fetch_gbps, absl::GetFlag(FLAGS_transfer_mib));
+      "],\"upload_gbps\":%.3f,\"fetch_gbps\":%.3f,\"cpu_upload_gbps\":%.3f,"
+      "\"cpu_fetch_gbps\":%.3f,\"transfer_mib\":%d",
+      upload_gbps, fetch_gbps, cpu_upload_gbps, cpu_fetch_gbps,
+      absl::GetFlag(FLAGS_transfer_mib));
   json += buf;
   if (!error.empty()) json += ",\"error\":\"" + JsonEscape(error) + "\"";
   json += "}";
-  std::fprintf(stderr, "upload %.2f GB/s, fetch %.2f GB/s\n", upload_gbps,
-               fetch_gbps);
+  std::fprintf(stderr,
+               "%s: upload %.2f GB/s, fetch %.2f GB/s; cpu: upload %.2f GB/s, "
+               "fetch %.2f GB/s\n",
+               dev_name.c_str(), upload_gbps, fetch_gbps, cpu_upload_gbps,
+               cpu_fetch_gbps);
   std::printf("%s\n", json.c_str());
   return error.empty() ? 0 : 1;
 }

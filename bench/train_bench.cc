@@ -11,6 +11,7 @@
 // i.e. libblas.so.3, OpenBLAS on this machine, and oneDNN for convolutions).
 //
 //   train_bench [--batches 4,64] [--steps 50] [--repeats 3] [--threads 2]
+//               [--device cuda:0 --address A --python python3]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -32,6 +33,11 @@ ABSL_FLAG(std::string, batches, "4,64", "batch sizes");
 ABSL_FLAG(int, steps, 50, "timed steps per run");
 ABSL_FLAG(int, repeats, 3, "runs per side (the best counts)");
 ABSL_FLAG(int, threads, 2, "torch threads (match the daemon's BLAS threads)");
+ABSL_FLAG(std::string, device, "cpu",
+          "the device both sides train on (cpu, cuda:0; torch uses the same "
+          "name)");
+ABSL_FLAG(std::string, python, "/usr/bin/python3",
+          "the Python that has torch (on GPU machines, the one with CUDA)");
 ABSL_FLAG(std::string, address, "",
           "measure this tensord instead of an in-process one");
 
@@ -44,15 +50,17 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 }
 
 // Milliseconds per training step through tensord at `batch`.
-double TensordStep(const tensord::Client& client, int batch, int steps) {
+double TensordStep(const tensord::Client& client, const std::string& device,
+                   int batch, int steps) {
   tensord::nn::manual_seed(1);
   tensord::examples::Net net(client);
+  net.to(device);
   tensord::optim::SGD optimizer(net.parameters(),
                                 {.lr = 0.001, .momentum = 0.9});
-  auto inputs = client.randn({batch, 3, 32, 32}, "cpu", 2);
+  auto inputs = client.randn({batch, 3, 32, 32}, device, 2);
   std::vector<int64_t> labels(batch);
   for (int i = 0; i < batch; ++i) labels[i] = i % 10;
-  auto target = client.tensor<int64_t>(labels);
+  auto target = client.tensor<int64_t>(labels).to(device);
   double running = 0;
   auto step = [&] {
     optimizer.zero_grad();
@@ -68,10 +76,11 @@ double TensordStep(const tensord::Client& client, int batch, int steps) {
 }
 
 // conv1's forward GFLOP/s at batch 64 through tensord.
-double TensordConv(const tensord::Client& client, int steps) {
-  auto x = client.randn({64, 3, 32, 32}, "cpu", 3);
-  auto w = client.randn({6, 3, 5, 5}, "cpu", 4);
-  auto b = client.randn({6}, "cpu", 5);
+double TensordConv(const tensord::Client& client, const std::string& device,
+                   int steps) {
+  auto x = client.randn({64, 3, 32, 32}, device, 3);
+  auto w = client.randn({6, 3, 5, 5}, device, 4);
+  auto b = client.randn({6}, device, 5);
   (void)tensord::conv2d(x, w, b).sum().item<float>();
   const auto t0 = Clock::now();
   for (int i = 0; i < steps; ++i) {
@@ -86,12 +95,14 @@ struct TorchResult {
   double ms = 0, conv_gflops = 0;
   std::string blas;
 };
-TorchResult TorchStep(int batch, int steps, int threads) {
+TorchResult TorchStep(const std::string& device, int batch, int steps,
+                      int threads) {
   std::ostringstream script;
   script << R"PY(
 import time, torch, torch.nn as nn, torch.nn.functional as F
 torch.set_num_threads()PY"
          << threads << R"PY()
+dev = torch.device(")PY" << device << R"PY(")
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
@@ -103,10 +114,10 @@ class Net(nn.Module):
         x = torch.flatten(x, 1); x = F.relu(self.fc1(x)); x = F.relu(self.fc2(x))
         return self.fc3(x)
 torch.manual_seed(1)
-net = Net(); opt = torch.optim.SGD(net.parameters(), lr=0.001, momentum=0.9)
+net = Net().to(dev); opt = torch.optim.SGD(net.parameters(), lr=0.001, momentum=0.9)
 b, steps = )PY"
          << batch << ", " << steps << R"PY(
-x = torch.randn(b, 3, 32, 32); y = torch.arange(b) % 10
+x = torch.randn(b, 3, 32, 32, device=dev); y = torch.arange(b, device=dev) % 10
 running = 0.0
 def step():
     global running
@@ -116,7 +127,8 @@ for _ in range(3): step()
 t0 = time.perf_counter()
 for _ in range(steps): step()
 ms = (time.perf_counter() - t0) * 1e3 / steps
-cx = torch.randn(64, 3, 32, 32); cw = torch.randn(6, 3, 5, 5); cb = torch.randn(6)
+cx = torch.randn(64, 3, 32, 32, device=dev); cw = torch.randn(6, 3, 5, 5, device=dev)
+cb = torch.randn(6, device=dev)
 F.conv2d(cx, cw, cb).sum().item()
 t0 = time.perf_counter()
 for _ in range(steps): F.conv2d(cx, cw, cb).sum().item()
@@ -132,7 +144,7 @@ print(ms, gf, blas)
   std::fputs(script.str().c_str(), f);
   std::fclose(f);
   TorchResult r;
-  FILE* p = popen(("/usr/bin/python3 " + path).c_str(), "r");
+  FILE* p = popen((absl::GetFlag(FLAGS_python) + " " + path).c_str(), "r");
   char line[512] = {0};
   if (p != nullptr && std::fgets(line, sizeof(line), p) != nullptr) {
     std::istringstream in(line);
@@ -157,6 +169,7 @@ int main(int argc, char** argv) {
   const int steps = std::max(1, absl::GetFlag(FLAGS_steps));
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
   const int threads = std::max(1, absl::GetFlag(FLAGS_threads));
+  const std::string device = absl::GetFlag(FLAGS_device);
   std::vector<int> batches;
   for (absl::string_view b :
        absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
@@ -175,8 +188,8 @@ int main(int argc, char** argv) {
   for (int batch : batches) {
     double best_ours = 1e30, best_torch = 1e30;
     for (int r = 0; r < repeats; ++r) {
-      best_ours = std::min(best_ours, TensordStep(client, batch, steps));
-      TorchResult t = TorchStep(batch, steps, threads);
+      best_ours = std::min(best_ours, TensordStep(client, device, batch, steps));
+      TorchResult t = TorchStep(device, batch, steps, threads);
       if (t.ms > 0) best_torch = std::min(best_torch, t.ms);
       blas = t.blas;
     }
@@ -193,8 +206,8 @@ int main(int argc, char** argv) {
   }
   double ours = 0, theirs = 0;
   for (int r = 0; r < repeats; ++r) {
-    ours = std::max(ours, TensordConv(client, steps));
-    theirs = std::max(theirs, TorchStep(1, 1, threads).conv_gflops);
+    ours = std::max(ours, TensordConv(client, device, steps));
+    theirs = std::max(theirs, TorchStep(device, 1, 1, threads).conv_gflops);
   }
   std::printf("%-22s %8d %8.2f GF/s %8.2f GF/s %8.2f\n", "conv2d_forward", 64,
               ours, theirs, ours / theirs);

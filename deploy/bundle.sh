@@ -3,7 +3,7 @@
 # machine that has only the NVIDIA driver.
 #
 #   deploy/bundle.sh [--build-dir DIR] [--out DIR] [--version V]
-#                    [--only NAME,NAME...] [--fast] [--keep-tree]
+#                    [--only NAME,NAME...] [--fast] [--keep-tree] [--lean]
 #
 # Without --build-dir it configures and builds a Release build with CUDA in
 # build-bundle/ (CUDA_ARCHS=90 for H100/H200 only; default all cloud GPUs).
@@ -19,8 +19,13 @@
 #   BUILD-INFO              version, commit, build flags, date
 # --only limits bin/ to the named binaries (tests/bundle uses it to stay
 # quick); --fast compresses with gzip -1; --keep-tree leaves the unpacked
-# tree next to the tarball. Needs patchelf (Debian: apt-get install
-# patchelf). Prints the tarball's path on its last line.
+# tree next to the tarball. --lean leaves CUDA's own libraries out (cudart,
+# cuBLAS, cuBLASLt -- cuBLASLt alone is over 500 MB) for a machine that has
+# the CUDA toolkit installed: binaries then find them through RUNPATH in the
+# standard locations (/usr/local/cuda/lib64, /usr/local/cuda/lib,
+# /usr/local/cuda/targets/<arch>-linux/lib) or the dynamic loader's cache;
+# CUDA_ARCHS=90 deploy/bundle.sh --lean is a 32 MiB .tar.xz (symbols
+# stripped too). Needs patchelf (Debian: apt-get install patchelf). Prints the tarball's path on its last line.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -30,6 +35,7 @@ version=""
 only=""
 gzip_level=6
 keep_tree=0
+lean=0
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -39,7 +45,8 @@ while [[ $# -gt 0 ]]; do
     --only) only=$2; shift 2 ;;
     --fast) gzip_level=1; shift ;;
     --keep-tree) keep_tree=1; shift ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --lean) lean=1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bundle.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -66,10 +73,11 @@ if [[ -z "$version" ]]; then
 fi
 arch=$(uname -m)
 name="tensord-bundle-$version-$arch"
+[[ $lean -eq 1 ]] && name="$name-lean"
 mkdir -p "$out_dir"
 out_dir=$(cd "$out_dir" && pwd)
 stage="$out_dir/$name"
-rm -rf "$stage" "$out_dir/$name.tar.gz"
+rm -rf "$stage" "$out_dir/$name.tar.gz" "$out_dir/$name.tar.xz"
 mkdir -p "$stage/bin" "$stage/lib"
 
 # --- Binaries ------------------------------------------------------------
@@ -109,6 +117,17 @@ system_lib() {
   esac
   return 1
 }
+# CUDA's own libraries: in the bundle unless --lean.
+cuda_lib() {
+  case "$1" in
+    libcudart.so*|libcublas.so*|libcublasLt.so*|libcurand.so*|libnvrtc*| \
+    libnvJitLink.so*) return 0 ;;
+  esac
+  return 1
+}
+cuda_targets="$arch-linux"
+[[ "$arch" == aarch64 ]] && cuda_targets=sbsa-linux
+cuda_runpath="/usr/local/cuda/lib64:/usr/local/cuda/lib:/usr/local/cuda/targets/$cuda_targets/lib"
 declare -A copied=()
 missing=()
 for bin in "${binaries[@]}"; do
@@ -116,6 +135,7 @@ for bin in "${binaries[@]}"; do
   while read -r soname arrow path _; do
     [[ "$arrow" == "=>" ]] || continue
     system_lib "$soname" && continue
+    [[ $lean -eq 1 ]] && cuda_lib "$soname" && continue
     if [[ "$path" == "not" ]]; then
       missing+=("$soname (needed by $(basename "$bin"))")
       continue
@@ -129,9 +149,16 @@ done
 [[ ${#missing[@]} -eq 0 ]] || die "unresolved libraries: ${missing[*]}"
 
 # --- Strip and point at lib/ -----------------------------------------------
+# A lean bundle keeps no symbol tables either (a third of the binaries).
+strip_mode=--strip-debug
+[[ $lean -eq 1 ]] && strip_mode=--strip-all
 for bin in "${binaries[@]}"; do
-  strip --strip-debug "$bin" 2>/dev/null || true
-  patchelf --set-rpath '$ORIGIN/../lib' "$bin"
+  strip "$strip_mode" "$bin" 2>/dev/null || true
+  if [[ $lean -eq 1 ]]; then
+    patchelf --set-rpath "\$ORIGIN/../lib:$cuda_runpath" "$bin"
+  else
+    patchelf --set-rpath '$ORIGIN/../lib' "$bin"
+  fi
 done
 for lib in "$stage"/lib/*; do
   [[ -e "$lib" ]] || continue
@@ -140,7 +167,11 @@ for lib in "$stage"/lib/*; do
     libcublas*|libcudart*|libcurand*) ;;
     *) strip --strip-debug "$lib" 2>/dev/null || true ;;
   esac
-  patchelf --set-rpath '$ORIGIN' "$lib"
+  if [[ $lean -eq 1 ]]; then
+    patchelf --set-rpath "\$ORIGIN:$cuda_runpath" "$lib"
+  else
+    patchelf --set-rpath '$ORIGIN' "$lib"
+  fi
 done
 
 # --- Validation script and build info ---------------------------------------
@@ -154,11 +185,19 @@ dirty=$(git -C "$repo" status --porcelain 2>/dev/null | head -1)
   echo "build_type: $(cache_value CMAKE_BUILD_TYPE)"
   echo "cuda: $(cache_value TENSORD_CUDA)"
   echo "cuda_architectures: $(cache_value CMAKE_CUDA_ARCHITECTURES)"
+  echo "cuda_libraries: $([[ $lean -eq 1 ]] && echo "the machine's ($cuda_runpath)" || echo bundled)"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -sr)"
   echo "binaries: ${#binaries[@]}; libraries: ${#copied[@]}"
 } >"$stage/BUILD-INFO"
 
-tar -C "$out_dir" -cf - "$name" | gzip -"$gzip_level" >"$out_dir/$name.tar.gz"
+if [[ $lean -eq 1 ]]; then
+  # xz: 32 MiB where gzip gives 70 (OpenBLAS alone is 37 MB unpacked).
+  tarball="$out_dir/$name.tar.xz"
+  tar -C "$out_dir" -cf - "$name" | xz -T0 -6 >"$tarball"
+else
+  tarball="$out_dir/$name.tar.gz"
+  tar -C "$out_dir" -cf - "$name" | gzip -"$gzip_level" >"$tarball"
+fi
 [[ $keep_tree -eq 1 ]] || rm -rf "$stage"
 echo "bundle.sh: ${#binaries[@]} binaries, ${#copied[@]} libraries" >&2
-echo "$out_dir/$name.tar.gz"
+echo "$tarball"

@@ -53,8 +53,9 @@ build_pkgs=(
   iproute2
   # tests/deploy parses the Kubernetes and Compose YAML.
   python3-yaml
-  # deploy/bundle.sh sets the bundle's RUNPATH (tests/bundle).
-  patchelf
+  # deploy/bundle.sh sets the bundle's RUNPATH (tests/bundle); --lean
+  # bundles are .tar.xz.
+  patchelf xz-utils
   # `make fuzz`: clang with libFuzzer and the sanitizer runtimes (the
   # unversioned names follow each release's default LLVM: 14 on Debian 12);
   # llvm gives llvm-symbolizer for readable sanitizer stacks.

@@ -17,7 +17,7 @@ namespace tensord::server {
 const std::vector<std::string>& ConfigurableFlags() {
   static const std::vector<std::string> kFlags = {
       "listen",       "host_devices",      "memory_limit",
-      "gpu_memory_limit", "log_level",     "metrics_listen",
+      "gpu_memory_limit", "allow_tf32", "log_level",     "metrics_listen",
       "shutdown_grace_ms", "port_file",    "auth_token_file",
       "tls_cert",         "tls_key",       "tls_client_ca",
       "insecure",         "session_ttl",   "max_sessions",

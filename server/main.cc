@@ -47,6 +47,10 @@ ABSL_FLAG(std::string, memory_limit, "",
           "shared among the host devices)");
 ABSL_FLAG(std::string, gpu_memory_limit, "",
           "memory budget of each GPU (default: its memory less a 5% reserve)");
+ABSL_FLAG(bool, allow_tf32, false,
+          "float32 matmuls on GPUs may use TF32 tensor cores (10-bit "
+          "mantissa inputs, float32 accumulation), as PyTorch's "
+          "torch.backends.cuda.matmul.allow_tf32; off: exact float32");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off");
 ABSL_FLAG(std::string, port_file, "",
@@ -264,7 +268,8 @@ int main(int argc, char** argv) {
   }
 
   tensord::core::AcceleratorDiscovery accelerators =
-      tensord::core::DiscoverAccelerators();
+      tensord::core::DiscoverAccelerators(
+          {.allow_tf32 = absl::GetFlag(FLAGS_allow_tf32)});
   spdlog::info("{}", accelerators.summary);
   options.runtime.extra_devices = std::move(accelerators.devices);
 

@@ -13,7 +13,8 @@ mkdir -p "$scratch"
 trap 'rm -rf "$scratch"' EXIT
 tarball=$(bash "$src/deploy/bundle.sh" --build-dir "$build" --out "$scratch" \
               --version check --fast \
-              --only tensord,tensorctl,core_dtype_shape_test | tail -1)
+              --only tensord,tensorctl,core_dtype_shape_test,stress_fault_test,fault_client \
+            | tail -1)
 echo "bundle: $tarball ($(du -h "$tarball" | cut -f1))"
 [[ "$(basename "$tarball")" == "tensord-bundle-check-$(uname -m).tar.gz" ]]
 mkdir "$scratch/unpacked"
@@ -56,4 +57,30 @@ grep -q "Usage: tensord" <<<"$help" || { echo "FAIL: tensord --help: $help"; exi
 "$root/bin/core_dtype_shape_test" --gtest_brief=1 >"$scratch/test.log" 2>&1 ||
   { cat "$scratch/test.log"; echo "FAIL: core_dtype_shape_test"; exit 1; }
 tail -1 "$scratch/test.log"
+# A test that spawns a helper binary finds it in the bundle's bin/, not in
+# the build tree it was built in (the first GPU run failed on this).
+"$root/bin/stress_fault_test" --gtest_brief=1 \
+    --gtest_filter=FaultTest.KilledClientsAreReclaimed >"$scratch/fault.log" 2>&1 ||
+  { cat "$scratch/fault.log"; echo "FAIL: stress_fault_test from the bundle"; exit 1; }
 echo "PASS: bundle binaries start with LD_LIBRARY_PATH unset"
+
+# --lean: CUDA's own libraries left to the machine, found through RUNPATH.
+# (The scratch directory lies inside the build tree that bundle.sh searches
+# for binaries: the first bundle's tree goes first.)
+rm -rf "$scratch/unpacked" "$tarball"
+lean=$(bash "$src/deploy/bundle.sh" --build-dir "$build" --out "$scratch/lean" \
+           --version check --lean --only tensord | tail -1)
+[[ "$(basename "$lean")" == "tensord-bundle-check-$(uname -m)-lean.tar.xz" ]] ||
+  { echo "FAIL: lean bundle named $lean"; exit 1; }
+mkdir "$scratch/lean/unpacked"
+tar -C "$scratch/lean/unpacked" -xJf "$lean"
+lroot="$scratch/lean/unpacked/tensord-bundle-check-$(uname -m)-lean"
+if compgen -G "$lroot/lib/libcudart.so*" >/dev/null ||
+   compgen -G "$lroot/lib/libcublas*" >/dev/null; then
+  echo "FAIL: the lean bundle ships CUDA's libraries"; exit 1
+fi
+[[ "$(patchelf --print-rpath "$lroot/bin/tensord")" == '$ORIGIN/../lib:/usr/local/cuda/lib64:'* ]] ||
+  { echo "FAIL: lean RUNPATH $(patchelf --print-rpath "$lroot/bin/tensord")"; exit 1; }
+grep -q "^cuda_libraries: the machine's" "$lroot/BUILD-INFO" ||
+  { echo "FAIL: lean BUILD-INFO"; cat "$lroot/BUILD-INFO"; exit 1; }
+echo "PASS: lean bundle ($(du -h "$lean" | cut -f1)) leaves CUDA's libraries to the machine"

@@ -27,7 +27,8 @@ import yaml
 # ConfigurableFlags() in server/config.cc). The example config documents
 # every one of them.
 CONFIG_KEYS = {
-    "listen", "host_devices", "memory_limit", "gpu_memory_limit", "log_level",
+    "listen", "host_devices", "memory_limit", "gpu_memory_limit", "allow_tf32",
+    "log_level",
     "metrics_listen", "shutdown_grace_ms", "port_file",
     "auth_token_file", "tls_cert", "tls_key", "tls_client_ca", "insecure",
     "session_ttl", "max_sessions", "session_max_bytes", "session_max_tensors",

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,6 +51,18 @@ struct Victim {
   std::string buffered;
 };
 
+// fault_client beside this test binary (the build tree keeps them in one
+// directory, and so does a bundle's bin/), else where the build put it.
+std::string FaultClientPath() {
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    const auto sibling = self.parent_path() / "fault_client";
+    if (std::filesystem::exists(sibling, error)) return sibling.string();
+  }
+  return TENSORD_FAULT_CLIENT;
+}
+
 Victim Spawn(const std::string& address, const std::string& mode) {
   int fds[2];
   if (pipe(fds) != 0) ADD_FAILURE() << "pipe";
@@ -58,7 +71,7 @@ Victim Spawn(const std::string& address, const std::string& mode) {
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
   posix_spawn_file_actions_addclose(&actions, fds[0]);
   posix_spawn_file_actions_addclose(&actions, fds[1]);
-  std::string path = TENSORD_FAULT_CLIENT;
+  std::string path = FaultClientPath();
   char* argv[] = {path.data(), const_cast<char*>(address.c_str()),
                   const_cast<char*>(mode.c_str()), nullptr};
   Victim v;
