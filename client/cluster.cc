@@ -147,7 +147,7 @@ struct Cluster::Directory {
       sessions;  // guarded by mu
 };
 
-void Cluster::Publish(const std::vector<std::shared_ptr<Node>>& nodes) {
+void Cluster::Publish(const std::vector<std::shared_ptr<Node>>& nodes) const {
   std::map<std::string, std::weak_ptr<const internal::Session>, std::less<>>
       sessions;
   for (const auto& node : nodes) {
@@ -230,7 +230,18 @@ std::shared_ptr<Cluster::Node> Cluster::Join(
   connect.address = address;
   std::shared_ptr<grpc::Channel> channel = MakeChannel(connect);
   const auto deadline = std::chrono::system_clock::now() + options.node_timeout;
-  if (!channel->WaitForConnected(deadline)) return nullptr;
+  // Connected, or given up on: a refused connection (a dead daemon at a
+  // listed address) returns at once rather than retrying until the
+  // deadline; an address that does not answer at all takes the timeout.
+  for (grpc_connectivity_state state = channel->GetState(true);
+       state != GRPC_CHANNEL_READY;) {
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE ||
+        state == GRPC_CHANNEL_SHUTDOWN ||
+        !channel->WaitForStateChange(state, deadline)) {
+      return nullptr;
+    }
+    state = channel->GetState(true);
+  }
   // The node's name, before opening anything on it.
   auto stub = internal::v1::TensorService::NewStub(channel);
   grpc::ClientContext context;
@@ -264,9 +275,14 @@ std::vector<std::string> Cluster::nodes() const {
 }
 
 Client Cluster::node(std::string_view name) const {
-  const std::vector<std::shared_ptr<Node>> nodes = Snapshot();
-  for (const auto& node : nodes) {
-    if (node->name == name) return node->client;
+  std::vector<std::shared_ptr<Node>> nodes;
+  for (int look = 0; look < 2; ++look) {
+    // The second look: perhaps a node that is new, or came back.
+    if (look == 1) Refresh();
+    nodes = Snapshot();
+    for (const auto& node : nodes) {
+      if (node->name == name) return node->client;
+    }
   }
   std::vector<std::string> names;
   for (const auto& node : nodes) names.push_back(node->name);
@@ -288,15 +304,33 @@ Client Cluster::On(const Device& device) const {
 }
 
 std::vector<DeviceInfo> Cluster::devices() const {
+  auto list = [this](const std::vector<std::shared_ptr<Node>>& nodes) {
+    return WithinTimeout<std::shared_ptr<Node>, std::vector<DeviceInfo>>(
+        nodes, options_.node_timeout, [](const std::shared_ptr<Node>& node) {
+          return node->client.devices();
+        });
+  };
   const std::vector<std::shared_ptr<Node>> nodes = Snapshot();
-  const auto listed = WithinTimeout<std::shared_ptr<Node>,
-                                    std::vector<DeviceInfo>>(
-      nodes, options_.node_timeout,
-      [](const std::shared_ptr<Node>& node) { return node->client.devices(); });
-  std::vector<DeviceInfo> out;
-  for (const auto& devices : listed) {
-    if (!devices.result.has_value()) continue;  // it did not answer in time
-    out.insert(out.end(), devices.result->begin(), devices.result->end());
+  const auto listed = list(nodes);
+  std::map<std::string, std::vector<DeviceInfo>> by_node;
+  std::vector<bool> alive;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    alive.push_back(listed[i].result.has_value());
+    if (alive.back()) by_node[nodes[i]->name] = *listed[i].result;
+  }
+  // A node that did not answer (or answered as a restarted server): the
+  // name is resolved again, so a pod that came back at a new address, or a
+  // restarted daemon, joins again, and its devices are listed too.
+  if (std::find(alive.begin(), alive.end(), false) != alive.end()) {
+    const std::vector<std::shared_ptr<Node>> added = Reconcile(nodes, alive);
+    const auto more = list(added);
+    for (size_t i = 0; i < added.size(); ++i) {
+      if (more[i].result.has_value()) by_node[added[i]->name] = *more[i].result;
+    }
+  }
+  std::vector<DeviceInfo> out;  // in node order
+  for (auto& [name, devices] : by_node) {
+    out.insert(out.end(), devices.begin(), devices.end());
   }
   return out;
 }
@@ -309,17 +343,29 @@ std::string Cluster::session() const {
   return JoinNames(parts, ",");
 }
 
-void Cluster::refresh() {
+void Cluster::refresh() { Refresh(); }
+
+void Cluster::Refresh() const {
   const std::vector<std::shared_ptr<Node>> current = Snapshot();
+  // A node answers as itself: a restarted server (another instance, this
+  // session's tensors gone) throws here and is joined again, afresh.
   const auto answered = WithinTimeout<std::shared_ptr<Node>, bool>(
       current, options_.node_timeout, [](const std::shared_ptr<Node>& node) {
         node->client.server_version();  // throws when it does not answer
         return true;
       });
+  std::vector<bool> alive;
+  for (const auto& outcome : answered) alive.push_back(outcome.result.has_value());
+  Reconcile(current, alive);
+}
+
+std::vector<std::shared_ptr<Cluster::Node>> Cluster::Reconcile(
+    const std::vector<std::shared_ptr<Node>>& current,
+    const std::vector<bool>& alive) const {
   std::vector<std::shared_ptr<Node>> kept;
   std::vector<std::string> known;
   for (size_t i = 0; i < current.size(); ++i) {
-    if (!answered[i].result.has_value()) continue;
+    if (!alive[i]) continue;
     kept.push_back(current[i]);
     known.push_back(current[i]->address);
   }
@@ -334,19 +380,23 @@ void Cluster::refresh() {
       [options = options_](const std::string& address) {
         return Join(options, address, "");
       });
+  std::vector<std::shared_ptr<Node>> added;
   for (const auto& outcome : joined) {
     const std::shared_ptr<Node>& node = outcome.result.value_or(nullptr);
     if (node == nullptr) continue;
     const bool taken = std::any_of(
         kept.begin(), kept.end(),
         [&](const std::shared_ptr<Node>& k) { return k->name == node->name; });
-    if (!taken) kept.push_back(node);
+    if (taken) continue;
+    kept.push_back(node);
+    added.push_back(node);
   }
   std::sort(kept.begin(), kept.end(),
             [](const auto& a, const auto& b) { return a->name < b->name; });
   Publish(kept);
   std::lock_guard<std::mutex> lock(mu_);
   nodes_ = std::move(kept);
+  return added;
 }
 
 Tensor Cluster::zeros(std::vector<int64_t> shape, DType dtype,

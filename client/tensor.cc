@@ -71,17 +71,40 @@ Tensor Tensor::ToNode(const std::string& node, const Device& device) const {
     throw Error(StatusCode::NOT_FOUND,
                 "no node '" + node + "' in this tensor's cluster");
   }
+  // A node that cannot be reached is named in the error: the client's
+  // own connection failed, so no server said which node it was.
+  auto unreachable = [](const Error& e, std::string_view which) {
+    if (e.code() != StatusCode::UNAVAILABLE &&
+        e.code() != StatusCode::DEADLINE_EXCEEDED) {
+      throw;
+    }
+    throw Error(e.code(), "node '" + std::string(which) + "': " + e.message());
+  };
+  std::string source = state_->session->node_prefix();
+  if (!source.empty()) source.pop_back();  // "tensord-0/" -> "tensord-0"
   internal::v1::GrantTransferRequest grant;
   grant.set_handle(state_->handle);
   grant.set_destination_node(node);
-  const internal::v1::GrantTransferResponse granted = state_->session->Call(
-      &TensorService::Stub::GrantTransfer, std::move(grant));
+  internal::v1::GrantTransferResponse granted;
+  try {
+    granted = state_->session->Call(&TensorService::Stub::GrantTransfer,
+                                    std::move(grant));
+  } catch (const Error& e) {
+    unreachable(e, source);
+  }
   internal::v1::ImportRequest import;
   import.set_source_node(granted.source_node());
   import.set_grant(granted.grant());
   import.set_device(device.str());
-  return Tensor(peer->Adopt(
-      peer->Call(&TensorService::Stub::Import, std::move(import)).tensor()));
+  internal::v1::TensorInfo info;
+  try {
+    info = peer->Call(&TensorService::Stub::Import, std::move(import)).tensor();
+  } catch (const Error& e) {
+    // The destination's own answer (a dead source, say) names its cause.
+    if (e.message().find("node '") != std::string::npos) throw;
+    unreachable(e, node);
+  }
+  return Tensor(peer->Adopt(info));
 }
 
 template <typename T>

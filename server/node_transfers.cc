@@ -225,6 +225,11 @@ absl::StatusOr<GrantTable::Issued> GrantTable::Issue(
 absl::Status GrantTable::Pull(const v1::PullChunkRequest& req,
                               std::string_view caller,
                               v1::PullChunkResponse* resp) {
+  if (req.grant().size() > kMaxGrantBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grant is ", req.grant().size(), " bytes; grants are ",
+        kMaxGrantBytes, " at most (the 32 hex digits GrantTransfer returned)"));
+  }
   std::shared_ptr<Grant> grant;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -336,16 +341,25 @@ absl::Status NodeTransfers::Import(const v1::ImportRequest& req,
   RETURN_IF_ERROR(runtime_->KeepAlive(req.session()).status());
   ASSIGN_OR_RETURN(const std::string address, peers_.AddressOf(req.source_node()));
   ASSIGN_OR_RETURN(const std::string token, tokens_.TokenOf(runtime_->node_name()));
-  if (req.grant().empty() || req.grant().size() > 64) {
+  if (req.grant().empty() || req.grant().size() > GrantTable::kMaxGrantBytes) {
     return absl::InvalidArgumentError("grant: expected the 32 hex digits "
                                       "GrantTransfer returned");
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!redeemed_.insert(req.grant()).second) {
+    const Clock::time_point now = Clock::now();
+    while (!redeemed_order_.empty() &&
+           now - redeemed_order_.front().first > GrantTable::kMaxTtl) {
+      auto it = redeemed_.find(redeemed_order_.front().second);
+      if (it != redeemed_.end() && it->second == redeemed_order_.front().first)
+        redeemed_.erase(it);
+      redeemed_order_.pop_front();
+    }
+    if (!redeemed_.emplace(req.grant(), now).second) {
       return absl::FailedPreconditionError(
           "this grant was already imported here (a grant moves a tensor once)");
     }
+    redeemed_order_.emplace_back(now, req.grant());
   }
   // A failed import may be tried again with the same grant.
   bool imported = false;

@@ -19,16 +19,17 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/runtime.h"
@@ -82,6 +83,9 @@ class GrantTable {
   static constexpr size_t kMaxGrants = 1024;
   static constexpr std::chrono::milliseconds kDefaultTtl{60'000};
   static constexpr std::chrono::milliseconds kMaxTtl{600'000};
+  // A grant is 32 hex digits; a request's grant field longer than this is
+  // INVALID_ARGUMENT.
+  static constexpr size_t kMaxGrantBytes = 64;
 
   struct Issued {
     std::string grant;
@@ -94,7 +98,8 @@ class GrantTable {
                                std::string destination,
                                std::chrono::milliseconds ttl);
   // Serves the chunk at `offset` to node `caller`, or ends the grant
-  // (`finish`). NOT_FOUND for an unknown, finished or expired grant;
+  // (`finish`). INVALID_ARGUMENT for a grant over kMaxGrantBytes;
+  // NOT_FOUND for an unknown, finished or expired grant;
   // PERMISSION_DENIED when `caller` is not the destination; OUT_OF_RANGE
   // for an offset past the end.
   absl::Status Pull(const v1::PullChunkRequest& req, std::string_view caller,
@@ -149,8 +154,14 @@ class NodeTransfers {
   const uint32_t chunk_bytes_;
   GrantTable grants_;
   std::mutex mu_;
-  // Grants this node has redeemed (or is redeeming): each once.
-  absl::flat_hash_set<std::string> redeemed_;
+  // Grants this node has redeemed (or is redeeming): each once. A grant
+  // cannot outlive GrantTable::kMaxTtl at its source, so entries older than
+  // that are forgotten (a replay then fails at the source, NOT_FOUND):
+  // `redeemed_order_` holds them oldest first.
+  absl::flat_hash_map<std::string, std::chrono::steady_clock::time_point>
+      redeemed_;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, std::string>>
+      redeemed_order_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
 };
 

@@ -23,7 +23,12 @@
 //
 // Discovery: a list of addresses, or one DNS name that resolves to every
 // node (a Kubernetes headless Service). refresh() resolves the name again,
-// connects to nodes that appeared and drops those that stopped answering.
+// connects to nodes that appeared and drops those that stopped answering
+// or answer as a restarted server (their sessions' tensors are gone; the
+// node joins again with a new session). The cluster does the same by
+// itself when devices() finds a node that does not answer, and when a
+// device or node() names a node it does not have: a pod that restarted
+// under a new address, or a daemon that restarted, is found again.
 // A node must answer within ClusterOptions::node_timeout, or it is left
 // out: of the cluster when it is built or refreshed, of devices() when it
 // is listed, so a dead node never hangs calls about the others.
@@ -82,9 +87,11 @@ class Cluster {
 
   // The nodes' names, sorted.
   std::vector<std::string> nodes() const;
-  // The Client of node `name` (NOT_FOUND naming the nodes there are).
+  // The Client of node `name` (NOT_FOUND naming the nodes there are, after
+  // looking again as refresh() does).
   Client node(std::string_view name) const;
-  // Every answering node's devices, named by node, in node order.
+  // Every answering node's devices, named by node, in node order (nodes
+  // that do not answer are looked for again, as refresh() does).
   std::vector<DeviceInfo> devices() const;
   // "node=<session id>,..." in node order: the cluster's session id.
   std::string session() const;
@@ -136,16 +143,25 @@ class Cluster {
                                     std::string_view cluster_session);
   std::vector<std::string> Addresses() const;
   std::vector<std::shared_ptr<Node>> Snapshot() const;
+  // refresh(), for the const methods that find a node missing or dead.
+  void Refresh() const;
+  // Keeps the nodes of `current` that are `alive`, joins the nodes at
+  // addresses (resolved again) that none of those has, publishes the
+  // result; returns the nodes it joined.
+  std::vector<std::shared_ptr<Node>> Reconcile(
+      const std::vector<std::shared_ptr<Node>>& current,
+      const std::vector<bool>& alive) const;
 
   // Ties the nodes' sessions together, for moves between them.
   struct Directory;
-  void Publish(const std::vector<std::shared_ptr<Node>>& nodes);
+  void Publish(const std::vector<std::shared_ptr<Node>>& nodes) const;
 
   const std::vector<std::string> addresses_;
   const std::string dns_name_;
   const ClusterOptions options_;
   mutable std::mutex mu_;
-  std::vector<std::shared_ptr<Node>> nodes_;  // guarded by mu_, by name
+  // Guarded by mu_, by name; mutable: the const methods rejoin nodes.
+  mutable std::vector<std::shared_ptr<Node>> nodes_;
   const std::shared_ptr<Directory> directory_;
 };
 

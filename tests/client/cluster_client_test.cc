@@ -5,11 +5,18 @@
 // the qualified names, moves between nodes server to server (grants bound
 // to one tensor and one node, once, before their deadline), sessions
 // re-attached by the cluster's id, discovery through DNS (over TCP), and a
-// node that dies vanishing without hanging the others.
+// node that dies vanishing without hanging the others; a destination
+// daemon killed mid-transfer (a real process, SIGKILL) leaving the source
+// whole and nothing half-made, and the move completing once it restarts.
 #include "tensord/cluster.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -270,6 +277,12 @@ TEST_F(ClusterTest, GrantsCannotBeMisused) {
   // A made-up grant, and a source this node has no address for.
   EXPECT_EQ(import_on(1, "tensord-0", std::string(32, 'a')).error_code(),
             grpc::StatusCode::NOT_FOUND);
+  // An oversized grant is refused at both ends before any lookup.
+  s = pull(0, "node-one-token-0123456789", std::string(65, 'a'));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("grant is 65 bytes"));
+  EXPECT_EQ(import_on(1, "tensord-0", std::string(65, 'a')).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
   s = import_on(1, "evil/host", grant_for("tensord-1").grant());
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   // A grant does not outlive its deadline.
@@ -299,6 +312,7 @@ TEST_F(ClusterTest, AMoveFromADeadNodeLeavesNothingHalfMade) {
   servers_[0].reset();  // the source dies
   Error e = ErrorOf([&] { (void)x.to("tensord-1/cpu:0"); });
   EXPECT_EQ(e.code(), StatusCode::UNAVAILABLE);
+  EXPECT_THAT(e.what(), HasSubstr("node 'tensord-0'"));
   // Granting needs the source itself, so the client learns it first.
   EXPECT_TRUE(node1.tensors().empty());
   EXPECT_EQ(node1.devices()[0].held_memory, held_before);
@@ -442,6 +456,123 @@ TEST(ClusterMoveTest, TheClientSendsLittleAndACutTransferResumes) {
   EXPECT_GE(between_nodes.connections(), 3u) << "both cuts hit the transfer";
   EXPECT_EQ(y.device().str(), "tensord-1/cpu");
   EXPECT_TRUE(y.fetch<float>() == values) << "the bytes arrived whole";
+  std::filesystem::remove_all(dir);
+}
+
+// A tensord daemon process (the build's binary), for a test that must kill
+// one the way a machine dies: SIGKILL, no shutdown.
+class DaemonProcess {
+ public:
+  DaemonProcess(const std::filesystem::path& dir, std::vector<std::string> flags)
+      : port_file_(dir / "daemon.port") {
+    std::filesystem::remove(port_file_);
+    std::vector<std::string> args = {TENSORD_DAEMON, "--port-file",
+                                     port_file_.string(), "--log-level",
+                                     "warn"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    EXPECT_EQ(posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(),
+                          environ),
+              0)
+        << "cannot spawn " << argv[0];
+    for (int i = 0; i < 300 && port_.empty(); ++i) {
+      std::ifstream in(port_file_);
+      std::getline(in, port_);
+      if (port_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_FALSE(port_.empty()) << "the daemon did not start";
+  }
+  ~DaemonProcess() { Kill(); }
+  std::string address() const { return "127.0.0.1:" + port_; }
+  const std::string& port() const { return port_; }
+  void Kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  std::filesystem::path port_file_;
+  pid_t pid_ = -1;
+  std::string port_;
+};
+
+// The destination dies (SIGKILL) while it pulls a 64 MiB tensor: the client
+// gets UNAVAILABLE naming it, the source tensor is whole, the source holds
+// no more than before; the daemon restarts at the same address, the
+// cluster finds it again (a restarted server: a new session), and the same
+// move, tried again, completes with every byte.
+TEST(ClusterMoveTest, ADestinationKilledMidTransferThenRestartedTakesTheRetry) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("tensord-cluster-kill-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "node-tokens") << kTokens;
+  server::ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.runtime.node_name = "tensord-0";
+  options.node_token_file = (dir / "node-tokens").string();
+  auto source = std::move(server::Server::Start(std::move(options))).value();
+  CuttableProxy between_nodes(source->port());  // counts the pull's bytes
+  const std::vector<std::string> flags = {
+      "--node-name", "tensord-1", "--node-token-file",
+      (dir / "node-tokens").string(), "--peers",
+      "tensord-0=" + between_nodes.address()};
+  auto with_listen = [&](const std::string& port) {
+    std::vector<std::string> f = flags;
+    f.push_back("--listen");
+    f.push_back("127.0.0.1:" + port);
+    return f;
+  };
+  auto destination = std::make_unique<DaemonProcess>(dir, with_listen("0"));
+  const std::string port = destination->port();
+  ClusterOptions cluster_options;
+  cluster_options.node_timeout = std::chrono::milliseconds(5000);
+  Cluster cluster({source->address(), destination->address()},
+                  cluster_options);
+
+  std::vector<float> values(16 << 20);  // 64 MiB
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  auto x = cluster.tensor(values, {static_cast<int64_t>(values.size())},
+                          "tensord-0/cpu");
+  Client node0 = cluster.node("tensord-0");
+  node0.synchronize();
+  const uint64_t held_before = node0.devices()[0].held_memory;
+  std::atomic<bool> done{false};
+  std::thread killer([&] {
+    while (!done && between_nodes.bytes() < (uint64_t{8} << 20)) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    destination->Kill();  // mid-transfer, or before the move if it lost
+  });
+  Error e(StatusCode::OK, "no error");
+  try {
+    (void)x.to("tensord-1/cpu");
+  } catch (const Error& error) {
+    e = error;
+  }
+  done = true;
+  killer.join();
+  EXPECT_EQ(e.code(), StatusCode::UNAVAILABLE) << e.what();
+  EXPECT_THAT(e.what(), HasSubstr("node 'tensord-1'"));
+  EXPECT_TRUE(x.fetch<float>() == values) << "the source tensor is whole";
+  EXPECT_EQ(node0.devices()[0].held_memory, held_before)
+      << "nothing half-made at the source";
+
+  // The daemon restarts at its address; the cluster finds it again.
+  destination = std::make_unique<DaemonProcess>(dir, with_listen(port));
+  const std::vector<DeviceInfo> devices = cluster.devices();
+  EXPECT_TRUE(std::any_of(devices.begin(), devices.end(), [](const auto& d) {
+    return d.name == "tensord-1/cpu";
+  })) << "the restarted node is listed again";
+  auto y = x.to("tensord-1/cpu");
+  EXPECT_EQ(y.device().str(), "tensord-1/cpu");
+  EXPECT_TRUE(y.fetch<float>() == values) << "the retry moved every byte";
+  EXPECT_EQ(cluster.node("tensord-1").tensors().size(), 1u)
+      << "only the moved tensor: nothing left of the killed attempt";
   std::filesystem::remove_all(dir);
 }
 
