@@ -160,15 +160,14 @@ class Session:
                     request, metadata=self._metadata + metadata)
             except grpc.RpcError as e:
                 self._check_instance(e.trailing_metadata())
-                code = e.code()
-                if (mutating and not waited and code == grpc.StatusCode.RESOURCE_EXHAUSTED
+                if (mutating and not waited
+                        and e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
                         and self._releases_pending()):
                     waited = True
                     self.wait_for_releases()
                     continue
-                if (code == grpc.StatusCode.UNAVAILABLE and attempt + 1 < RETRY_ATTEMPTS
-                        and "shutting down" not in (e.details() or "")):
-                    time.sleep(RETRY_BACKOFF_S * 2 ** attempt)
+                if self._retryable(e, attempt):
+                    self._backoff(attempt)
                     attempt += 1
                     continue
                 self._end_carry(taken, sent=False)
@@ -179,10 +178,17 @@ class Session:
             return response
 
     def _retryable(self, error, attempt):
-        """Whether a failed call (grpc.RpcError) should be made again."""
+        """Whether a failed call (grpc.RpcError) should be made again: a
+        dropped connection, not a server that is shutting down, within
+        RETRY_ATTEMPTS (a restarted server raises here instead)."""
         self._check_instance(error.trailing_metadata())
         return (error.code() == grpc.StatusCode.UNAVAILABLE and attempt + 1 < RETRY_ATTEMPTS
                 and "shutting down" not in (error.details() or ""))
+
+    @staticmethod
+    def _backoff(attempt):
+        """Waits before retry number attempt + 1 (exponential backoff)."""
+        time.sleep(RETRY_BACKOFF_S * 2 ** attempt)
 
     def upload(self, header, data, chunk_bytes, on_chunk=None):
         """Upload's reply for `header` (an UploadRequest.Header) and `data`;
@@ -215,7 +221,7 @@ class Session:
             except grpc.RpcError as e:
                 if not self._retryable(e, attempt):
                     raise from_rpc_error(e) from None
-            time.sleep(RETRY_BACKOFF_S * 2 ** attempt)
+            self._backoff(attempt)
             attempt += 1
         self._last_contact = time.monotonic()
         self._check_instance(call.trailing_metadata())
@@ -236,7 +242,7 @@ class Session:
             except grpc.RpcError as e:
                 if not self._retryable(e, attempt):
                     raise from_rpc_error(e) from None
-            time.sleep(RETRY_BACKOFF_S * 2 ** attempt)
+            self._backoff(attempt)
             attempt += 1
         self._last_contact = time.monotonic()
 
