@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/shared_memory.h"
@@ -718,6 +719,14 @@ absl::Status TensorServiceImpl::ReadImpl(grpc::CallbackServerContext* ctx,
     return absl::OutOfRangeError(
         absl::StrCat("read of ", n, " bytes at offset ", offset,
                      " runs past the end of the tensor (", end, " bytes)"));
+  }
+  const std::string& device = reader->meta().device;
+  const bool on_host = device == "cpu" || absl::StartsWith(device, "cpu:");
+  if (req.if_small_on_host() && (n > kMaxFetchChunkBytes || !on_host)) {
+    ToProto(reader->meta(), resp->mutable_tensor());  // the info, no data
+    resp->set_offset(offset);
+    resp->set_crc32(0);  // zlib's CRC-32 of no bytes
+    return absl::OkStatus();
   }
   if (n > kMaxFetchChunkBytes) {
     return absl::InvalidArgumentError(absl::StrCat(

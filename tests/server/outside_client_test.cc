@@ -19,6 +19,7 @@
 
 #include "server/server.h"
 #include "tensord/v1/tensord.grpc.pb.h"
+#include "tests/core/faulty_device.h"
 
 namespace tensord::server {
 namespace {
@@ -368,6 +369,51 @@ TEST_F(OutsideClientTest, TheLargestReadAndFetchChunkFitADefaultClient) {
   status = reader->Finish();
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(bytes, 8u << 20);
+}
+
+// A read sent before the client knows the result's size or device (the
+// pipelined Python client's numpy()): if_small_on_host answers a tensor
+// too large for one reply, or on a device that is not a host device, with
+// its info and no data, instead of INVALID_ARGUMENT or its bytes; a small
+// one on a host device is read as usual.
+TEST_F(OutsideClientTest, ASpeculativeReadReadsOnlySmallHostTensors) {
+  ServerOptions options;
+  options.runtime.extra_devices.push_back(core::FaultyDevice::OverCpu());
+  Start(std::move(options));  // cpu and cuda:7 (a CPU posing as a GPU)
+  const std::string s = Open();
+  auto read = [&](uint64_t handle, v1::FetchChunk* chunk) {
+    grpc::ClientContext ctx;
+    v1::ReadRequest req;
+    req.set_session(s);
+    req.set_handle(handle);
+    req.set_if_small_on_host(true);
+    return stub_->Read(&ctx, req, chunk);
+  };
+  const v1::TensorInfo small = Zeros(s, 3);
+  v1::FetchChunk chunk;
+  ASSERT_TRUE(read(small.handle(), &chunk).ok());
+  EXPECT_EQ(chunk.data().size(), 12u);
+  EXPECT_EQ(chunk.tensor().nbytes(), 12u);
+
+  const v1::TensorInfo big = Zeros(s, 2 << 20);  // 8 MiB
+  chunk.Clear();
+  grpc::Status status = read(big.handle(), &chunk);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(chunk.data().empty());
+  EXPECT_EQ(chunk.tensor().nbytes(), 8u << 20) << "the info, to fetch it by";
+
+  v1::CreateRequest on_gpu;
+  on_gpu.set_session(s);
+  on_gpu.set_dtype(v1::FLOAT32);
+  on_gpu.add_shape(3);
+  on_gpu.set_device("cuda:7");
+  on_gpu.mutable_fill()->set_kind(v1::Fill::ZEROS);
+  v1::TensorInfo gpu;
+  ASSERT_TRUE(Create(on_gpu, &gpu).ok());
+  chunk.Clear();
+  ASSERT_TRUE(read(gpu.handle(), &chunk).ok());
+  EXPECT_TRUE(chunk.data().empty()) << "no bytes of a tensor on a GPU";
+  EXPECT_EQ(chunk.tensor().device(), "cuda:7");
 }
 
 // Point 8: the limits are there to read, and they are the ones enforced.

@@ -207,3 +207,30 @@ def test_large_tensors_take_the_unary_paths(piped):
     x = piped.from_numpy(a)
     y = x * 2  # on the stream, after the upload
     np.testing.assert_array_equal(y.numpy(), a * 2)  # Fetch drains first
+
+
+def test_reading_a_fresh_result_is_one_round_trip(piped, monkeypatch):
+    """numpy(), item() and repr() of a result whose reply has not come send
+    the read right behind it (if_small_on_host): one wait, not one for the
+    metadata and another for the bytes; a result too large for one reply
+    falls back to the Fetch stream."""
+    stream = piped._dispatcher._stream
+    waits = []
+    real_wait = stream.wait
+
+    def counting_wait(pending):
+        waits.append(pending)
+        return real_wait(pending)
+    monkeypatch.setattr(stream, "wait", counting_wait)
+    a, b = piped.tensor([1, 2, 3]), piped.tensor([5, 8, 1])
+    piped.synchronize()
+    for read in (lambda t: t.numpy().tolist(), lambda t: t.sum().item(), repr):
+        waits.clear()
+        product = a * b
+        value = read(product)
+        assert len(waits) == 1, f"{len(waits)} waits for {value!r}"
+    assert (a * b).numpy().tolist() == [5, 16, 3]
+    assert (a * b).sum().item() == 24
+    assert repr(a * b) == "tensor([ 5, 16,  3])"
+    big = piped.zeros(2 << 20) + 1  # 8 MiB: over one reply
+    assert big.numpy().sum() == 2 << 20

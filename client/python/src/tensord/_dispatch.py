@@ -266,6 +266,28 @@ class Dispatcher:
             if bar is not None:
                 bar.close()
 
+    def read_ahead(self, info):
+        """The bytes of the tensor `info` describes, when `info` is a result
+        whose reply has not come: a read goes on the stream right behind
+        it, with if_small_on_host, so the reply and the bytes come on one
+        round trip. None when the reply is in already (the usual fetch is
+        as quick), when nothing is pipelined, with shared memory on (a
+        same-host client: larger results go through the region), or when
+        the server sent no bytes (over one reply, or not on a host device)."""
+        if (not isinstance(info, PendingInfo) or info._info is not None
+                or info._error is not None or self.region is not None):
+            return None
+        stream = self._streaming()
+        if stream is None:
+            return None
+        chunk = stream.request("read", pb.ReadRequest(handle=info.handle,
+                                                      if_small_on_host=True)).chunk
+        nbytes = chunk.tensor.nbytes
+        if nbytes == 0 or len(chunk.data) != nbytes:
+            return None
+        _check_chunk(info.handle, chunk, 0)
+        return chunk.data
+
     def _fetch(self, info, nbytes, bar):
         region = self._region_for(nbytes)
         if region is not None:

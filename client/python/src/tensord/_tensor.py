@@ -660,9 +660,18 @@ class Tensor:
 
     # --- host copies -------------------------------------------------------
 
-    def _host_array(self, progress=False):
-        """The tensor's values in host memory (bfloat16 as uint16 bits)."""
-        data = self._client._dispatcher.fetch(self._info, progress)
+    def _read_ahead(self):
+        """The bytes of a result whose reply has not come yet, read on the
+        same round trip (None when its reply is in, or when the server found
+        it over one reply or off its host devices: then the checks and the
+        usual fetch follow)."""
+        return self._client._dispatcher.read_ahead(self._info)
+
+    def _host_array(self, progress=False, data=None):
+        """The tensor's values in host memory (bfloat16 as uint16 bits);
+        `data`: its bytes, when _read_ahead() had them."""
+        if data is None:
+            data = self._client._dispatcher.fetch(self._info, progress)
         storage = self.dtype.numpy_storage
         return np.frombuffer(data, dtype=storage).reshape(tuple(self._info.shape))
 
@@ -670,6 +679,7 @@ class Tensor:
         """The explicit fetch: a host copy of a tensor on a server cpu device.
         progress=True: a fetch over 1 MiB draws a progress line on stderr
         (tqdm's when it is installed)."""
+        data = self._read_ahead()  # before the checks, which wait for the reply
         if self.device.type != "cpu":
             raise TypeError(f"can't convert {self.device} device type tensor to numpy. "
                             "Use Tensor.cpu() to copy the tensor to host memory first.")
@@ -677,7 +687,7 @@ class Tensor:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
                                "Use tensor.detach().numpy() instead.")
         numpy_dtype = _dtypes.to_numpy_dtype(self.dtype)
-        array = self._host_array(progress)
+        array = self._host_array(progress, data)
         # A streamed fetch lands in a fresh writable buffer: no second copy.
         return array.astype(numpy_dtype, copy=not array.flags.writeable)
 
@@ -719,9 +729,10 @@ class Tensor:
             self._host_copy_to_export()  # raises
         return (1, 0)
 
-    def _python_values(self):
-        """The flat values as Python numbers (bfloat16 widened)."""
-        array = self._host_array().reshape(-1)
+    def _python_values(self, data=None):
+        """The flat values as Python numbers (bfloat16 widened); `data` as
+        _host_array's."""
+        array = self._host_array(data=data).reshape(-1)
         if self.dtype is _dtypes.bfloat16:
             array = (array.astype(np.uint32) << 16).view(np.float32)
         if self.dtype.is_floating_point:
@@ -740,10 +751,11 @@ class Tensor:
         return values
 
     def item(self):
+        data = self._read_ahead()  # loss.item(): one round trip, not two
         if self.numel() != 1:
             raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be "
                                "converted to Scalar")
-        return self._python_values()[0]
+        return self._python_values(data)[0]
 
     def __bool__(self):
         if self.numel() != 1:
@@ -772,12 +784,13 @@ class Tensor:
     # --- display -----------------------------------------------------------
 
     def __repr__(self):
+        data = self._read_ahead()
         autograd = ""
         if self._info.grad_fn:
             autograd = f"grad_fn=<{self._info.grad_fn}>"
         elif self._info.requires_grad:
             autograd = "requires_grad=True"
-        return format_tensor(list(self._info.shape), self.dtype, self._python_values(),
+        return format_tensor(list(self._info.shape), self.dtype, self._python_values(data),
                              self._info.device, autograd)
 
     __str__ = __repr__
