@@ -21,6 +21,7 @@
 #include "core/status.h"
 #include "proto/wire/op_convert.h"
 #include "server/grpc_convert.h"
+#include "server/grpc_rpc.h"
 #include "server/grpc_status.h"
 
 namespace tensord::server {
@@ -509,10 +510,14 @@ absl::Status NodeTransfers::Pull(
 }
 
 grpc::ServerUnaryReactor* NodeServiceImpl::PullChunk(
-    grpc::CallbackServerContext* ctx, const v1::PullChunkRequest* req,
-    v1::PullChunkResponse* resp) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw_req,
+    grpc::ByteBuffer* raw_resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  const absl::Status status = transfers_->Pull(ctx->client_metadata(), *req, resp);
+  v1::PullChunkRequest req;
+  v1::PullChunkResponse resp;
+  absl::Status status = ParseRequest(*raw_req, &req);
+  if (status.ok()) status = transfers_->Pull(ctx->client_metadata(), req, &resp);
+  if (status.ok()) status = SerializeReply(resp, raw_resp);
   reactor->Finish(FinishRpc("PullChunk", 0, status));
   return reactor;
 }

@@ -166,12 +166,18 @@ class NodeTransfers {
 };
 
 // NodeService over NodeTransfers (callback API).
-class NodeServiceImpl final : public v1::NodeService::CallbackService {
+// Raw like TensorService's handlers: the server parses the request itself,
+// so malformed bytes are INVALID_ARGUMENT naming the problem (gRPC's own
+// parse would answer UNIMPLEMENTED with no message, before authentication
+// and unlogged).
+class NodeServiceImpl final
+    : public v1::NodeService::WithRawCallbackMethod_PullChunk<
+          v1::NodeService::Service> {
  public:
   explicit NodeServiceImpl(NodeTransfers* transfers) : transfers_(transfers) {}
   grpc::ServerUnaryReactor* PullChunk(grpc::CallbackServerContext* ctx,
-                                      const v1::PullChunkRequest* req,
-                                      v1::PullChunkResponse* resp) override;
+                                      const grpc::ByteBuffer* raw_req,
+                                      grpc::ByteBuffer* raw_resp) override;
 
  private:
   NodeTransfers* const transfers_;

@@ -1,7 +1,8 @@
 // Writes the fuzzers' seed corpus: a handful of valid requests per RPC, in
 // the input layout of fuzz_common.h (structured mode, so session fields are
-// left empty and handles are slot numbers 0..10 that the fuzzer maps to its
-// live tensors; a few raw-mode copies too).
+// left empty, handles are slot numbers 0..10 that the fuzzer maps to its
+// live tensors and grants are one-byte slot numbers (GrantSlot) it maps to
+// its live grants; a few raw-mode copies too).
 //
 //   make_corpus OUT_DIR     writes OUT_DIR/<Rpc>/seed-<n>
 // The committed corpus (tests/fuzz/corpus) is this program's output:
@@ -27,6 +28,16 @@ void Add(const std::string& rpc, const google::protobuf::Message& m) {
 }
 void AddRaw(const std::string& rpc, const google::protobuf::Message& m) {
   seeds[rpc].push_back(std::string(1, '\1') + m.SerializeAsString());
+}
+// NodeService.PullChunk as `caller` (fuzz_common.h's Caller).
+void AddAs(const std::string& rpc, const google::protobuf::Message& m,
+           Caller caller, bool raw = false) {
+  seeds[rpc].push_back(std::string(1, ModeByte(raw, caller)) +
+                       m.SerializeAsString());
+}
+// A `grant` field naming live grant `slot`.
+std::string G(GrantSlot slot) {
+  return std::string(1, static_cast<char>(slot));
 }
 template <typename Message>
 void AddStream(const std::string& rpc, std::initializer_list<Message> ms,
@@ -87,6 +98,115 @@ void AddCommandStream() {
   v1::StreamRequest gap = first;
   gap.mutable_commands(0)->set_seq(113);
   AddStream("Stream", {gap, second}, false);
+}
+
+// Moves between nodes: grants of live tensors (to the peer, another node,
+// this node, a name with no token, a malformed one; ttls in and out of
+// range), imports of the peer's live grants (each slot; bad device, source
+// and grant), pulls of the fuzzed server's live grants (chunks, offsets
+// past the end, the max_bytes cap, finish; every caller).
+void AddMovesBetweenNodes() {
+  {
+    v1::GrantTransferRequest r;
+    r.set_handle(0);
+    r.set_destination_node(kPeerNode);
+    Add("GrantTransfer", r);
+    AddRaw("GrantTransfer", r);
+    r.set_handle(2);  // cpu:1
+    r.set_destination_node(kOtherNode);
+    r.set_ttl_ms(50);
+    Add("GrantTransfer", r);
+    r.set_handle(9);
+    r.set_ttl_ms(600000);  // the longest
+    Add("GrantTransfer", r);
+    r.set_ttl_ms(600001);
+    Add("GrantTransfer", r);
+    r.set_ttl_ms(-1);
+    Add("GrantTransfer", r);
+    r.set_ttl_ms(0);
+    r.set_handle(0);
+    r.set_destination_node(kSelfNode);  // move within a node with To
+    Add("GrantTransfer", r);
+    r.set_destination_node("fuzz-z");  // a node with no token here
+    r.set_ttl_ms(1000);
+    Add("GrantTransfer", r);
+    r.set_destination_node("evil/host");
+    Add("GrantTransfer", r);
+    r.set_destination_node(kPeerNode);
+    r.set_handle(10);  // the foreign session's tensor
+    Add("GrantTransfer", r);
+    r.set_handle(12345678);
+    Add("GrantTransfer", r);
+  }
+  {
+    v1::ImportRequest r;
+    r.set_source_node(kPeerNode);
+    r.set_grant(G(kGrantFloat32));
+    r.set_device("cpu:0");
+    Add("Import", r);
+    AddRaw("Import", r);
+    r.set_grant(G(kGrantInt64Cpu1));
+    r.set_device("cpu:1");
+    r.set_tag("moved");
+    Add("Import", r);
+    r.clear_tag();
+    r.set_device("cpu:0");
+    for (GrantSlot slot : {kGrantFloat16, kGrantLarge, kGrantEmpty,
+                           kGrantOtherNode, kGrantSessionEnded}) {
+      r.set_grant(G(slot));
+      Add("Import", r);
+    }
+    r.set_grant(G(kGrantFloat32));
+    r.set_device("cuda:3");  // not on this server: the grant stays
+    Add("Import", r);
+    r.set_device("fuzz-a/cpu:1");  // qualified by this node
+    Add("Import", r);
+    r.set_device("cpu:0");
+    r.set_source_node(kSelfNode);  // not its own peer
+    Add("Import", r);
+    r.set_source_node("evil/host");
+    Add("Import", r);
+    r.set_source_node(kPeerNode);
+    r.set_grant("0123456789abcdef0123456789abcdef");  // never issued
+    Add("Import", r);
+    r.set_grant(std::string(65, 'f'));
+    Add("Import", r);
+  }
+  {
+    v1::PullChunkRequest r;
+    r.set_grant(G(kGrantFloat32));
+    Add("PullChunk", r);
+    AddRaw("PullChunk", r);
+    r.set_offset(4);
+    r.set_max_bytes(5);
+    Add("PullChunk", r);
+    r.set_offset(1000);  // past the end
+    Add("PullChunk", r);
+    r.set_grant(G(kGrantLarge));
+    r.set_offset(1 << 20);
+    r.set_max_bytes(1 << 22);  // over the cap
+    Add("PullChunk", r);
+    r.set_offset(0);
+    r.set_max_bytes(0);  // 1 MiB
+    Add("PullChunk", r);
+    for (GrantSlot slot : {kGrantInt64Cpu1, kGrantFloat16, kGrantEmpty,
+                           kGrantOtherNode, kGrantSessionEnded}) {
+      r.set_grant(G(slot));
+      Add("PullChunk", r);
+    }
+    r.set_grant(G(kGrantOtherNode));
+    AddAs("PullChunk", r, Caller::kOtherNode);
+    r.set_grant(G(kGrantFloat32));
+    r.set_finish(true);
+    Add("PullChunk", r);
+    AddAs("PullChunk", r, Caller::kOtherNode);
+    r.set_finish(false);
+    AddAs("PullChunk", r, Caller::kNoToken);
+    AddAs("PullChunk", r, Caller::kUnknownToken);
+    AddAs("PullChunk", r, Caller::kNotBearer);
+    r.set_grant("0123456789abcdef0123456789abcdef");  // never issued
+    Add("PullChunk", r);
+  }
 }
 
 void Build() {
@@ -422,6 +542,7 @@ void Build() {
     f.set_region(7);
     Add("FetchToSharedMemory", f);
   }
+  AddMovesBetweenNodes();
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 # committed seed corpus (copied to a scratch directory, so the repository
 # is not written). Fails on the first crash, leak or sanitizer report (the
 # reproducer is kept under the scratch directory and its path printed).
-# Prints each target's executions and the total.
+# Prints each target's executions, coverage (libFuzzer's final cov: and ft:,
+# edges and features) and the total.
 #
 #   tests/fuzz/run.sh FUZZER_BINARY [SECONDS_PER_RPC (15)] [RPC...]
 set -euo pipefail
@@ -36,9 +37,11 @@ for rpc in "${rpcs[@]}"; do
     failed=1
   fi
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  cov=$(sed -n 's/.* cov: \([0-9]*\) ft: \([0-9]*\).*/\1\/\2/p' "$log" | tail -1)
   corpus=$(ls "$work/$rpc/corpus" | wc -l)
-  printf 'fuzz: %-15s %-6s executions=%-8s corpus=%-5s %ss\n' "$rpc" "$status" \
-    "${execs:-0}" "$corpus" "$(( $(date +%s) - start ))"
+  printf 'fuzz: %-15s %-6s executions=%-8s cov/ft=%-11s corpus=%-5s %ss\n' \
+    "$rpc" "$status" "${execs:-0}" "${cov:-?}" "$corpus" \
+    "$(( $(date +%s) - start ))"
   total=$(( total + ${execs:-0} ))
   if [[ $status != ok ]]; then
     echo "---- $rpc: last 60 lines of $log"

@@ -1,16 +1,36 @@
-// libFuzzer target: arbitrary bytes as the request of one TensorService RPC,
-// sent to a real in-process tensord::server::Server.
+// libFuzzer target: arbitrary bytes as the request of one TensorService or
+// NodeService RPC, sent to a real in-process tensord::server::Server.
 //
 // One binary serves every RPC: TENSORD_FUZZ_RPC=<method> (e.g. Create,
-// Upload, Execute) picks the target. At start-up it starts a Server with no
-// listening socket (two host devices, small budgets), opens a session and
-// pre-creates a few tensors (several dtypes, both devices) plus one tensor in
-// a second, "foreign" session. Each input (layout in fuzz_common.h) is sent
-// through grpc::GenericStub, so the server parses the bytes itself; the
-// structured mode points session and handle fields at the live objects so
-// the fuzzer reaches the runtime, not only the NOT_FOUND checks. After each
-// input the live session is put back as it was (extra tensors released,
-// missing ones re-created, a closed session re-opened).
+// Upload, Execute, PullChunk) picks the target. At start-up it starts a
+// Server with no listening socket (two host devices, small budgets), opens a
+// session and pre-creates a few tensors (several dtypes, both devices) plus
+// one tensor in a second, "foreign" session. Each input (layout in
+// fuzz_common.h) is sent through grpc::GenericStub, so the server parses the
+// bytes itself; the structured mode points session, handle and grant fields
+// at the live objects so the fuzzer reaches the runtime, not only the
+// NOT_FOUND checks. After each input the live session is put back as it was
+// (extra tensors released, missing ones re-created, a closed session
+// re-opened), and so are the live grants (a redeemed or finished one issued
+// anew).
+//
+// Moves between nodes (GrantTransfer, Import, PullChunk). The fuzzed server
+// is a node (kSelfNode) with a node token file (written to a temporary
+// directory, removed once the server has read it at start) and one peer,
+// kPeerNode: a second in-process Server listening on loopback TCP (an
+// ephemeral port). Import pulls over the network, so its source must
+// listen; a live peer rather than an address that fails fast, so that
+// Import reaches its whole path (the upload, the pulls ahead, the finish)
+// with grants the peer issued for kSelfNode. Each Import stays well within
+// the deadline: the peer answers at once over loopback, and Import sleeps
+// between retries only after UNAVAILABLE or DEADLINE_EXCEEDED, which a live
+// peer does not answer (a peer that is down would cost 0.7 s of retries
+// per input). PullChunk is called with the node token the input's mode byte
+// picks (fuzz_common.h). A GrantTransfer the fuzzer makes is finished at
+// once when its destination has a token here; one that cannot be (another
+// valid node name) stays open until its ttl, and before those could fill the
+// server's table (GrantTable::kMaxGrants) the fuzzed server is started
+// anew, so every input meets the same limits.
 //
 // Oracles: ASan/UBSan/LeakSanitizer reports; for every input, raw or
 // structured, an UNIMPLEMENTED status (gRPC's answer to a request it failed
@@ -29,6 +49,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <set>
@@ -49,6 +71,63 @@ namespace tensord::fuzz {
 namespace {
 
 namespace pb = ::google::protobuf;
+using Clock = std::chrono::steady_clock;
+
+// Every node's token (the file NodeTokens reads: "NAME TOKEN" lines).
+struct NodeToken {
+  const char* node;
+  const char* token;
+};
+constexpr NodeToken kNodeTokens[] = {
+    {kSelfNode, "fuzz-a-node-token-0123456789"},
+    {kPeerNode, "fuzz-b-node-token-0123456789"},
+    {kOtherNode, "fuzz-c-node-token-0123456789"},
+};
+const char* TokenOf(std::string_view node) {
+  for (const NodeToken& t : kNodeTokens) {
+    if (node == t.node) return t.token;
+  }
+  return nullptr;
+}
+
+// The harness's grants: their ttl (GrantTable::kMaxTtl), and the age at
+// which they are issued anew.
+constexpr int64_t kGrantTtlMs = 600'000;
+constexpr auto kGrantRefresh = std::chrono::minutes(5);
+// Grants the fuzzer made that nothing here can finish (their destination
+// has no token): this many open, and the fuzzed server starts anew (its
+// limit: GrantTable::kMaxGrants, 1024).
+constexpr size_t kMaxLingeringGrants = 768;
+
+// The node token file, for as long as a server start needs it (the server
+// reads it once, at start).
+class TokenFile {
+ public:
+  TokenFile() {
+    std::string dir =
+        (std::filesystem::temp_directory_path() / "tensord-fuzz-XXXXXX")
+            .string();
+    if (mkdtemp(dir.data()) == nullptr) {
+      std::perror("fuzz harness: mkdtemp");
+      std::abort();
+    }
+    dir_ = dir;
+    std::ofstream out(path());
+    for (const NodeToken& t : kNodeTokens) {
+      out << t.node << " " << t.token << "\n";
+    }
+  }
+  ~TokenFile() {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+  TokenFile(const TokenFile&) = delete;
+  TokenFile& operator=(const TokenFile&) = delete;
+  std::string path() const { return dir_ + "/node-tokens"; }
+
+ private:
+  std::string dir_;
+};
 
 struct Preset {
   std::string device;
@@ -72,14 +151,39 @@ const std::vector<Preset>& Presets() {
   return *presets;
 }
 
+// The live grants (fuzz_common.h's GrantSlot), in slot order.
+struct GrantSpec {
+  Preset tensor;
+  bool to_other_node = false;  // else to the grantee
+  bool session_ended = false;  // its session closed once granted
+};
+const std::vector<GrantSpec>& GrantSpecs() {
+  static const auto* specs = new std::vector<GrantSpec>{
+      {{"cpu:0", v1::FLOAT32, {2, 3}, 4}},
+      {{"cpu:1", v1::INT64, {4, 1}, 8}},
+      {{"cpu:0", v1::FLOAT16, {2}, 2}},
+      // Past one chunk: PullChunk's max_bytes cap (4 MiB - 64 KiB) and
+      // Import's pulls ahead (1 MiB chunks).
+      {{"cpu:0", v1::FLOAT32, {1 << 20}, 4}},
+      {{"cpu:0", v1::FLOAT32, {0}, 4}},
+      {{"cpu:0", v1::FLOAT32, {2, 3}, 4}, true},
+      {{"cpu:0", v1::BOOL, {3}, 1}, false, true},
+  };
+  static_assert(kGrantSlots == 7);
+  return *specs;
+}
+
 class Harness {
  public:
   explicit Harness(std::string rpc) : rpc_(std::move(rpc)) {
-    const pb::ServiceDescriptor* service =
-        pb::DescriptorPool::generated_pool()->FindServiceByName(
-            "tensord.v1.TensorService");
-    const pb::MethodDescriptor* method =
-        service == nullptr ? nullptr : service->FindMethodByName(rpc_);
+    const pb::MethodDescriptor* method = nullptr;
+    for (const char* name :
+         {"tensord.v1.TensorService", "tensord.v1.NodeService"}) {
+      const pb::ServiceDescriptor* service =
+          pb::DescriptorPool::generated_pool()->FindServiceByName(name);
+      method = service == nullptr ? nullptr : service->FindMethodByName(rpc_);
+      if (method != nullptr) break;
+    }
     if (method == nullptr) {
       std::fprintf(stderr, "TENSORD_FUZZ_RPC: no RPC named '%s'\n",
                    rpc_.c_str());
@@ -87,30 +191,23 @@ class Harness {
     }
     request_prototype_ = pb::MessageFactory::generated_factory()->GetPrototype(
         method->input_type());
-    path_ = "/tensord.v1.TensorService/" + rpc_;
+    path_ = "/" + method->service()->full_name() + "/" + rpc_;
+    node_call_ = method->service()->name() == "NodeService";
 
-    server::ServerOptions options;
-    options.listen = "";  // in-process channel only
-    options.runtime.host_devices = 2;
-    options.runtime.host_memory_budget = 16 << 20;
-    auto server = server::Server::Start(std::move(options));
-    if (!server.ok()) {
-      std::fprintf(stderr, "server: %s\n", server.status().ToString().c_str());
-      std::abort();
-    }
-    server_ = std::move(*server);
-    channel_ = server_->InProcessChannel();
-    stub_ = v1::TensorService::NewStub(channel_);
-    generic_ = std::make_unique<grpc::GenericStub>(channel_);
-
-    foreign_session_ = OpenSession();
-    foreign_handle_ = CreatePreset(foreign_session_, Presets()[0], 7);
-    Restore();
+    // The peer first: the fuzzed server's --peers names its address.
+    TokenFile tokens;
+    peer_ = StartServer(kPeerNode, "127.0.0.1:0", "", tokens.path());
+    peer_channel_ = peer_->InProcessChannel();
+    peer_stub_ = v1::TensorService::NewStub(peer_channel_);
+    peer_node_stub_ = v1::NodeService::NewStub(peer_channel_);
+    StartSelf(tokens.path());
   }
 
   void RunOne(const uint8_t* data, size_t size) {
     if (size == 0) return;
     const bool raw = (data[0] & 1) != 0;
+    const auto caller = static_cast<Caller>((data[0] >> 1) % kCallers);
+    used_grants_.clear();
     std::string_view payload(reinterpret_cast<const char*>(data) + 1, size - 1);
     std::vector<std::string> messages;
     if (IsClientStreaming(rpc_)) {
@@ -148,7 +245,7 @@ class Harness {
       }
     }
     std::vector<std::string> responses;
-    const grpc::Status status = GenericCall(messages, &responses);
+    const grpc::Status status = GenericCall(messages, caller, &responses);
     const grpc::StatusCode code = status.error_code();
     if (code == grpc::StatusCode::UNIMPLEMENTED ||
         code == grpc::StatusCode::INTERNAL ||
@@ -171,7 +268,33 @@ class Harness {
     }
     if (rpc_ == "OpenSession" && status.ok() && responses.size() == 1) {
       v1::OpenSessionResponse opened;
-      if (opened.ParseFromString(responses[0])) CloseSession(opened.session());
+      if (opened.ParseFromString(responses[0])) {
+        CloseSession(*stub_, opened.session());
+      }
+    }
+    if (rpc_ == "GrantTransfer" && status.ok() && responses.size() == 1) {
+      EndFuzzerGrant(messages[0], responses[0]);
+    }
+    if (status.ok()) {
+      // A grant the input redeemed (Import) or finished (PullChunk) is
+      // issued anew.
+      v1::PullChunkRequest pull;
+      const bool consumed =
+          rpc_ == "Import" ||
+          (rpc_ == "PullChunk" && pull.ParseFromString(messages[0]) &&
+           pull.finish());
+      if (consumed) {
+        for (size_t slot : used_grants_) grants_[slot].stale = true;
+      }
+    }
+    if (lingering_.size() >= kMaxLingeringGrants) {
+      const Clock::time_point now = Clock::now();
+      std::erase_if(lingering_,
+                    [now](Clock::time_point end) { return end < now; });
+      if (lingering_.size() >= kMaxLingeringGrants) {
+        TokenFile tokens;
+        StartSelf(tokens.path());
+      }
     }
     Restore();
   }
@@ -179,7 +302,8 @@ class Harness {
  private:
   // Points the request at live objects: short `session` strings become the
   // live session, handle fields below kHandleSlots one of the live tensors
-  // (the last slot is the foreign session's tensor).
+  // (the last slot is the foreign session's tensor), short `grant` strings
+  // one of the live grants.
   void Rewrite(pb::Message* m) {
     const pb::Descriptor* d = m->GetDescriptor();
     const pb::Reflection* r = m->GetReflection();
@@ -198,6 +322,15 @@ class Harness {
         case pb::FieldDescriptor::CPPTYPE_STRING:
           if (f->name() == "session" && r->GetString(*m, f).size() < 4) {
             r->SetString(m, f, session_);
+          }
+          if (f->name() == "grant" && !grants_.empty()) {
+            const std::string v = r->GetString(*m, f);
+            if (v.size() < 4) {
+              const size_t slot =
+                  (v.empty() ? 0 : static_cast<uint8_t>(v[0])) % grants_.size();
+              r->SetString(m, f, grants_[slot].id);
+              used_grants_.push_back(slot);
+            }
           }
           break;
         case pb::FieldDescriptor::CPPTYPE_UINT64:
@@ -225,10 +358,30 @@ class Harness {
   // response; the generic call is a bidi stream on the wire, which serves
   // unary, client- and server-streaming methods alike.
   grpc::Status GenericCall(const std::vector<std::string>& messages,
-                           std::vector<std::string>* responses) {
+                           Caller caller, std::vector<std::string>* responses) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::seconds(20));
+    if (node_call_) {
+      switch (caller) {
+        case Caller::kGrantee:
+          ctx.AddMetadata("authorization",
+                          std::string("Bearer ") + TokenOf(grantee_));
+          break;
+        case Caller::kOtherNode:
+          ctx.AddMetadata("authorization",
+                          std::string("Bearer ") + TokenOf(kOtherNode));
+          break;
+        case Caller::kNoToken:
+          break;
+        case Caller::kUnknownToken:
+          ctx.AddMetadata("authorization", "Bearer a-client-token-0123456789");
+          break;
+        case Caller::kNotBearer:
+          ctx.AddMetadata("authorization", TokenOf(grantee_));
+          break;
+      }
+    }
     grpc::CompletionQueue cq;
     std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
         generic_->PrepareCall(&ctx, path_, &cq);
@@ -279,26 +432,183 @@ class Harness {
     return status;
   }
 
-  std::string OpenSession() {
+  // The fuzzed server (node kSelfNode), anew: its session and tensors, the
+  // foreign session, and, where the target needs them, the live grants.
+  void StartSelf(const std::string& token_file) {
+    // Grants the peer holds for the old server: ended, with their session.
+    if (grant_stub_ == peer_stub_.get() && !grant_session_.empty()) {
+      for (size_t slot = 0; slot < grants_.size(); ++slot) {
+        if (grants_[slot].id.empty()) continue;
+        (void)FinishGrant(
+            *grant_node_stub_, grants_[slot].id,
+            GrantSpecs()[slot].to_other_node ? kOtherNode : grantee_);
+      }
+      CloseSession(*grant_stub_, grant_session_);
+    }
+    grant_stub_ = nullptr;
+    grant_node_stub_ = nullptr;
+    grant_session_.clear();
+    generic_.reset();
+    stub_.reset();
+    node_stub_.reset();
+    channel_.reset();
+    server_.reset();
+    session_.clear();
+    handles_.clear();
+    lingering_.clear();
+    grants_.clear();
+    server_ = StartServer(kSelfNode, "",
+                          std::string(kPeerNode) + "=" + peer_->address(),
+                          token_file);
+    channel_ = server_->InProcessChannel();
+    stub_ = v1::TensorService::NewStub(channel_);
+    node_stub_ = v1::NodeService::NewStub(channel_);
+    generic_ = std::make_unique<grpc::GenericStub>(channel_);
+
+    foreign_session_ = OpenSession(*stub_);
+    foreign_handle_ = CreatePreset(*stub_, foreign_session_, Presets()[0], 7);
+    // The live grants: the fuzzed server's own for PullChunk (to the node
+    // that pulls them); the peer's, for this node, for Import.
+    if (rpc_ == "PullChunk") {
+      grant_stub_ = stub_.get();
+      grant_node_stub_ = node_stub_.get();
+      grantee_ = kPeerNode;
+    } else if (rpc_ == "Import") {
+      grant_stub_ = peer_stub_.get();
+      grant_node_stub_ = peer_node_stub_.get();
+      grantee_ = kSelfNode;
+    }
+    if (grant_stub_ != nullptr) {
+      grant_session_ = OpenSession(*grant_stub_);
+      grants_.resize(GrantSpecs().size());
+      for (LiveGrant& g : grants_) g.stale = true;
+    }
+    Restore();
+  }
+
+  static std::unique_ptr<server::Server> StartServer(
+      const char* node, const std::string& listen, const std::string& peers,
+      const std::string& token_file) {
+    server::ServerOptions options;
+    options.listen = listen;  // "": in-process channel only
+    options.runtime.host_devices = 2;
+    options.runtime.host_memory_budget = 16 << 20;
+    options.runtime.node_name = node;
+    options.node_token_file = token_file;
+    options.peers = peers;
+    auto server = server::Server::Start(std::move(options));
+    if (!server.ok()) {
+      std::fprintf(stderr, "server %s: %s\n", node,
+                   server.status().ToString().c_str());
+      std::abort();
+    }
+    return std::move(*server);
+  }
+
+  // Issues the live grants that are stale (redeemed, finished, never
+  // issued) or old, each of a tensor created for it in the grant session.
+  void RefreshGrants() {
+    const Clock::time_point now = Clock::now();
+    for (size_t slot = 0; slot < grants_.size(); ++slot) {
+      LiveGrant& g = grants_[slot];
+      if (!g.stale && now - g.issued < kGrantRefresh) continue;
+      const GrantSpec& spec = GrantSpecs()[slot];
+      const char* destination = spec.to_other_node ? kOtherNode : grantee_;
+      // Ends the old grant, if it is still open (an Import finishes its own).
+      if (!g.id.empty()) {
+        (void)FinishGrant(*grant_node_stub_, g.id, destination);
+      }
+      std::string session = grant_session_;
+      if (spec.session_ended) session = OpenSession(*grant_stub_);
+      if (g.handle == 0 || spec.session_ended) {
+        g.handle = CreatePreset(*grant_stub_, session, spec.tensor,
+                                static_cast<int>(slot));
+      }
+      grpc::ClientContext ctx;
+      v1::GrantTransferRequest req;
+      req.set_session(session);
+      req.set_handle(g.handle);
+      req.set_destination_node(destination);
+      req.set_ttl_ms(kGrantTtlMs);
+      v1::GrantTransferResponse resp;
+      Check(grant_stub_->GrantTransfer(&ctx, req, &resp), "GrantTransfer");
+      if (spec.session_ended) CloseSession(*grant_stub_, session);
+      g.id = resp.grant();
+      g.issued = now;
+      g.stale = false;
+    }
+  }
+
+  // Ends a grant as its destination does (PullChunk `finish`); false when
+  // that node has no token here.
+  static bool FinishGrant(v1::NodeService::Stub& node, const std::string& grant,
+                          std::string_view destination,
+                          grpc::Status* status = nullptr) {
+    const char* token = TokenOf(destination);
+    if (token == nullptr) return false;
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", std::string("Bearer ") + token);
+    v1::PullChunkRequest req;
+    req.set_grant(grant);
+    req.set_finish(true);
+    v1::PullChunkResponse resp;
+    const grpc::Status s = node.PullChunk(&ctx, req, &resp);
+    if (status != nullptr) *status = s;
+    return true;
+  }
+
+  // A grant the fuzzer made: finished at once when its destination has a
+  // token here (it must still be open), else left to its ttl and counted.
+  void EndFuzzerGrant(const std::string& request, const std::string& response) {
+    v1::GrantTransferRequest asked;
+    v1::GrantTransferResponse granted;
+    if (!asked.ParseFromString(request) || !granted.ParseFromString(response)) {
+      return;
+    }
+    grpc::Status finished;
+    if (FinishGrant(*node_stub_, granted.grant(), asked.destination_node(),
+                    &finished)) {
+      Check(finished, "PullChunk finish of a grant GrantTransfer just made");
+      return;
+    }
+    lingering_.push_back(Clock::now() +
+                         std::chrono::milliseconds(granted.expires_ms()));
+  }
+
+  std::string OpenSession(v1::TensorService::Stub& stub) {
     grpc::ClientContext ctx;
     v1::OpenSessionRequest req;
     req.set_client_name("fuzzer");
     v1::OpenSessionResponse resp;
-    Check(stub_->OpenSession(&ctx, req, &resp), "OpenSession");
+    Check(stub.OpenSession(&ctx, req, &resp), "OpenSession");
     return resp.session();
   }
 
-  void CloseSession(const std::string& session) {
+  void CloseSession(v1::TensorService::Stub& stub, const std::string& session) {
     grpc::ClientContext ctx;
     v1::CloseSessionRequest req;
     req.set_session(session);
     v1::CloseSessionResponse resp;
-    (void)stub_->CloseSession(&ctx, req, &resp);
+    (void)stub.CloseSession(&ctx, req, &resp);
   }
 
-  uint64_t CreatePreset(const std::string& session, const Preset& p, int salt) {
+  uint64_t CreatePreset(v1::TensorService::Stub& stub,
+                        const std::string& session, const Preset& p, int salt) {
     int64_t numel = 1;
     for (int64_t d : p.shape) numel *= d;
+    grpc::ClientContext ctx;
+    v1::CreateRequest req;
+    req.set_session(session);
+    req.set_device(p.device);
+    req.set_dtype(p.dtype);
+    for (int64_t d : p.shape) req.add_shape(d);
+    v1::TensorResponse resp;
+    if (numel > 4096) {  // large: filled by the server
+      req.mutable_fill()->set_kind(v1::Fill::ARANGE);
+      req.mutable_fill()->set_end(static_cast<double>(numel));
+      Check(stub.Create(&ctx, req, &resp), "Create");
+      return resp.tensor().handle();
+    }
     std::string data(static_cast<size_t>(numel) * p.element_bytes, '\0');
     for (size_t i = 0; i < data.size(); i += p.element_bytes) {
       // Small positive values whatever the dtype (bool: 0/1).
@@ -315,15 +625,8 @@ class Harness {
         data[i + 1] = 0x3c;  // 1.0
       }
     }
-    grpc::ClientContext ctx;
-    v1::CreateRequest req;
-    req.set_session(session);
-    req.set_device(p.device);
-    req.set_dtype(p.dtype);
-    for (int64_t d : p.shape) req.add_shape(d);
     req.set_data(data);
-    v1::TensorResponse resp;
-    Check(stub_->Create(&ctx, req, &resp), "Create");
+    Check(stub.Create(&ctx, req, &resp), "Create");
     return resp.tensor().handle();
   }
 
@@ -349,7 +652,7 @@ class Harness {
       }
     }
     if (session_.empty()) {
-      session_ = OpenSession();
+      session_ = OpenSession(*stub_);
       handles_.clear();
     }
     bool complete = handles_.size() == Presets().size() && !tracked;
@@ -363,9 +666,10 @@ class Harness {
       handles_.clear();
       for (size_t i = 0; i < Presets().size(); ++i) {
         handles_.push_back(
-            CreatePreset(session_, Presets()[i], static_cast<int>(i)));
+            CreatePreset(*stub_, session_, Presets()[i], static_cast<int>(i)));
       }
     }
+    RefreshGrants();
   }
 
   void Release(uint64_t handle) {
@@ -384,17 +688,42 @@ class Harness {
     std::abort();
   }
 
+  struct LiveGrant {
+    std::string id;
+    uint64_t handle = 0;  // the tensor granted, in the grant session
+    Clock::time_point issued;
+    bool stale = true;  // issue anew before the next input
+  };
+
   const std::string rpc_;
   std::string path_;
+  bool node_call_ = false;  // a NodeService method
   const pb::Message* request_prototype_ = nullptr;
+  // The peer (node kPeerNode), listening on loopback.
+  std::unique_ptr<server::Server> peer_;
+  std::shared_ptr<grpc::Channel> peer_channel_;
+  std::unique_ptr<v1::TensorService::Stub> peer_stub_;
+  std::unique_ptr<v1::NodeService::Stub> peer_node_stub_;
+  // The fuzzed server (node kSelfNode).
   std::unique_ptr<server::Server> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::TensorService::Stub> stub_;
+  std::unique_ptr<v1::NodeService::Stub> node_stub_;
   std::unique_ptr<grpc::GenericStub> generic_;
   std::string session_;
   std::vector<uint64_t> handles_;
   std::string foreign_session_;
   uint64_t foreign_handle_ = 0;
+  // The live grants (PullChunk, Import; else none): issued by the server
+  // behind grant_stub_ (borrowed) from grant_session_, to grantee_.
+  v1::TensorService::Stub* grant_stub_ = nullptr;
+  v1::NodeService::Stub* grant_node_stub_ = nullptr;
+  const char* grantee_ = kPeerNode;
+  std::string grant_session_;
+  std::vector<LiveGrant> grants_;
+  std::vector<size_t> used_grants_;  // the slots this input's request names
+  // When the fuzzer's grants nothing here can finish run out.
+  std::vector<Clock::time_point> lingering_;
 };
 
 Harness* harness = nullptr;

@@ -82,13 +82,14 @@ class MalformedRequestTest : public ::testing::Test {
   // One call of `method` carrying `message` (none: the client half-closes
   // without sending one) as raw bytes; every reply message is read.
   Reply Call(const std::string& method,
-             const std::optional<std::string>& message) {
+             const std::optional<std::string>& message,
+             const std::string& service = "tensord.v1.TensorService") {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::seconds(20));
     grpc::CompletionQueue cq;
     auto call =
-        generic_->PrepareCall(&ctx, "/tensord.v1.TensorService/" + method, &cq);
+        generic_->PrepareCall(&ctx, "/" + service + "/" + method, &cq);
     void* tag = reinterpret_cast<void*>(1);
     auto wait = [&cq] {
       void* got = nullptr;
@@ -250,6 +251,31 @@ TEST_F(MalformedRequestTest, EveryUnaryRpcAnswersEachKindWithInvalidArgument) {
   }
   EXPECT_GE(checked, 21 * 9);
   EXPECT_GE(with_strings, 15);  // all but the empty requests
+}
+
+// NodeService (moves between nodes) parses its own requests too: gRPC's
+// parse would answer UNIMPLEMENTED with no message, before the node's
+// token is even looked at (found by the fuzzer).
+TEST_F(MalformedRequestTest, NodeServiceAnswersMalformedBytesToo) {
+  const std::string tokens = ::testing::TempDir() + "malformed-node-tokens";
+  std::ofstream(tokens) << "node-a token-a-0123456789\n";
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.runtime.node_name = "node-a";
+  options.node_token_file = tokens;
+  StartServer(std::move(options));
+  const pb::Descriptor& type = *v1::PullChunkRequest::descriptor();
+  int checked = 0;
+  for (const Malformed& bad : MalformedKinds(type)) {
+    SCOPED_TRACE("PullChunk: " + bad.kind);
+    const Reply reply = Call("PullChunk", bad.bytes, "tensord.v1.NodeService");
+    EXPECT_EQ(reply.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << reply.status.error_message();
+    EXPECT_EQ(reply.status.error_message(),
+              type.full_name() + " is malformed: " + bad.problem);
+    ++checked;
+  }
+  EXPECT_GE(checked, 9);
 }
 
 TEST_F(MalformedRequestTest, NestedProblemsNameTheirPath) {
