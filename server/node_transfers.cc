@@ -433,7 +433,7 @@ absl::Status NodeTransfers::Import(const v1::ImportRequest& req,
                    runtime_->BeginUpload(req.session(), req.device(), dtype,
                                          dims, req.tag()));
   if (upload->expected_bytes() != info.nbytes()) {
-    return absl::InternalError(absl::StrCat(
+    return absl::DataLossError(absl::StrCat(
         "importing from ", from, ": the source says ", info.nbytes(),
         " bytes for a tensor of ", upload->expected_bytes()));
   }
@@ -478,7 +478,7 @@ absl::Status NodeTransfers::Import(const v1::ImportRequest& req,
     const uint64_t at = upload->received_bytes();
     if (at >= upload->expected_bytes()) break;
     if (data.empty()) {
-      return absl::InternalError(
+      return absl::DataLossError(
           absl::StrCat("importing from ", from, ": an empty chunk at ", at));
     }
     fill();
