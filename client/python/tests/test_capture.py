@@ -96,3 +96,24 @@ def test_fetches_and_moves_inside_a_capture_are_refused(client):
     with pytest.raises(ValueError, match="outputs must be results of its ops"):
         client.capture(lambda a: a, client.zeros(()))
     assert (client.zeros(()) + 1).item() == 1.0  # the client works after a refusal
+
+
+def test_operands_are_found_on_a_protobuf_without_field_labels():
+    """protobuf 7 dropped FieldDescriptor.label (found running the client on
+    the GPU machine's Python 3.12 with protobuf 7.36): the operand walk asks
+    is_repeated where it exists."""
+    from tensord import _capture
+    from tensord.v1 import tensord_pb2 as pb
+
+    class Field:  # protobuf 7's descriptor: is_repeated, no label
+        message_type = pb.Operand.DESCRIPTOR
+
+        def __init__(self, repeated):
+            self.is_repeated = repeated
+
+    class Message:
+        def ListFields(self):
+            return [(Field(True), [pb.Operand(handle=1), pb.Operand(handle=2)]),
+                    (Field(False), pb.Operand(handle=3))]
+
+    assert [o.handle for o in _capture._operands(Message())] == [1, 2, 3]

@@ -147,3 +147,31 @@ def test_no_grad_is_per_thread(client):
         t.start()
         t.join()
     assert other["result"] is True
+
+
+def test_a_release_cut_off_is_sent_again_before_a_listing(daemon, monkeypatch):
+    """A release flush that a dropped connection fails is retried before a
+    listing, so tensors() never shows a tensor the program let go of (seen
+    on a fast GPU machine, where a timed cut landed on the flush)."""
+    c = tensord.connect(daemon.address, pipeline=False)
+    try:
+        keep = c.tensor([1.0])
+        session = c._session
+        real = session._raw_call
+        failures = []
+
+        def flaky(method, request, metadata=()):
+            # The first two flushes are cut off: the background thread's
+            # (if it comes first) and the listing's own first try.
+            if method == "Release" and len(failures) < 2:
+                failures.append(method)
+                raise tensord.TensordError(grpc.StatusCode.UNAVAILABLE, "connection cut")
+            return real(method, request, metadata)
+        monkeypatch.setattr(session, "_raw_call", flaky)
+        dropped = c.tensor([2.0])
+        del dropped
+        gc.collect()
+        assert [t.handle for t in c.tensors()] == [keep.handle]
+        assert failures == ["Release", "Release"]
+    finally:
+        c.close()

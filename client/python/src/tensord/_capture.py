@@ -31,12 +31,21 @@ from tensord._tensor import Tensor
 from tensord.v1 import tensord_pb2 as pb
 
 
+def _repeated(field):
+    """Whether a FieldDescriptor is repeated: protobuf 7 has only
+    is_repeated, releases before 5.29 only label."""
+    is_repeated = getattr(field, "is_repeated", None)
+    if is_repeated is not None:
+        return is_repeated
+    return field.label == field.LABEL_REPEATED
+
+
 def _operands(message):
     """Every pb.Operand inside `message`, recursively."""
     for field, value in message.ListFields():
         if field.message_type is None:
             continue
-        values = value if field.label == field.LABEL_REPEATED else [value]
+        values = value if _repeated(field) else [value]
         for item in values:
             if isinstance(item, pb.Operand):
                 yield item

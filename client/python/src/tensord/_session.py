@@ -297,9 +297,17 @@ class Session:
             self._end_carry(taken, sent=True)
 
     def wait_for_releases(self):
-        self.flush_releases()
-        with self._cond:
-            self._cond.wait_for(lambda: self._in_flight == 0)
+        """Returns once every handle dropped so far is released on the
+        server, so a listing after it does not show them. A flush that a
+        dropped connection failed is tried again, as calls are (a release
+        list is idempotent on the server: released if present)."""
+        for attempt in range(RETRY_ATTEMPTS):
+            self.flush_releases()
+            with self._cond:
+                self._cond.wait_for(lambda: self._in_flight == 0)
+                if not self._dropped or self.closed:
+                    return
+            self._backoff(attempt)
 
     def keepalive(self):
         if time.monotonic() - self._last_contact < self.ttl_ms / 3000.0:
