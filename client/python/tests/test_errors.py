@@ -80,3 +80,24 @@ def test_unreachable_server():
     with pytest.raises(tensord.TensordError) as err:
         c = tensord.connect("127.0.0.1:1")
     assert c is None and err.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_corrupt_fetched_chunk_is_data_loss(client, monkeypatch):
+    """Each streamed chunk's CRC-32 is checked: one that does not match is
+    DATA_LOSS naming its offset."""
+    x = client.zeros(2 << 20)  # 8 MiB: fetched as a stream of chunks
+    session = client._dispatcher.session
+    real = session.fetch
+
+    def corrupt(handle, offset=0):
+        for i, chunk in enumerate(real(handle, offset)):
+            if i == 3:
+                chunk.crc32 ^= 1
+            yield chunk
+    monkeypatch.setattr(session, "fetch", corrupt)
+    with pytest.raises(tensord.TensordError) as err:
+        x.numpy()
+    assert err.value.code == grpc.StatusCode.DATA_LOSS
+    assert "a corrupt chunk at offset 3145728" in err.value.details
+    monkeypatch.setattr(session, "fetch", real)
+    assert x.numpy().sum() == 0  # the tensor itself is fine
