@@ -14,7 +14,8 @@
 //   (e) (b) and (d) over TCP loopback and over a unix-domain socket
 //   (f) CPU matmul GFLOP/s through the service (rand on the device, matmul;
 //       the RPC returns when the product is done) for --matmul-sizes, one
-//       RPC per matmul and many in one Execute batch, beside the floor:
+//       RPC per matmul (over TCP and over the unix socket) and many in one
+//       Execute batch, beside the floor:
 //       cblas_sgemm alone in a separate process (this program re-executed
 //       with --blas_floor_child: no server, no gRPC thread alive in it),
 //       with the kernel and thread count the daemon uses, interleaved in
@@ -41,6 +42,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -604,19 +606,32 @@ bool floor_failed = false;
 //   service_pipelined: the same multiplies as eager code on the pipelined
 //                    client (queued on the session's command stream, one
 //                    synchronize() at the end)
-void Matmul(Transport& t, const std::vector<int>& sizes, std::vector<Row>& rows) {
+//   service (unix):  as `service`, over `local`'s unix-domain socket when
+//                    given: a same-host client's round trip, which bounds
+//                    one-RPC-per-matmul at small n (the floor time over the
+//                    floor time plus one round trip)
+void Matmul(Transport& t, Transport* local, const std::vector<int>& sizes,
+            std::vector<Row>& rows) {
   tensord::Client client(t.tensord_channel);
   // One unary call per multiply: the pipelined client would queue them.
   tensord::ClientOptions unary_options;
   unary_options.pipeline = false;
   tensord::Client unary(t.tensord_channel, unary_options);
+  std::optional<tensord::Client> local_unary;
+  if (local != nullptr) local_unary.emplace(local->tensord_channel, unary_options);
   for (int n : sizes) {
     const double flop = 2.0 * n * n * n;
     auto a = unary.rand({n, n}, "cpu", 1);
     auto b = unary.rand({n, n}, "cpu", 2);
     auto pa = client.rand({n, n}, "cpu", 1);
     auto pb = client.rand({n, n}, "cpu", 2);
+    std::optional<tensord::Tensor> la, lb;
+    if (local_unary) {
+      la = local_unary->rand({n, n}, "cpu", 1);
+      lb = local_unary->rand({n, n}, "cpu", 2);
+    }
     auto service_once = [&] { (void)a.matmul(b); };
+    auto local_once = [&] { (void)la->matmul(*lb); };
     // The same multiplies as eager code on the pipelined client: queued on
     // the command stream, waited for once.
     auto pipelined = [&](int count) {
@@ -639,7 +654,9 @@ void Matmul(Transport& t, const std::vector<int>& sizes, std::vector<Row>& rows)
         1000);
     batched(reps);  // warm
     pipelined(reps);
-    std::vector<double> floor, service, service_batched, service_pipelined;
+    if (la) local_once();
+    std::vector<double> floor, service, service_batched, service_pipelined,
+        service_local;
     for (int round = 0; round < 5; ++round) {
       floor.push_back(BlasFloor(n, reps));
       if (floor.back() <= 0) {
@@ -657,11 +674,17 @@ void Matmul(Transport& t, const std::vector<int>& sizes, std::vector<Row>& rows)
       pipelined(reps);
       service_pipelined.push_back(flop * reps / Seconds(Clock::now() - t0) /
                                   1e9);
+      if (la) {
+        t0 = Clock::now();
+        for (int r = 0; r < reps; ++r) local_once();
+        service_local.push_back(flop * reps / Seconds(Clock::now() - t0) / 1e9);
+      }
     }
     std::sort(floor.begin(), floor.end());
     std::sort(service.begin(), service.end());
     std::sort(service_batched.begin(), service_batched.end());
     std::sort(service_pipelined.begin(), service_pipelined.end());
+    std::sort(service_local.begin(), service_local.end());
     const std::string size = std::to_string(n);
     rows.push_back({"matmul", "blas_own_process_n" + size, "own-process",
                     "GFLOP/s", floor[2], -1, 1, ""});
@@ -673,6 +696,11 @@ void Matmul(Transport& t, const std::vector<int>& sizes, std::vector<Row>& rows)
     rows.push_back({"matmul", "service_pipelined_n" + size, t.name, "GFLOP/s",
                     service_pipelined[2], -1, service_pipelined[2] / floor[2],
                     "blas_own_process"});
+    if (la) {
+      rows.push_back({"matmul", "service_n" + size, local->name, "GFLOP/s",
+                      service_local[2], -1, service_local[2] / floor[2],
+                      "blas_own_process"});
+    }
   }
 }
 
@@ -836,7 +864,9 @@ int main(int argc, char** argv) {
     if (run_small) SmallOps(*t, iterations, threads, seconds, rows);
     if (run_bulk) Bulk(*t, sizes, rows);
   }
-  if (run_matmul) Matmul(*transports[0], matmul_sizes, rows);
+  if (run_matmul) {
+    Matmul(*transports[0], transports[1].get(), matmul_sizes, rows);
+  }
   if (run_kernels) Kernels(*transports[0], kernel_elements, rows);
 
   const tensord::core::BlasInfo blas = tensord::core::CurrentBlas();
