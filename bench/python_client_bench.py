@@ -19,7 +19,9 @@ as GB/s:
     client sends them), through bare grpcio, the client unary
     (pipeline=False) and the client pipelined (the default: the four go on
     the session's command stream without waiting, the fetch's reply ends
-    the iteration);
+    the iteration), and the same four commands in one message on a bare
+    grpcio Stream whose replies the calling thread reads itself (grpcio's
+    floor under the pipelined loop: no thread of the client's in the way);
   * bulk: a --mib MiB float32 upload (client.from_numpy: the Upload stream
     in 1 MiB chunks) and fetch (x.numpy(): the Fetch stream), beside bare
     grpcio streams of the same bytes in the same chunks (the request
@@ -40,6 +42,8 @@ Prints a table, then one JSON line. Exits 1 if a result is wrong.
 import argparse
 import json
 import os
+import queue
+import secrets
 import signal
 import subprocess
 import tempfile
@@ -166,11 +170,63 @@ class BareGrpc:
         self.channel.close()
 
 
+class BareStream:
+    """The pipelined loop's four commands through a bare grpcio Stream: one
+    message out, its replies read on the calling thread (no client library,
+    no reader or writer thread of ours): grpcio's floor under the pipelined
+    loop."""
+
+    def __init__(self, bare):
+        self.bare = bare
+        self.queue = queue.Queue()
+        self.seq = 0
+        self.handle = (1 << 63) | (secrets.randbits(62) >> 1)
+        self.received = 0
+        self.dropped = []
+        self.call = bare.stub.Stream(iter(self.queue.get, None))
+        self.first = True
+
+    def loop(self):
+        a, b, product = self.handle, self.handle + 1, self.handle + 2
+        self.handle += 3
+        request = pb.StreamRequest(received_through=self.received)
+        if self.first:
+            request.open.session = self.bare.session
+            request.open.stream = secrets.randbits(62) + 1
+            self.first = False
+        mul = pb.Op(binary=pb.BinaryArgs(op=pb.MUL, lhs=pb.Operand(handle=a),
+                                         rhs=pb.Operand(handle=b)))
+        for result, kind, body in (
+                (a, "create", pb.CreateRequest(dtype=pb.INT64, shape=[3],
+                                               data=self.bare.values_x, release=self.dropped)),
+                (b, "create", pb.CreateRequest(dtype=pb.INT64, shape=[3],
+                                               data=self.bare.values_y)),
+                (product, "run", pb.RunRequest(op=mul)),
+                (0, "read", pb.ReadRequest(handle=product))):
+            self.seq += 1
+            request.commands.add(seq=self.seq, result=result, **{kind: body})
+        self.queue.put(request)
+        data = None
+        while self.received < self.seq:
+            for reply in next(self.call).replies:
+                check(reply.code == 0, f"bare stream: {reply.message}")
+                self.received = reply.seq
+                if reply.HasField("chunk"):
+                    data = reply.chunk.data
+        check(np.frombuffer(data, np.int64)[1] == 16, "bare stream loop")
+        self.dropped = [a, b, product]
+
+    def close(self):
+        self.queue.put(None)
+        self.call.cancel()
+
+
 def small_ops(address, iterations):
     client = tensord.connect(address, client_name="python-client-bench", pipeline=False)
     piped = tensord.connect(address, client_name="python-client-bench-pipelined")
     check(piped.pipelined and not client.pipelined, "the server has no command stream")
     bare = BareGrpc(address)
+    bare_stream = BareStream(bare)
     x, y = client.tensor([1, 2, 3]), client.tensor([5, 8, 1])
     pending = []  # the bare loop's dropped handles, riding its next Create
 
@@ -202,8 +258,10 @@ def small_ops(address, iterations):
         "loop/bare": bare_loop,
         "loop/python": client_loop,
         "loop/pipelined": pipelined_loop,
+        "loop/bare_stream": bare_stream.loop,
     }
     latencies = measure_interleaved(iterations, bodies)
+    bare_stream.close()
     bare.release_made()
     bare.close()
     client.close()
@@ -300,11 +358,15 @@ def main():
                          {}))
     pipelined = cpp_latency("client_create_mul_fetch")
     python_piped = small["loop/pipelined"]
+    bare_stream = small["loop/bare_stream"]
     ratios = {"python unary": python_piped[0] / small["loop/python"][0],
-              "grpcio": python_piped[0] / small["loop/bare"][0]}
+              "grpcio": python_piped[0] / small["loop/bare"][0],
+              "grpcio stream": python_piped[0] / bare_stream[0]}
     if pipelined:
         ratios["c++ pipelined"] = python_piped[0] / pipelined[0]
     rows.append(("latency", "loop", "python pipelined", *python_piped, "us", ratios))
+    bare_ratios = {"c++ pipelined": bare_stream[0] / pipelined[0]} if pipelined else {}
+    rows.append(("latency", "loop", "grpcio stream", *bare_stream, "us", bare_ratios))
     if pipelined:
         rows.append(("latency", "loop", "c++ pipelined", *pipelined, "us", {}))
     for way, cpp_name, cpp_bare in (("upload", "upload", "bare_stream_up"),

@@ -90,10 +90,10 @@ def test_a_corrupt_fetched_chunk_is_data_loss(client, monkeypatch):
     real = session.fetch
 
     def corrupt(handle, offset=0):
-        for i, chunk in enumerate(real(handle, offset)):
+        for i, (chunk, data) in enumerate(real(handle, offset)):
             if i == 3:
                 chunk.crc32 ^= 1
-            yield chunk
+            yield chunk, data
     monkeypatch.setattr(session, "fetch", corrupt)
     with pytest.raises(tensord.TensordError) as err:
         x.numpy()

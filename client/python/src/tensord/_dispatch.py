@@ -283,10 +283,11 @@ class Dispatcher:
         chunk = stream.request("read", pb.ReadRequest(handle=info.handle,
                                                       if_small_on_host=True)).chunk
         nbytes = chunk.tensor.nbytes
-        if nbytes == 0 or len(chunk.data) != nbytes:
+        data = chunk.data  # a copy each time it is read: once
+        if nbytes == 0 or len(data) != nbytes:
             return None
-        _check_chunk(info.handle, chunk, 0)
-        return chunk.data
+        _check_chunk(info.handle, chunk, data, 0)
+        return data
 
     def _fetch(self, info, nbytes, bar):
         region = self._region_for(nbytes)
@@ -305,33 +306,37 @@ class Dispatcher:
                 chunk = stream.request("read", pb.ReadRequest(handle=info.handle)).chunk
             else:
                 chunk = self.session.call("Read", pb.ReadRequest(handle=info.handle))
-            _check_chunk(info.handle, chunk, 0)
-            if len(chunk.data) != nbytes:
+            data = chunk.data  # a copy each time it is read: once
+            _check_chunk(info.handle, chunk, data, 0)
+            if len(data) != nbytes:
                 raise TensordError(grpc.StatusCode.DATA_LOSS,
-                                   f"tensor {info.handle}: read {len(chunk.data)} "
+                                   f"tensor {info.handle}: read {len(data)} "
                                    f"of {nbytes} bytes")
-            return chunk.data
+            return data
         # One buffer of the tensor's size, each chunk copied into it once.
         out = bytearray(nbytes)
         view = memoryview(out)
         received = 0
-        for chunk in self.session.fetch(info.handle):
-            _check_chunk(info.handle, chunk, received)
-            end = received + len(chunk.data)
+        for chunk, data in self.session.fetch(info.handle):
+            _check_chunk(info.handle, chunk, data, received)
+            end = received + len(data)
             if end <= nbytes:
-                view[received:end] = chunk.data
+                view[received:end] = data
             received = end
             if bar is not None:
-                bar.update(len(chunk.data))
+                bar.update(len(data))
         if received != nbytes:
             raise TensordError(grpc.StatusCode.DATA_LOSS,
                                f"tensor {info.handle}: fetched {received} of {nbytes} bytes")
         return out
 
 
-def _check_chunk(handle, chunk, expected_offset):
-    if chunk.offset != expected_offset or zlib.crc32(chunk.data) != chunk.crc32:
+def _check_chunk(handle, chunk, data, expected_offset):
+    """Raises DATA_LOSS unless `chunk` (whose bytes are `data`) is at
+    `expected_offset` with a matching CRC-32."""
+    crc = zlib.crc32(data)
+    if chunk.offset != expected_offset or crc != chunk.crc32:
         raise TensordError(grpc.StatusCode.DATA_LOSS,
                            f"tensor {handle}: a corrupt chunk at offset {chunk.offset} "
                            f"(expected offset {expected_offset}, CRC-32 "
-                           f"{zlib.crc32(chunk.data):08x}, sent {chunk.crc32:08x})")
+                           f"{crc:08x}, sent {chunk.crc32:08x})")

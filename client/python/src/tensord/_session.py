@@ -228,16 +228,19 @@ class Session:
         return response
 
     def fetch(self, handle, offset=0):
-        """Fetch's chunks of tensor `handle` from byte `offset`, in order; a
-        dropped connection resumes where it stopped."""
+        """Fetch's chunks of tensor `handle` from byte `offset`, in order, as
+        (chunk, its data) pairs: the data read out once, since every read of
+        a bytes field copies it. A dropped connection resumes where it
+        stopped."""
         self._drain_stream()
         attempt = 0
         while True:
             request = pb.FetchRequest(session=self.id, handle=handle, offset=offset)
             try:
                 for chunk in self._stub.Fetch(request, metadata=self._metadata):
-                    offset += len(chunk.data)
-                    yield chunk
+                    data = chunk.data
+                    offset += len(data)
+                    yield chunk, data
                 break
             except grpc.RpcError as e:
                 if not self._retryable(e, attempt):
