@@ -12,10 +12,12 @@ Contract:
     (zeros), arange, rand, randn and their *_like forms, each with dtype=,
     device= (default "cpu") and requires_grad=; from_numpy(a) and
     from_torch(t) copy host data to a device (dtype and shape exact,
-    bfloat16 included; from_numpy(a, progress=True) and x.numpy(progress=True)
-    show a large transfer's progress on stderr, _progress.py); manual_seed(s)
-    makes the following rand/randn reproducible (seeds s, s+1, ...; not
-    torch's values).
+    bfloat16 included; from_numpy(a, progress=True), from_torch(t,
+    progress=True), x.numpy(progress=True) and x.torch(progress=True) show
+    a large transfer's progress on stderr, _progress.py, and
+    tensord.save/load(..., progress=True) one line for the whole file,
+    _safetensors.py); manual_seed(s) makes the following rand/randn
+    reproducible (seeds s, s+1, ...; not torch's values).
   * capture(fn, *inputs): a step recorded once, replayed as one Execute
     (_capture.py).
   * tensors() lists what the session holds (after the releases of dropped
@@ -315,8 +317,10 @@ class Client:
         return self._from_array(array, _dtypes.from_numpy(array.dtype), device,
                                 progress=progress)
 
-    def from_torch(self, tensor, device=None):
-        """A tensor with torch `tensor`'s values, dtype and shape (bfloat16 too)."""
+    def from_torch(self, tensor, device=None, progress=False):
+        """A tensor with torch `tensor`'s values, dtype and shape (bfloat16 too).
+        progress=True: an upload over 1 MiB draws a progress line on stderr
+        (tqdm's when it is installed), bfloat16's as the others'."""
         import torch
         host = tensor.detach().cpu().contiguous()
         dtype = _dtypes.from_torch(host.dtype)
@@ -324,10 +328,10 @@ class Client:
             bits = host.view(torch.int16).numpy().view(np.uint16)
             info = self._dispatcher.create_data(
                 dtype, bits.shape, memoryview(bits.copy(order="C")).cast("B"),
-                name_of(device))
+                name_of(device), progress=progress)
             t = Tensor._adopt(self, info)
         else:
-            t = self._from_array(host.numpy(), dtype, device)
+            t = self._from_array(host.numpy(), dtype, device, progress=progress)
         return t.requires_grad_() if tensor.requires_grad else t
 
     def _fill(self, size, fill, dtype, device, requires_grad):

@@ -10,7 +10,15 @@ Contract:
     update(n) adds n bytes done; close() completes the line (a newline);
     both are no-ops after close(). Used as a context manager, close() runs
     on exit.
-Thread-safety: one Progress belongs to one transfer (one thread).
+  * whole(progress, total, desc) -> one line for several transfers of
+    `total` bytes together (tensord.save/load: the file's tensors), a Whole
+    when bar() would draw one, else None. Passed as those transfers'
+    `progress`, bar(whole, n, desc) is that transfer's part of it (whatever
+    its size): its updates advance the whole line (past n bytes they count
+    nothing) and its close() leaves the line open; the Whole's close()
+    completes it.
+Thread-safety: one Progress (one Whole) belongs to one transfer (one
+sequence of transfers) on one thread.
 """
 import sys
 import time
@@ -21,6 +29,8 @@ _MIN_REDRAW_S = 0.1
 
 
 def bar(progress, total, desc):
+    if isinstance(progress, Whole):
+        return progress.part(total)
     if not progress or total <= PROGRESS_MIN_BYTES:
         return None
     try:
@@ -29,6 +39,52 @@ def bar(progress, total, desc):
         return _Line(total, desc)
     return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
                 file=sys.stderr, leave=True)
+
+
+def whole(progress, total, desc):
+    line = bar(progress, total, desc)
+    return None if line is None else Whole(line)
+
+
+class Whole:
+    """One line over several transfers; bar(whole, n, desc) gives each its part."""
+
+    def __init__(self, line):
+        self._line = line
+
+    def part(self, total):
+        return _Part(self._line, total)
+
+    def close(self):
+        self._line.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class _Part:
+    """One transfer's `total` bytes of a Whole's line. Its owner (the
+    dispatcher) tops it up to `total` when the transfer is done, which
+    covers the paths that report no chunks (inline, Read, shared memory);
+    a retried chunk reported twice cannot push the line past the file."""
+
+    def __init__(self, line, total):
+        self._line = line
+        self.total = total
+        self.n = 0
+
+    def update(self, n):
+        n = max(0, min(n, self.total - self.n))
+        if n:
+            self.n += n
+            self._line.update(n)
+
+    def close(self):
+        pass  # the line goes on with the next transfer; the Whole's owner closes it
 
 
 def _size(n):

@@ -773,10 +773,12 @@ class Tensor:
             raise TypeError("only integer tensors of a single element can be converted to an index")
         return int(self.item())
 
-    def torch(self):
-        """A torch.Tensor (on the local CPU) with this tensor's values, dtype and shape."""
+    def torch(self, progress=False):
+        """A torch.Tensor (on the local CPU) with this tensor's values, dtype and shape.
+        progress=True: a fetch over 1 MiB draws a progress line on stderr
+        (tqdm's when it is installed), bfloat16's as the others'."""
         import torch
-        array = self._host_array()
+        array = self._host_array(progress)
         if self.dtype is _dtypes.bfloat16:
             return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
         return torch.from_numpy(array.copy())
