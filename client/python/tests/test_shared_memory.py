@@ -119,3 +119,79 @@ def test_a_bad_size_is_refused(client):
     with pytest.raises(tensord.TensordError) as err:
         _shm.Region.create(client._session, -1)
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+# --- a region of the caller's own: zero-copy upload_shared / fetch_shared ----
+
+def test_zero_copy_upload_and_fetch_through_a_region_of_ones_own(client):
+    rng = np.random.default_rng(3)
+    before = stats(client)
+    with client.create_shared_memory(4 * MIB) as region:
+        assert isinstance(region, tensord.SharedMemoryRegion) and region.size == 4 * MIB
+        path = os.path.join(_shm.SHM_DIR, region.name.lstrip("/"))
+        assert os.path.exists(path)
+        a = region.array((512, 512), tensord.float32)  # written in place: no copy
+        a[...] = rng.standard_normal((512, 512), dtype=np.float32)
+        x = client.upload_shared(region, 0, tensord.float32, (512, 512))
+        assert x.shape == (512, 512) and x.dtype == tensord.float32
+        a[...] = 0  # the tensor is the server's copy, not the region
+        y = x * 2  # pipelined: fetch_shared runs after it
+        view = y.fetch_shared(region, offset=MIB)
+        np.testing.assert_array_equal(view, x.numpy() * 2)
+        assert view.shape == (512, 512) and view.dtype == np.float32
+        # The view is the region's memory itself.
+        assert np.shares_memory(view, region.array(MIB // 4, tensord.float32, MIB))
+        region.array(1, tensord.float32, MIB)[0] = 42.0
+        assert view[0, 0] == 42.0
+        # Other dtypes, at an offset that is not a multiple of 8.
+        ints = region.array((3, 5), tensord.int64, offset=3 * MIB + 4)
+        ints[...] = np.arange(15).reshape(3, 5) - 7
+        z = client.upload_shared(region, 3 * MIB + 4, tensord.int64, [3, 5])
+        assert z.tolist() == (np.arange(15).reshape(3, 5) - 7).tolist()
+        bits = region.array(2, tensord.bfloat16, offset=3 * MIB + 512)  # uint16 bits
+        assert bits.dtype == np.uint16
+        bits[...] = [0x3F80, 0xC040]  # 1.0, -3.0
+        b = client.upload_shared(region, 3 * MIB + 512, tensord.bfloat16, 2)
+        assert b.dtype == tensord.bfloat16 and b.float().tolist() == [1.0, -3.0]
+        assert (b * 2).fetch_shared(region, 8).tolist() == [0x4000, 0xC0C0]  # 2.0, -6.0
+    assert region.closed and not os.path.exists(path)
+    after = stats(client)
+    assert after.shared_memory_uploads - before.shared_memory_uploads == 3
+    assert after.shared_memory_fetches - before.shared_memory_fetches == 2
+
+
+def test_a_region_of_ones_own_refuses_what_does_not_fit(client, daemon):
+    region = client.create_shared_memory(MIB)
+    x = client.zeros(MIB // 4 + 1)  # one float past the region
+    for call in (lambda: x.fetch_shared(region),
+                 lambda: client.zeros(8).fetch_shared(region, MIB - 16),
+                 lambda: client.upload_shared(region, 0, tensord.float32, MIB // 4 + 1),
+                 lambda: client.upload_shared(region, MIB - 4, tensord.float32, [2])):
+        with pytest.raises(tensord.TensordError) as err:
+            call()
+        assert err.value.code == grpc.StatusCode.OUT_OF_RANGE, err.value.details
+    with pytest.raises(ValueError, match="runs past the 1048576 bytes"):
+        region.array(MIB // 4 + 1, tensord.float32)
+    with pytest.raises(ValueError):
+        region.array(4, tensord.float32, offset=-4)
+    with pytest.raises(TypeError, match="SharedMemoryRegion"):
+        client.upload_shared(bytearray(16), 0, tensord.float32, [4])
+    # Another session's region: the server refuses it.
+    other = tensord.connect(daemon.address)
+    try:
+        with pytest.raises(tensord.TensordError) as err:
+            other.upload_shared(region, 0, tensord.float32, [4])
+        assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT, err.value.details
+        with pytest.raises(tensord.TensordError) as err:
+            other.zeros(4).fetch_shared(region)
+        assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT, err.value.details
+    finally:
+        other.close()
+    # Nothing failed for good: the region still works.
+    assert client.upload_shared(region, 0, tensord.float32, [4]).tolist() == [0.0] * 4
+    path = os.path.join(_shm.SHM_DIR, region.name.lstrip("/"))
+    client.close()  # closes the client's regions too
+    assert region.closed and not os.path.exists(path)
+    with pytest.raises(tensord.TensordError) as err:
+        region.array(4, tensord.float32)
+    assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION

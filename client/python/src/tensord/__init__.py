@@ -8,17 +8,20 @@
     print(x * y)                                    # tensor([ 5, 16,  3], device='cuda:0')
     print((x * y).cpu().numpy())                    # the explicit fetch
 
-Contract of this package (stage 1 of issue 15): each op is one unary gRPC
-call (the pipelined Stream RPC is a later stage); shapes, dtypes and errors
-are the server's (its messages are PyTorch's); autograd and optimizers run
-on the server (no gradient math in Python). Module-level factories
-(tensord.tensor, zeros, ...) use the default client, the newest connect()'s.
-Every server error is a TensordError (a RuntimeError with .code, a
-grpc.StatusCode). tensord.cuda is the default client's client.cuda. tensord.save(state_dict,
-path) and tensord.load(path, client=None, device=None) write and read
-safetensors files (_safetensors.py). tensord.nn, tensord.optim and
-tensord.data (datasets and a DataLoader whose batches are server tensors)
-load on first use.
+Contract of this package: ops go out on the session's ordered command
+stream without waiting (connect(pipeline=False): one unary call each), and
+a result's metadata or values wait for the server's answer (_stream.py);
+shapes, dtypes and errors are the server's (its messages are PyTorch's);
+autograd and optimizers run on the server (no gradient math in Python).
+Module-level factories (tensord.tensor, zeros, ...) use the default client,
+the newest connect()'s. Every server error is a TensordError (a
+RuntimeError with .code, a grpc.StatusCode). tensord.cuda is the default
+client's client.cuda. tensord.save(state_dict, path, progress=False) and
+tensord.load(path, client=None, device=None, progress=False) write and read
+safetensors files (_safetensors.py). tensord.SharedMemoryRegion is a
+same-host region for zero-copy transfers (Client.create_shared_memory,
+_shm.py). tensord.nn, tensord.optim and tensord.data (datasets and a
+DataLoader whose batches are server tensors) load on first use.
 """
 from tensord._client import Client, TensorRecord, connect, default_client
 from tensord._device import device
@@ -28,6 +31,7 @@ from tensord._errors import TensordError
 from tensord._functional import cat, clamp, concat, matmul, stack, where
 from tensord._grad_mode import enable_grad, is_grad_enabled, no_grad
 from tensord._safetensors import load, save
+from tensord._shm import Region as SharedMemoryRegion
 from tensord._tensor import GradFn, Size, Tensor
 
 bool = bool_  # noqa: A001  (torch.bool)

@@ -42,12 +42,19 @@ Contract:
     shared_memory_reason saying why; calling it again replaces the region.
     disable_shared_memory() and close() release the region (unregistered,
     unmapped, unlinked); shared_memory_enabled says whether one is in use.
+  * Zero-copy, as the C++ Client's: create_shared_memory(nbytes) gives the
+    caller a region of its own (tensord.SharedMemoryRegion); numpy views of
+    it (region.array) are written in place, upload_shared(region, offset,
+    dtype, shape, device) makes a tensor from its bytes and
+    x.fetch_shared(region, offset) writes a tensor's bytes into it and
+    returns their view: no copy on this side either way.
   * close() (or leaving a `with` block) closes the session, freeing every
     tensor of it; tensors of a closed client fail with NOT_FOUND.
 Thread-safety: a Client may be shared by threads.
 """
 import collections
 import threading
+import weakref
 
 import numpy as np
 
@@ -166,6 +173,7 @@ class Client:
         self._seed_lock = threading.Lock()
         self._next_seed = None
         self.shared_memory_reason = None  # why enable_shared_memory last failed
+        self._regions = weakref.WeakSet()  # create_shared_memory's, closed with the client
         self.cuda = _Cuda(self)
 
     # --- the session -------------------------------------------------------
@@ -192,6 +200,8 @@ class Client:
     def close(self):
         if not self._session.closed:
             self._dispatcher.set_region(None)
+            for region in list(self._regions):
+                region.close()
         self._session.close()
         self._channel.close()
 
@@ -217,6 +227,32 @@ class Client:
     @property
     def shared_memory_enabled(self):
         return self._dispatcher.region is not None
+
+    def create_shared_memory(self, nbytes):
+        """A new same-host region of `nbytes` registered in this session, the
+        caller's to fill and read (a tensord.SharedMemoryRegion: region.array
+        gives numpy views of it; upload_shared and Tensor.fetch_shared move
+        tensors through it with no copy on this side). Raises TensordError:
+        NOT_FOUND when the server is on another host, PERMISSION_DENIED when
+        it runs as another user, RESOURCE_EXHAUSTED when /dev/shm has no
+        room. `with` (or close()) releases it; so does closing the client."""
+        region = _shm.Region.create(self._session, nbytes)
+        self._regions.add(region)
+        return region
+
+    def upload_shared(self, region, offset, dtype, shape, device=None):
+        """Zero-copy upload: a tensor of `dtype` and `shape` from the bytes at
+        `offset` of `region`'s data area (written there by the caller, e.g.
+        through region.array(shape, dtype, offset)); the server copies them
+        onto `device` (default "cpu"). OUT_OF_RANGE when they run past the
+        region; INVALID_ARGUMENT for a region of another session."""
+        if not isinstance(region, _shm.Region):
+            raise TypeError(f"upload_shared: region must be a tensord.SharedMemoryRegion "
+                            f"(Client.create_shared_memory), not {type(region).__name__}")
+        shape = _size_arg((shape,))
+        info = self._dispatcher.upload_shared(region, int(offset), dtype, shape,
+                                              name_of(device))
+        return Tensor._adopt(self, info)
 
     def __enter__(self):
         return self

@@ -28,6 +28,9 @@ paths, one contract for the tensor code above:
     The grad property waits for its op (a missing grad is None, not an
     error at a later sync). While a step is captured, ops take the unary
     path (the recorder needs each result at once).
+  * upload_shared(region, offset, dtype, shape, device) and
+    fetch_shared(handle, region, offset): a user's region transfers
+    (unary calls, after the stream's commands).
   * create_data(dtype, shape, data, device, tag, progress) and
     fetch(info, progress): with progress true, a transfer over
     _progress.PROGRESS_MIN_BYTES draws its progress line on stderr
@@ -182,6 +185,26 @@ class Dispatcher:
                                          shape=list(shape), tag=tag)
         return self.session.upload(header, data, UPLOAD_CHUNK_BYTES,
                                    bar.update if bar is not None else None).tensor
+
+    def upload_shared(self, region, offset, dtype, shape, device):
+        """A user's zero-copy upload from `region` (Client.upload_shared): a
+        unary call after the stream's commands, as every region transfer."""
+        self._check_own(region)
+        return region.upload(dtype, shape, device, offset=offset, session=self.session)
+
+    def fetch_shared(self, handle, region, offset):
+        """A user's zero-copy fetch of tensor `handle` into `region` at
+        `offset` (Tensor.fetch_shared); its TensorInfo."""
+        self._refuse_while_capturing("a fetch (fetch_shared)")
+        self._check_own(region)
+        return region.fetch(handle, offset, session=self.session)
+
+    def _check_own(self, region):
+        # As the C++ client: named here (the server would say only that it
+        # does not know the region's id).
+        if region.session_id != self.session.id:
+            raise TensordError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"shared memory region {region.name} belongs to another session")
 
     def _refuse_while_capturing(self, what):
         if self.recorder is not None:

@@ -12,14 +12,27 @@ client's SharedMemoryRegion and Client::enable_shared_memory):
     RESOURCE_EXHAUSTED when /dev/shm has no room, UNIMPLEMENTED where this
     host has no /dev/shm; the object is unlinked on every failure.
   * region.data: a writable memoryview of the data area (data_bytes bytes,
-    from byte 4096); region.upload(...) / region.fetch_into(...) move
-    tensor bytes through it (UploadFromSharedMemory, FetchToSharedMemory)
-    under region.lock, which a caller holds around its copy into or out
-    of `data`.
+    from byte 4096); region.upload(dtype, shape, device, tag, offset) /
+    region.fetch(handle, offset) move tensor bytes through it, in the region's
+    session or the one passed as `session`
+    (UploadFromSharedMemory, FetchToSharedMemory), from or to `offset` of
+    the data area (the server answers OUT_OF_RANGE past its end). The
+    client's automatic path holds region.lock around its copy into or out
+    of `data` and the call.
+  * region.array(shape, dtype=float32, offset=0): a writable numpy array
+    over the data area's bytes at `offset` (no copy; bfloat16 as uint16
+    bits, as Tensor._host_array). ValueError when they run past the data
+    area or `offset` is negative.
+    The array keeps the mapping alive: after close() it still reads and
+    writes memory, but not the server's any more.
+  * This class is tensord.SharedMemoryRegion, the user's zero-copy region
+    (Client.create_shared_memory, Client.upload_shared,
+    Tensor.fetch_shared): `with` closes it.
   * region.close(): unregisters it (best effort: the session's close unmaps
     it on the server anyway), unmaps and unlinks it; idempotent, and run
     when the Region is garbage collected or the process exits.
-Thread-safety: transfers through one region take turns (region.lock).
+Thread-safety: the automatic path's transfers through one region take
+turns (region.lock); a user's region is the user's to share out.
 """
 import mmap
 import os
@@ -28,7 +41,9 @@ import threading
 import weakref
 
 import grpc
+import numpy as np
 
+from tensord import _dtypes
 from tensord._errors import TensordError
 from tensord.v1 import tensord_pb2 as pb
 
@@ -141,16 +156,55 @@ class Region:
     def closed(self):
         return not self._finalizer.alive
 
-    def upload(self, dtype, shape, device, tag=""):
-        """The TensorInfo of a tensor made from the data area's first bytes."""
-        return self._session.call("UploadFromSharedMemory", pb.UploadFromSharedMemoryRequest(
-            region=self.id, offset=0, device=device, dtype=dtype.wire, shape=list(shape),
-            tag=tag), mutating=True).tensor
+    @property
+    def session_id(self):
+        """The id of the session the region is registered in."""
+        return self._session.id
 
-    def fetch(self, handle):
-        """Copies tensor `handle`'s bytes to the data area's start; its TensorInfo."""
-        return self._session.call("FetchToSharedMemory", pb.FetchToSharedMemoryRequest(
-            handle=handle, region=self.id, offset=0)).tensor
+    def array(self, shape, dtype=_dtypes.float32, offset=0):
+        """A writable numpy view of the data area's bytes at `offset` (see the module doc)."""
+        shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(
+            int(n) for n in shape)
+        offset = int(offset)
+        count = 1
+        for n in shape:
+            if n < 0:
+                raise ValueError(f"negative dimension {n} in shape {list(shape)}")
+            count *= n
+        nbytes = count * dtype.itemsize
+        if offset < 0 or offset + nbytes > self.size:
+            raise ValueError(f"a {dtype} array of shape {list(shape)} ({nbytes} bytes) at "
+                             f"offset {offset} runs past the {self.size} bytes of shared "
+                             f"memory region {self.name}")
+        return np.frombuffer(self.data, dtype=dtype.numpy_storage, count=count,
+                             offset=offset).reshape(shape)
+
+    def upload(self, dtype, shape, device, tag="", offset=0, session=None):
+        """The TensorInfo of a tensor made from the data area's bytes at
+        `offset`, in `session` (default: the region's; the server refuses
+        another's region with INVALID_ARGUMENT)."""
+        return (session or self._session).call(
+            "UploadFromSharedMemory", pb.UploadFromSharedMemoryRequest(
+                region=self.id, offset=offset, device=device, dtype=dtype.wire,
+                shape=list(shape), tag=tag), mutating=True).tensor
+
+    def fetch(self, handle, offset=0, session=None):
+        """Copies tensor `handle` of `session` (default: the region's) to the
+        data area at `offset`; its TensorInfo."""
+        return (session or self._session).call(
+            "FetchToSharedMemory", pb.FetchToSharedMemoryRequest(
+                handle=handle, region=self.id, offset=offset)).tensor
 
     def close(self):
         self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        state = "closed" if self.closed else f"{self.size} bytes"
+        return f"<tensord.SharedMemoryRegion {self.name} ({state})>"

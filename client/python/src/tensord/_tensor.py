@@ -691,6 +691,17 @@ class Tensor:
         # A streamed fetch lands in a fresh writable buffer: no second copy.
         return array.astype(numpy_dtype, copy=not array.flags.writeable)
 
+    def fetch_shared(self, region, offset=0):
+        """Zero-copy fetch: the server writes this tensor's bytes straight into
+        `region`'s data area at `offset` (a tensord.SharedMemoryRegion of this
+        client, Client.create_shared_memory); returns the numpy view of them
+        there (region.array(self.shape, self.dtype, offset): bfloat16 as
+        uint16 bits), valid until the region is written again. Any device
+        (the server copies to host memory). OUT_OF_RANGE when the bytes do not
+        fit; INVALID_ARGUMENT for a region of another session."""
+        info = self._client._dispatcher.fetch_shared(self._info.handle, region, int(offset))
+        return region.array(tuple(info.shape), self.dtype, offset)
+
     def __array__(self, dtype=None):
         array = self.numpy()
         return array if dtype is None else array.astype(dtype)
