@@ -231,9 +231,12 @@ void CommandStream::ReaderLoop() {
       ConnectLocked();
       continue;
     }
+    // Unanswered when no server ended it (its trailers lack the instance):
+    // the connection itself failed.
     broken_ = Error(status.ok() ? StatusCode::UNAVAILABLE : status.error_code(),
                     status.ok() ? "the session's command stream ended"
-                                : status.error_message());
+                                : status.error_message(),
+                    !status.ok() && now.empty());
     cv_.notify_all();
     break;
   }

@@ -17,10 +17,6 @@
 
 namespace tensord::client::internal {
 
-void ThrowStatus(const grpc::Status& status) {
-  throw Error(status.error_code(), status.error_message());
-}
-
 namespace {
 
 std::string InstanceOf(const grpc::ClientContext& context) {
@@ -29,6 +25,20 @@ std::string InstanceOf(const grpc::ClientContext& context) {
   if (it == trailers.end()) return "";
   return std::string(it->second.data(), it->second.size());
 }
+
+}  // namespace
+
+void ThrowStatus(const grpc::Status& status) {
+  throw Error(status.error_code(), status.error_message());
+}
+
+void ThrowStatus(const grpc::Status& status,
+                 const grpc::ClientContext& context) {
+  throw Error(status.error_code(), status.error_message(),
+              InstanceOf(context).empty());
+}
+
+namespace {
 
 std::string RandomHex64() {
   std::random_device rd;
@@ -78,7 +88,7 @@ std::shared_ptr<Session> Session::Open(std::shared_ptr<grpc::Channel> channel,
       }
     }
   }
-  if (!status.ok()) ThrowStatus(status);
+  if (!status.ok()) ThrowStatus(status, context);
   // make_shared cannot reach the private constructor.
   std::shared_ptr<Session> session(new Session(
       std::move(channel), std::move(id), std::chrono::milliseconds(ttl_ms),
@@ -275,7 +285,7 @@ v1::TensorInfo Session::CreateFromBytes(v1::DType dtype,
     grpc::Status status = writer->Finish();
     CheckInstance(context);
     if (status.ok()) return response.tensor();
-    if (!ShouldRetry(status, attempt)) ThrowStatus(status);
+    if (!ShouldRetry(status, attempt)) ThrowStatus(status, context);
   }
 }
 
@@ -409,7 +419,7 @@ void Session::StreamBytes(
     // Resume an interrupted stream from what already arrived intact.
     if (status.error_code() != StatusCode::UNAVAILABLE || received == 0 ||
         attempt == kMaxResumes) {
-      ThrowStatus(status);
+      ThrowStatus(status, context);
     }
   }
   if (!size.has_value() || received != nbytes) {

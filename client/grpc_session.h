@@ -57,6 +57,11 @@ namespace v1 = ::tensord::v1;
 // Throws the Error that carries `status`'s code and message. `status` must
 // not be OK.
 [[noreturn]] void ThrowStatus(const grpc::Status& status);
+// The same for a call made with `context`: the Error is unanswered() when
+// no tensord server answered it (its trailers lack `tensord-instance`,
+// which every server reply carries).
+[[noreturn]] void ThrowStatus(const grpc::Status& status,
+                              const grpc::ClientContext& context);
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
@@ -169,7 +174,9 @@ class Session : public std::enable_shared_from_this<Session> {
           continue;
         }
       }
-      if (!kRetryable || !ShouldRetry(status, attempt)) ThrowStatus(status);
+      if (!kRetryable || !ShouldRetry(status, attempt)) {
+        ThrowStatus(status, context);
+      }
     }
   }
 

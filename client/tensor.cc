@@ -72,13 +72,13 @@ Tensor Tensor::ToNode(const std::string& node, const Device& device) const {
                 "no node '" + node + "' in this tensor's cluster");
   }
   // A node that cannot be reached is named in the error: the client's
-  // own connection failed, so no server said which node it was.
+  // own connection failed, so no server said which node it was. A server's
+  // answer (the destination saying its source is gone, say) names its
+  // cause already and goes on unchanged.
   auto unreachable = [](const Error& e, std::string_view which) {
-    if (e.code() != StatusCode::UNAVAILABLE &&
-        e.code() != StatusCode::DEADLINE_EXCEEDED) {
-      throw;
-    }
-    throw Error(e.code(), "node '" + std::string(which) + "': " + e.message());
+    if (!e.unanswered()) throw;
+    throw Error(e.code(), "node '" + std::string(which) + "': " + e.message(),
+                true);
   };
   std::string source = state_->session->node_prefix();
   if (!source.empty()) source.pop_back();  // "tensord-0/" -> "tensord-0"
@@ -100,8 +100,6 @@ Tensor Tensor::ToNode(const std::string& node, const Device& device) const {
   try {
     info = peer->Call(&TensorService::Stub::Import, std::move(import)).tensor();
   } catch (const Error& e) {
-    // The destination's own answer (a dead source, say) names its cause.
-    if (e.message().find("node '") != std::string::npos) throw;
     unreachable(e, node);
   }
   return Tensor(peer->Adopt(info));

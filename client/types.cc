@@ -75,10 +75,11 @@ std::string WhatOf(StatusCode code, const std::string& message) {
 }
 }  // namespace
 
-Error::Error(StatusCode code, std::string message)
+Error::Error(StatusCode code, std::string message, bool unanswered)
     : std::runtime_error(WhatOf(code, message)),
       code_(code),
-      message_(std::move(message)) {}
+      message_(std::move(message)),
+      unanswered_(unanswered) {}
 
 std::string_view Device::type() const {
   return std::string_view(name_).substr(0, name_.find(':'));

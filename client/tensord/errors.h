@@ -26,15 +26,23 @@ std::string_view StatusCodeName(StatusCode code);
 // "FAILED_PRECONDITION: Expected all tensors to be on the same device, ...".
 class Error : public std::runtime_error {
  public:
-  Error(StatusCode code, std::string message);
+  // `unanswered`: no tensord server answered the call (see unanswered()).
+  Error(StatusCode code, std::string message, bool unanswered = false);
 
   StatusCode code() const { return code_; }
   // The server's (or the client's) message without the code prefix.
   const std::string& message() const { return message_; }
+  // True when the call failed without an answer from a tensord server: the
+  // client's connection was refused, broke or timed out (gRPC's own
+  // UNAVAILABLE or DEADLINE_EXCEEDED), so no server's message names what
+  // failed. False for every answer a server gave and for the client's own
+  // checks.
+  bool unanswered() const { return unanswered_; }
 
  private:
   StatusCode code_;
   std::string message_;
+  bool unanswered_;
 };
 
 }  // namespace tensord::client

@@ -401,6 +401,32 @@ TEST_P(ClientServerTest, SharedMemoryRegionsGoWithTheClient) {
 TEST_P(ClientServerTest, UnreachableServerIsUnavailable) {
   Error e = Catch([] { Client c("127.0.0.1:1"); });
   EXPECT_EQ(e.code(), StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(e.unanswered()) << e.what();  // no server said it
+}
+
+TEST_P(ClientServerTest, AServersAnswerIsNotUnanswered) {
+  // The server's own refusal (NOT_FOUND for a session it does not know):
+  // answered, whatever its code.
+  Error e = Catch([&] { (void)Client::Attach(Channel(), "no-such-session"); });
+  EXPECT_EQ(e.code(), StatusCode::NOT_FOUND) << e.what();
+  EXPECT_FALSE(e.unanswered()) << e.what();
+  {
+    // The client's own checks are not transport failures either.
+    Tensor x = client().tensor<int64_t>({1, 2});
+    Error local = Catch([&] { (void)x.fetch<float>(); });
+    EXPECT_EQ(local.code(), StatusCode::INVALID_ARGUMENT) << local.what();
+    EXPECT_FALSE(local.unanswered()) << local.what();
+  }
+  // The server gone: the same call is unanswered.
+  const std::string session = client().session();
+  client_.reset();  // before its server (an in-process channel needs it)
+  server_.reset();
+  Error gone = Catch([&] {
+    (void)Client::Attach(
+        grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()),
+        session);
+  });
+  EXPECT_TRUE(gone.unanswered()) << gone.what();
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ClientServerTest,
