@@ -223,14 +223,19 @@ absl::StatusOr<GrantTable::Issued> GrantTable::Issue(
   return Issued{std::move(id), ttl};
 }
 
+absl::Status GrantTable::CheckForm(std::string_view grant) {
+  if (grant.empty() || grant.size() > kMaxGrantBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grant is ", grant.size(), " bytes; expected the 32 hex digits "
+        "GrantTransfer returned (", kMaxGrantBytes, " bytes at most)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GrantTable::Pull(const v1::PullChunkRequest& req,
                               std::string_view caller,
                               v1::PullChunkResponse* resp) {
-  if (req.grant().size() > kMaxGrantBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "grant is ", req.grant().size(), " bytes; grants are ",
-        kMaxGrantBytes, " at most (the 32 hex digits GrantTransfer returned)"));
-  }
+  RETURN_IF_ERROR(CheckForm(req.grant()));
   std::shared_ptr<Grant> grant;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -342,10 +347,7 @@ absl::Status NodeTransfers::Import(const v1::ImportRequest& req,
   RETURN_IF_ERROR(runtime_->KeepAlive(req.session()).status());
   ASSIGN_OR_RETURN(const std::string address, peers_.AddressOf(req.source_node()));
   ASSIGN_OR_RETURN(const std::string token, tokens_.TokenOf(runtime_->node_name()));
-  if (req.grant().empty() || req.grant().size() > GrantTable::kMaxGrantBytes) {
-    return absl::InvalidArgumentError("grant: expected the 32 hex digits "
-                                      "GrantTransfer returned");
-  }
+  RETURN_IF_ERROR(GrantTable::CheckForm(req.grant()));
   {
     std::lock_guard<std::mutex> lock(mu_);
     const Clock::time_point now = Clock::now();

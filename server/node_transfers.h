@@ -86,6 +86,9 @@ class GrantTable {
   // A grant is 32 hex digits; a request's grant field longer than this is
   // INVALID_ARGUMENT.
   static constexpr size_t kMaxGrantBytes = 64;
+  // The form check both ends make before any lookup: INVALID_ARGUMENT for
+  // an empty grant or one over kMaxGrantBytes, naming its size.
+  static absl::Status CheckForm(std::string_view grant);
 
   struct Issued {
     std::string grant;
@@ -98,7 +101,7 @@ class GrantTable {
                                std::string destination,
                                std::chrono::milliseconds ttl);
   // Serves the chunk at `offset` to node `caller`, or ends the grant
-  // (`finish`). INVALID_ARGUMENT for a grant over kMaxGrantBytes;
+  // (`finish`). INVALID_ARGUMENT for a grant CheckForm refuses;
   // NOT_FOUND for an unknown, finished or expired grant;
   // PERMISSION_DENIED when `caller` is not the destination; OUT_OF_RANGE
   // for an offset past the end.

@@ -281,8 +281,12 @@ TEST_F(ClusterTest, GrantsCannotBeMisused) {
   s = pull(0, "node-one-token-0123456789", std::string(65, 'a'));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("grant is 65 bytes"));
-  EXPECT_EQ(import_on(1, "tensord-0", std::string(65, 'a')).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
+  s = import_on(1, "tensord-0", std::string(65, 'a'));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("grant is 65 bytes"));
+  s = pull(0, "node-one-token-0123456789", "");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("grant is 0 bytes"));
   s = import_on(1, "evil/host", grant_for("tensord-1").grant());
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   // A grant does not outlive its deadline.
