@@ -45,6 +45,7 @@ import weakref
 
 import grpc
 
+from tensord import _wire
 from tensord._errors import TensordError, from_rpc_error
 from tensord.v1 import tensord_pb2 as pb
 from tensord.v1 import tensord_pb2_grpc as pb_grpc
@@ -70,6 +71,11 @@ class Session:
                  ttl_ms=0, attach=None):
         self._channel = channel
         self._stub = pb_grpc.TensorServiceStub(channel)
+        # Fetch with its messages left as bytes: _wire reads them in place.
+        self._fetch_raw = channel.unary_stream(
+            "/tensord.v1.TensorService/Fetch",
+            request_serializer=pb.FetchRequest.SerializeToString,
+            response_deserializer=None)
         self._metadata = tuple(metadata)
         self.instance = None
         if attach:
@@ -229,15 +235,21 @@ class Session:
 
     def fetch(self, handle, offset=0):
         """Fetch's chunks of tensor `handle` from byte `offset`, in order, as
-        (chunk, its data) pairs: the data read out once, since every read of
-        a bytes field copies it. A dropped connection resumes where it
+        (chunk, its data) pairs: _wire.FetchChunkView's, whose data is a
+        memoryview of the message grpcio received (no copy). A chunk that
+        does not parse is DATA_LOSS. A dropped connection resumes where it
         stopped."""
         self._drain_stream()
         attempt = 0
         while True:
             request = pb.FetchRequest(session=self.id, handle=handle, offset=offset)
             try:
-                for chunk in self._stub.Fetch(request, metadata=self._metadata):
+                for raw in self._fetch_raw(request, metadata=self._metadata):
+                    try:
+                        chunk = _wire.parse_fetch_chunk(raw)
+                    except ValueError as e:
+                        raise TensordError(grpc.StatusCode.DATA_LOSS,
+                                           f"tensor {handle}: {e} at offset {offset}") from None
                     data = chunk.data
                     offset += len(data)
                     yield chunk, data

@@ -1,0 +1,93 @@
+"""A streamed fetch's chunks read straight from their wire bytes.
+
+Why: protobuf's Python API copies a bytes field on every read, and parsing
+copies it once more, so a FetchChunk's 1 MiB of data crossed memory three
+times before the client copied it into the tensor's buffer. Read from the
+message grpcio hands over (its bytes, undeserialized), the data is a
+memoryview of them: the client's one copy into the buffer is the only one.
+
+Contract:
+  * parse_fetch_chunk(raw) -> FetchChunkView for the serialized
+    tensord.v1.FetchChunk `raw` (bytes): .offset and .crc32 (ints, 0 when
+    absent, as protobuf's defaults), .data (a memoryview of `raw`; empty
+    when absent) and .tensor (the first chunk's TensorInfo, parsed on
+    demand; an empty one when absent). A field given twice counts its last
+    value, as protobuf's parser does; unknown fields are skipped. Raises
+    ValueError for bytes that are not a FetchChunk (a truncated field, a
+    varint over 10 bytes, a wire type protobuf does not define, a known
+    field of the wrong wire type).
+  * FetchChunkView's fields may be assigned (tests corrupt a crc32).
+Stateless; thread-safe.
+"""
+from tensord.v1 import tensord_pb2 as pb
+
+# FetchChunk's field numbers (tensord.proto).
+_TENSOR, _OFFSET, _DATA, _CRC32 = 1, 2, 3, 4
+_VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
+
+
+class FetchChunkView:
+    __slots__ = ("offset", "crc32", "data", "_tensor")
+
+    def __init__(self, offset, crc32, data, tensor):
+        self.offset = offset
+        self.crc32 = crc32
+        self.data = data
+        self._tensor = tensor
+
+    @property
+    def tensor(self):
+        return pb.TensorInfo.FromString(self._tensor)
+
+
+def _varint(raw, at, end):
+    value, shift = 0, 0
+    while True:
+        if at >= end or shift > 63:
+            raise ValueError("a FetchChunk with a truncated or overlong varint")
+        byte = raw[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
+def parse_fetch_chunk(raw):
+    view = memoryview(raw)
+    end = len(raw)
+    offset = crc32 = 0
+    data = view[0:0]
+    tensor = b""
+    at = 0
+    while at < end:
+        key, at = _varint(raw, at, end)
+        field, wire = key >> 3, key & 7
+        if wire == _VARINT:
+            value, at = _varint(raw, at, end)
+            if field == _OFFSET:
+                offset = value & 0xFFFFFFFFFFFFFFFF
+            elif field == _CRC32:
+                crc32 = value & 0xFFFFFFFF
+            elif field in (_TENSOR, _DATA):
+                raise ValueError(f"FetchChunk field {field} as a varint")
+        elif wire == _LENGTH:
+            length, at = _varint(raw, at, end)
+            if at + length > end:
+                raise ValueError("a FetchChunk with a truncated field")
+            if field == _DATA:
+                data = view[at:at + length]
+            elif field == _TENSOR:
+                tensor = raw[at:at + length]
+            elif field in (_OFFSET, _CRC32):
+                raise ValueError(f"FetchChunk field {field} as bytes")
+            at += length
+        elif wire in (_FIXED64, _FIXED32):
+            if field in (_TENSOR, _OFFSET, _DATA, _CRC32):
+                raise ValueError(f"FetchChunk field {field} as a fixed-size value")
+            at += 8 if wire == _FIXED64 else 4
+            if at > end:
+                raise ValueError("a FetchChunk with a truncated field")
+        else:
+            raise ValueError(f"a FetchChunk with wire type {wire}")
+    return FetchChunkView(offset, crc32, data, tensor)
