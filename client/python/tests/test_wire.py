@@ -1,4 +1,4 @@
-"""_wire.parse_fetch_chunk against protobuf's own encoding of FetchChunk."""
+"""_wire against protobuf's own encoding of FetchChunk and UploadRequest."""
 import pytest
 
 from tensord import _wire
@@ -44,3 +44,17 @@ def test_unknown_fields_are_skipped_and_the_last_value_counts():
 def test_what_is_not_a_fetch_chunk_is_refused(raw):
     with pytest.raises(ValueError):
         _wire.parse_fetch_chunk(raw)
+
+
+def test_upload_messages_are_what_protobuf_writes():
+    header = pb.UploadRequest.Header(session="s" * 200, device="cpu:1", dtype=pb.INT64,
+                                     shape=[3, 1 << 20], tag="t")
+    data = bytes(range(256)) * 300
+    for head, chunk in ((header, data), (None, memoryview(data)[5:70000]), (header, b""),
+                        (None, b"x")):
+        raw = _wire.upload_message(None if head is None else head.SerializeToString(), chunk)
+        expected = pb.UploadRequest(data=bytes(chunk))
+        if head is not None:
+            expected.header.CopyFrom(head)
+        assert raw == expected.SerializeToString()
+        assert pb.UploadRequest.FromString(raw) == expected

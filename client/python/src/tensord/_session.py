@@ -71,7 +71,11 @@ class Session:
                  ttl_ms=0, attach=None):
         self._channel = channel
         self._stub = pb_grpc.TensorServiceStub(channel)
-        # Fetch with its messages left as bytes: _wire reads them in place.
+        # Upload and Fetch with their messages as bytes (_wire.py writes and
+        # reads them in place).
+        self._upload_raw = channel.stream_unary(
+            "/tensord.v1.TensorService/Upload", request_serializer=None,
+            response_deserializer=pb.TensorResponse.FromString)
         self._fetch_raw = channel.unary_stream(
             "/tensord.v1.TensorService/Fetch",
             request_serializer=pb.FetchRequest.SerializeToString,
@@ -205,13 +209,12 @@ class Session:
         view = memoryview(data)
         reported = [0]  # bytes on_chunk has heard of
 
-        def messages():
+        head = header.SerializeToString()
+
+        def messages():  # serialized here: each chunk copied once (_wire.py)
             for offset in range(0, max(len(view), 1), chunk_bytes):
-                chunk = bytes(view[offset:offset + chunk_bytes])
-                if offset == 0:
-                    yield pb.UploadRequest(header=header, data=chunk)
-                else:
-                    yield pb.UploadRequest(data=chunk)
+                chunk = view[offset:offset + chunk_bytes]
+                yield _wire.upload_message(head if offset == 0 else None, chunk)
                 end = offset + len(chunk)
                 if on_chunk is not None and end > reported[0]:
                     on_chunk(end - reported[0])
@@ -221,7 +224,7 @@ class Session:
         attempt = 0
         while True:
             try:
-                response, call = self._stub.Upload.with_call(
+                response, call = self._upload_raw.with_call(
                     messages(), metadata=self._metadata + metadata)
                 break
             except grpc.RpcError as e:

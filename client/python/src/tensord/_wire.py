@@ -1,12 +1,17 @@
-"""A streamed fetch's chunks read straight from their wire bytes.
+"""Bulk messages (a streamed fetch's chunks, an upload's) in their wire bytes.
 
 Why: protobuf's Python API copies a bytes field on every read, and parsing
-copies it once more, so a FetchChunk's 1 MiB of data crossed memory three
-times before the client copied it into the tensor's buffer. Read from the
-message grpcio hands over (its bytes, undeserialized), the data is a
-memoryview of them: the client's one copy into the buffer is the only one.
+or building a message copies it again, so a FetchChunk's 1 MiB of data
+crossed memory three times before the client copied it into the tensor's
+buffer, and an upload chunk three times before grpcio had it. Read from
+the message grpcio hands over (its bytes, undeserialized), the data is a
+memoryview of them; written, the data is copied once, into the message.
 
 Contract:
+  * upload_message(header, data) -> the serialized tensord.v1.UploadRequest
+    with `header` (a serialized UploadRequest.Header, or None for the
+    messages after the first) and `data` (any bytes-like object), as
+    protobuf would write it (fields in number order).
   * parse_fetch_chunk(raw) -> FetchChunkView for the serialized
     tensord.v1.FetchChunk `raw` (bytes): .offset and .crc32 (ints, 0 when
     absent, as protobuf's defaults), .data (a memoryview of `raw`; empty
@@ -91,3 +96,26 @@ def parse_fetch_chunk(raw):
         else:
             raise ValueError(f"a FetchChunk with wire type {wire}")
     return FetchChunkView(offset, crc32, data, tensor)
+
+
+def _varint_bytes(value):
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_UPLOAD_HEADER_KEY = b"\x0a"  # field 1, length-delimited
+_UPLOAD_DATA_KEY = b"\x12"    # field 2, length-delimited
+
+
+def upload_message(header, data):
+    parts = []
+    if header is not None:
+        parts += [_UPLOAD_HEADER_KEY, _varint_bytes(len(header)), header]
+    size = memoryview(data).nbytes
+    if size:  # protobuf leaves an empty bytes field out
+        parts += [_UPLOAD_DATA_KEY, _varint_bytes(size), data]
+    return b"".join(parts)
