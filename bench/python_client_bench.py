@@ -53,6 +53,7 @@ import grpc
 import numpy as np
 
 import tensord
+from tensord import _wire
 from tensord.v1 import tensord_pb2 as pb
 from tensord.v1 import tensord_pb2_grpc as pb_grpc
 
@@ -386,7 +387,8 @@ def main():
                          None, "GB/s", {}))
 
     print(f"python_client_bench: {args.iterations} calls per latency, best of "
-          f"{args.rounds} bulk/C++ runs, TCP loopback")
+          f"{args.rounds} bulk/C++ runs, TCP loopback; the client checks fetched "
+          f"chunks with {_wire.CRC32_IMPLEMENTATION}'s CRC-32")
     print(f"{'group':<8} {'measurement':<24} {'side':<16} {'value':>10} {'p99':>10} "
           f"{'unit':<5} ratios (value over)")
     for group, name, side, value, p99, unit, ratios in rows:
@@ -394,6 +396,7 @@ def main():
         p99_text = f"{p99:10.1f}" if p99 is not None and p99 >= 0 else f"{'-':>10}"
         print(f"{group:<8} {name:<24} {side:<16} {value:10.2f} {p99_text} {unit:<5} {shown}")
     print(json.dumps({"benchmark": "python_client_bench", "iterations": args.iterations,
+                      "crc32": _wire.CRC32_IMPLEMENTATION,
                       "rounds": args.rounds, "results": [
                           {"group": g, "name": n, "side": s, "value": round(v, 3),
                            "p99": None if p is None else round(p, 3), "unit": u,

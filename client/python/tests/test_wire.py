@@ -1,4 +1,8 @@
-"""_wire against protobuf's own encoding of FetchChunk and UploadRequest."""
+"""_wire against protobuf's own encoding of FetchChunk and UploadRequest, and
+its CRC-32 against zlib's."""
+import os
+import zlib
+
 import pytest
 
 from tensord import _wire
@@ -58,3 +62,10 @@ def test_upload_messages_are_what_protobuf_writes():
             expected.header.CopyFrom(head)
         assert raw == expected.SerializeToString()
         assert pb.UploadRequest.FromString(raw) == expected
+
+
+def test_crc32_is_zlibs_whichever_implementation_runs():
+    assert _wire.CRC32_IMPLEMENTATION in ("zlib-ng", "zlib")
+    blob = os.urandom((1 << 20) + 13)
+    for data in (b"", b"a", blob, memoryview(blob)[7:70007], bytearray(blob[:4096])):
+        assert _wire.crc32(data) == zlib.crc32(data)

@@ -61,11 +61,9 @@ paths, one contract for the tensor code above:
     reported); nothing to do on the unary path.
 Thread-safety: as the Session's.
 """
-import zlib
-
 import grpc
 
-from tensord import _capture, _grad_mode, _progress
+from tensord import _capture, _grad_mode, _progress, _wire
 from tensord._errors import TensordError
 from tensord._stream import PendingInfo
 from tensord.v1 import tensord_pb2 as pb
@@ -357,7 +355,7 @@ class Dispatcher:
 def _check_chunk(handle, chunk, data, expected_offset):
     """Raises DATA_LOSS unless `chunk` (whose bytes are `data`) is at
     `expected_offset` with a matching CRC-32."""
-    crc = zlib.crc32(data)
+    crc = _wire.crc32(data)
     if chunk.offset != expected_offset or crc != chunk.crc32:
         raise TensordError(grpc.StatusCode.DATA_LOSS,
                            f"tensor {handle}: a corrupt chunk at offset {chunk.offset} "

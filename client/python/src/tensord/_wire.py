@@ -22,9 +22,24 @@ Contract:
     varint over 10 bytes, a wire type protobuf does not define, a known
     field of the wrong wire type).
   * FetchChunkView's fields may be assigned (tests corrupt a crc32).
+  * crc32(data) is zlib's CRC-32 of a bytes-like object (the checksum of
+    every fetched chunk), through zlib-ng's SIMD version when the optional
+    zlib-ng package is installed (pip install "tensord[fast]": about ten
+    times zlib's speed, which otherwise bounds a large fetch), else zlib's.
+    CRC32_IMPLEMENTATION says which ("zlib-ng" or "zlib").
 Stateless; thread-safe.
 """
+import zlib
+
 from tensord.v1 import tensord_pb2 as pb
+
+try:
+    from zlib_ng import zlib_ng as _fast_zlib
+    crc32 = _fast_zlib.crc32
+    CRC32_IMPLEMENTATION = "zlib-ng"
+except ImportError:
+    crc32 = zlib.crc32
+    CRC32_IMPLEMENTATION = "zlib"
 
 # FetchChunk's field numbers (tensord.proto).
 _TENSOR, _OFFSET, _DATA, _CRC32 = 1, 2, 3, 4
