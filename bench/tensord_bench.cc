@@ -607,9 +607,10 @@ bool floor_failed = false;
 //                    client (queued on the session's command stream, one
 //                    synchronize() at the end)
 //   service (unix):  as `service`, over `local`'s unix-domain socket when
-//                    given: a same-host client's round trip, which bounds
-//                    one-RPC-per-matmul at small n (the floor time over the
-//                    floor time plus one round trip)
+//                    given (a same-host client): beside the TCP row, what
+//                    the wire's round trip costs one RPC per matmul (at
+//                    n = 512 on the 2-core machine: nothing measurable, so
+//                    the gap to the floor there is not the wire's)
 void Matmul(Transport& t, Transport* local, const std::vector<int>& sizes,
             std::vector<Row>& rows) {
   tensord::Client client(t.tensord_channel);
