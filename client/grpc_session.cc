@@ -28,10 +28,6 @@ std::string InstanceOf(const grpc::ClientContext& context) {
 
 }  // namespace
 
-void ThrowStatus(const grpc::Status& status) {
-  throw Error(status.error_code(), status.error_message());
-}
-
 void ThrowStatus(const grpc::Status& status,
                  const grpc::ClientContext& context) {
   throw Error(status.error_code(), status.error_message(),

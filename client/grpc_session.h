@@ -54,12 +54,10 @@ namespace tensord::client::internal {
 
 namespace v1 = ::tensord::v1;
 
-// Throws the Error that carries `status`'s code and message. `status` must
-// not be OK.
-[[noreturn]] void ThrowStatus(const grpc::Status& status);
-// The same for a call made with `context`: the Error is unanswered() when
-// no tensord server answered it (its trailers lack `tensord-instance`,
-// which every server reply carries).
+// Throws the Error that carries `status`'s code and message, for a call
+// made with `context`: unanswered() when no tensord server answered it (its
+// trailers lack `tensord-instance`, which every server reply carries).
+// `status` must not be OK.
 [[noreturn]] void ThrowStatus(const grpc::Status& status,
                               const grpc::ClientContext& context);
 

@@ -86,8 +86,9 @@ class GrantTable {
   // A grant is 32 hex digits; a request's grant field longer than this is
   // INVALID_ARGUMENT.
   static constexpr size_t kMaxGrantBytes = 64;
-  // The form check both ends make before any lookup: INVALID_ARGUMENT for
-  // an empty grant or one over kMaxGrantBytes, naming its size.
+  // The form check both ends make (Pull before its lookup, Import after
+  // resolving its source): INVALID_ARGUMENT for an empty grant or one over
+  // kMaxGrantBytes, naming its size.
   static absl::Status CheckForm(std::string_view grant);
 
   struct Issued {

@@ -187,15 +187,15 @@ class Dispatcher:
     def upload_shared(self, region, offset, dtype, shape, device):
         """A user's zero-copy upload from `region` (Client.upload_shared): a
         unary call after the stream's commands, as every region transfer."""
-        self._check_own(region)
-        return region.upload(dtype, shape, device, offset=offset, session=self.session)
+        self._check_own(region)  # then the region's session is this one
+        return region.upload(dtype, shape, device, offset=offset)
 
     def fetch_shared(self, handle, region, offset):
         """A user's zero-copy fetch of tensor `handle` into `region` at
         `offset` (Tensor.fetch_shared); its TensorInfo."""
         self._refuse_while_capturing("a fetch (fetch_shared)")
         self._check_own(region)
-        return region.fetch(handle, offset, session=self.session)
+        return region.fetch(handle, offset)
 
     def _check_own(self, region):
         # As the C++ client: named here (the server would say only that it

@@ -58,13 +58,6 @@ class Whole:
     def close(self):
         self._line.close()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
 
 class _Part:
     """One transfer's `total` bytes of a Whole's line. Its owner (the

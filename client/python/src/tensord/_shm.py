@@ -14,8 +14,7 @@ client's SharedMemoryRegion and Client::enable_shared_memory):
   * region.data: a writable memoryview of the data area (data_bytes bytes,
     from byte 4096); region.upload(dtype, shape, device, tag, offset) /
     region.fetch(handle, offset) move tensor bytes through it, in the region's
-    session or the one passed as `session`
-    (UploadFromSharedMemory, FetchToSharedMemory), from or to `offset` of
+    session (UploadFromSharedMemory, FetchToSharedMemory), from or to `offset` of
     the data area (the server answers OUT_OF_RANGE past its end). The
     client's automatic path holds region.lock around its copy into or out
     of `data` and the call.
@@ -179,21 +178,16 @@ class Region:
         return np.frombuffer(self.data, dtype=dtype.numpy_storage, count=count,
                              offset=offset).reshape(shape)
 
-    def upload(self, dtype, shape, device, tag="", offset=0, session=None):
-        """The TensorInfo of a tensor made from the data area's bytes at
-        `offset`, in `session` (default: the region's; the server refuses
-        another's region with INVALID_ARGUMENT)."""
-        return (session or self._session).call(
-            "UploadFromSharedMemory", pb.UploadFromSharedMemoryRequest(
-                region=self.id, offset=offset, device=device, dtype=dtype.wire,
-                shape=list(shape), tag=tag), mutating=True).tensor
+    def upload(self, dtype, shape, device, tag="", offset=0):
+        """The TensorInfo of a tensor made from the data area's bytes at `offset`."""
+        return self._session.call("UploadFromSharedMemory", pb.UploadFromSharedMemoryRequest(
+            region=self.id, offset=offset, device=device, dtype=dtype.wire, shape=list(shape),
+            tag=tag), mutating=True).tensor
 
-    def fetch(self, handle, offset=0, session=None):
-        """Copies tensor `handle` of `session` (default: the region's) to the
-        data area at `offset`; its TensorInfo."""
-        return (session or self._session).call(
-            "FetchToSharedMemory", pb.FetchToSharedMemoryRequest(
-                handle=handle, region=self.id, offset=offset)).tensor
+    def fetch(self, handle, offset=0):
+        """Copies tensor `handle`'s bytes to the data area at `offset`; its TensorInfo."""
+        return self._session.call("FetchToSharedMemory", pb.FetchToSharedMemoryRequest(
+            handle=handle, region=self.id, offset=offset)).tensor
 
     def close(self):
         self._finalizer()

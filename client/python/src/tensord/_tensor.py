@@ -699,7 +699,8 @@ class Tensor:
         uint16 bits), valid until the region is written again. Any device
         (the server copies to host memory). OUT_OF_RANGE when the bytes do not
         fit; INVALID_ARGUMENT for a region of another session."""
-        info = self._client._dispatcher.fetch_shared(self._info.handle, region, int(offset))
+        offset = int(offset)
+        info = self._client._dispatcher.fetch_shared(self._info.handle, region, offset)
         return region.array(tuple(info.shape), self.dtype, offset)
 
     def __array__(self, dtype=None):
