@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -316,6 +317,36 @@ TEST(SessionClientTest, ADroppedTensorIsReleasedSoonWithoutAnotherCall) {
     EXPECT_EQ(Held(*server), 0u);
     EXPECT_EQ(releases.load(), pipeline ? 0 : 1);
   }
+}
+
+// A drop while the flush is already due (an earlier drop armed it, then a
+// call carried that one) does not wake the background thread again: it
+// goes at the time already set. And after a flush, the next drop sets a
+// new one.
+TEST(SessionClientTest, DropsAfterTheFirstAreReleasedWithoutAnotherCall) {
+  auto server = StartServer("127.0.0.1:0");
+  std::atomic<int> releases{0};
+  ClientOptions unary;
+  unary.pipeline = false;
+  Client client(DialCounting(*server, "Release", &releases), unary);
+  Tensor keep = client.zeros({256});
+  auto wait_for_held = [&](uint64_t bytes) {
+    const auto deadline = std::chrono::steady_clock::now() + milliseconds(5000);
+    while (Held(*server) != bytes && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    return Held(*server);
+  };
+  for (int round = 1; round <= 3; ++round) {
+    SCOPED_TRACE(round);
+    { Tensor x = client.zeros({256}); }  // dropped: the flush is set
+    std::optional<Tensor> carrier = client.zeros({256});  // carries x
+    { Tensor y = client.zeros({256}); }  // dropped while the flush is due
+    carrier.reset();
+    EXPECT_EQ(wait_for_held(1024), 1024u);
+    EXPECT_EQ(client.tensors().size(), 1u);
+  }
+  EXPECT_GE(releases.load(), 3);  // at least one Release of its own a round
 }
 
 TEST(SessionClientTest, DroppedTensorsMakeRoomUnderAQuota) {
