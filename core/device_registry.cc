@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cpu/blas.h"
+#include "core/cpu/blas_placement.h"
 
 #ifdef TENSORD_WITH_CUDA
 #include <utility>
@@ -17,6 +18,7 @@ void PrepareHostCompute(char** argv) { ReexecWithBestBlasKernel(argv); }
 std::string ConfigureHostCompute(int blas_threads) {
   const int usable = UsableCpus();
   SetBlasThreads(blas_threads > 0 ? blas_threads : usable);
+  ScopedBlasPlacement::RecordCpus();
   const BlasInfo blas = CurrentBlas();
   const std::string replaced = ReplacedBlasCore();
   return absl::StrCat(

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "core/cpu/blas_placement.h"
 #include "core/cpu/random.h"
 #include "core/dispatch.h"
 #include "core/op_checks.h"
@@ -188,6 +189,9 @@ void BlasMatMul(const MatMulDims& dims, const T* a, const T* b, T* out) {
   const blasint m = static_cast<blasint>(dims.m);
   const blasint n = static_cast<blasint>(dims.n);
   const blasint k = static_cast<blasint>(dims.k);
+  const ScopedBlasPlacement placement(static_cast<double>(dims.m) *
+                                      static_cast<double>(dims.n) *
+                                      static_cast<double>(dims.k));
   for (int64_t p = 0; p < dims.batch; ++p) {
     const T* pa = a + p * dims.a_batch_stride;
     const T* pb = b + p * dims.b_batch_stride;

@@ -1,0 +1,76 @@
+#include "core/cpu/blas_placement.h"
+
+#include <cblas.h>
+#include <dlfcn.h>
+#include <sched.h>
+
+#include <atomic>
+
+namespace tensord::core {
+namespace {
+
+// openblas_setaffinity(thread_idx, cpusetsize, cpu_set): thread_idx 0 ..
+// threads - 2 are the workers (threads - 1 is the caller itself).
+using SetAffinityFn = int (*)(int, size_t, cpu_set_t*);
+
+struct Placer {
+  SetAffinityFn set_affinity = nullptr;
+  cpu_set_t cpus;  // the process's CPUs (RecordCpus)
+  int cpu_count = 0;
+  std::atomic<int> in_flight{0};
+  // Written only by the call that holds the placement (the one that found
+  // in_flight at 0): the CPU the workers are kept off (-1: none) and the
+  // thread count they were placed for (workers added later start unplaced).
+  std::atomic<int> kept_off{-1};
+  std::atomic<int> placed_threads{0};
+
+  Placer() {
+    set_affinity = reinterpret_cast<SetAffinityFn>(
+        ::dlsym(RTLD_DEFAULT, "openblas_setaffinity"));
+    CPU_ZERO(&cpus);
+    if (::sched_getaffinity(0, sizeof(cpus), &cpus) == 0) {
+      cpu_count = CPU_COUNT(&cpus);
+    }
+  }
+};
+
+Placer& GetPlacer() {
+  static Placer* const placer = new Placer();
+  return *placer;
+}
+
+}  // namespace
+
+void ScopedBlasPlacement::RecordCpus() { (void)GetPlacer(); }
+
+ScopedBlasPlacement::ScopedBlasPlacement(double work) {
+  if (work < kMinWork) return;
+  Placer& p = GetPlacer();
+  if (p.set_affinity == nullptr || p.cpu_count < 2) return;
+  const int threads = openblas_get_num_threads();
+  if (threads < 2) return;
+  in_flight_ = true;
+  if (p.in_flight.fetch_add(1, std::memory_order_acq_rel) != 0) return;
+  const int cpu = ::sched_getcpu();
+  if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &p.cpus)) return;
+  if (p.kept_off.load(std::memory_order_relaxed) == cpu &&
+      p.placed_threads.load(std::memory_order_relaxed) == threads) {
+    placed_ = true;
+    return;
+  }
+  cpu_set_t others = p.cpus;
+  CPU_CLR(cpu, &others);
+  bool ok = true;
+  for (int worker = 0; worker < threads - 1; ++worker) {
+    ok = p.set_affinity(worker, sizeof(others), &others) == 0 && ok;
+  }
+  p.kept_off.store(ok ? cpu : -1, std::memory_order_relaxed);
+  p.placed_threads.store(ok ? threads : 0, std::memory_order_relaxed);
+  placed_ = ok;
+}
+
+ScopedBlasPlacement::~ScopedBlasPlacement() {
+  if (in_flight_) GetPlacer().in_flight.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+}  // namespace tensord::core
