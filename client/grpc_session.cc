@@ -474,7 +474,7 @@ void Session::ReleaseQuietly(uint64_t handle) const noexcept {
     }
     if (max_release_handles_ == 0) {
       try {
-        SendRelease(handle, {});
+        SendRelease(handle);
       } catch (...) {
         std::vector<uint64_t> counted{handle};
         EndCarry(&counted, /*sent=*/true);
@@ -538,7 +538,14 @@ bool Session::FlushDropped() const noexcept {
         EndCarry(&batch, /*sent=*/true);
         continue;
       }
-      SendRelease(0, batch);
+      // A blocking call: this runs on the background thread, or in
+      // WaitForReleases, which would wait for it anyway. (An asynchronous
+      // one would start gRPC's callback threads in this process for good;
+      // they then take part in polling and read the replies of this
+      // client's unary calls, waking the calling thread: one more thread
+      // hop in every round trip.)
+      ReleaseNow(batch);
+      EndCarry(&batch, /*sent=*/true);
     } catch (...) {
       // The tensors die with the session anyway.
       EndCarry(&batch, /*sent=*/true);
@@ -547,7 +554,7 @@ bool Session::FlushDropped() const noexcept {
   }
 }
 
-void Session::SendRelease(uint64_t handle, std::vector<uint64_t> listed) const {
+void Session::SendRelease(uint64_t handle) const {
   struct PendingRelease {
     grpc::ClientContext context;
     v1::ReleaseRequest request;
@@ -556,7 +563,6 @@ void Session::SendRelease(uint64_t handle, std::vector<uint64_t> listed) const {
   auto call = std::make_unique<PendingRelease>();
   call->request.set_session(id_);
   call->request.set_handle(handle);
-  call->request.mutable_release()->Add(listed.begin(), listed.end());
   call->context.AddMetadata(kRequestIdKey, NextRequestId());
   call->context.set_deadline(std::chrono::system_clock::now() +
                              std::chrono::seconds(30));
@@ -570,6 +576,18 @@ void Session::SendRelease(uint64_t handle, std::vector<uint64_t> listed) const {
                               release_cv_.notify_all();
                             }
                           });
+}
+
+void Session::ReleaseNow(const std::vector<uint64_t>& listed) const {
+  grpc::ClientContext context;
+  context.AddMetadata(kRequestIdKey, NextRequestId());
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(30));
+  v1::ReleaseRequest request;
+  request.set_session(id_);
+  request.mutable_release()->Add(listed.begin(), listed.end());
+  v1::ReleaseResponse response;
+  (void)stub_->Release(&context, request, &response);  // failures ignored
 }
 
 bool Session::WaitForReleases() const {

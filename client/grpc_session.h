@@ -370,12 +370,17 @@ class Session : public std::enable_shared_from_this<Session> {
   // release in flight is over; unless `sent`, the handles go back to the
   // front of the list. Leaves `taken` empty.
   void EndCarry(std::vector<uint64_t>* taken, bool sent) const noexcept;
-  // Sends every dropped handle — on the command stream once it is started,
-  // else in Release calls — without waiting. True if there was any.
+  // Sends every dropped handle: on the command stream once it is started
+  // (without waiting), else in Release calls that it waits for (its callers
+  // are the background thread and WaitForReleases). True if there was any.
   bool FlushDropped() const noexcept;
-  // An asynchronous Release of `handle` (0: none) and `listed`; the caller
-  // has counted it in pending_releases_, and its answer uncounts it.
-  void SendRelease(uint64_t handle, std::vector<uint64_t> listed) const;
+  // An asynchronous Release of `handle`, for a server that takes no release
+  // lists (ReleaseQuietly); the caller has counted it in pending_releases_,
+  // and its answer uncounts it.
+  void SendRelease(uint64_t handle) const;
+  // A Release of `listed` that returns when it is answered (or failed:
+  // ignored).
+  void ReleaseNow(const std::vector<uint64_t>& listed) const;
 
   const std::shared_ptr<grpc::ChannelInterface> channel_;
   std::unique_ptr<v1::TensorService::Stub> stub_;
