@@ -611,6 +611,20 @@ bool floor_failed = false;
 //                    the wire's round trip costs one RPC per matmul (at
 //                    n = 512 on the 2-core machine: nothing measurable, so
 //                    the gap to the floor there is not the wire's)
+//   call_n1_warm_nN (us): one Tensor::matmul of 1x1 matrices, as `service`
+//                    times it, in a row of them (in N's rounds): the round
+//                    trip with nothing to compute
+//   call_n1_after_nN (us): the same call made right after an N x N multiply,
+//                    whose operands and packing buffers have pushed the
+//                    round trip's own code and data (gRPC, the kernel's
+//                    socket path) out of the caches. On the 2-core machine
+//                    it costs 1.3-1.5x the warm call after n = 512 and
+//                    2.6-2.8x after 1024.
+//   rpc_bound:       what `service` would reach if each multiply cost the
+//                    floor's time plus call_n1_after_nN: the ratio is
+//                    floor / (floor + call after), the best one RPC per
+//                    multiply can do here. `service` near it means the
+//                    daemon adds nothing but that round trip.
 void Matmul(Transport& t, Transport* local, const std::vector<int>& sizes,
             std::vector<Row>& rows) {
   tensord::Client client(t.tensord_channel);
@@ -620,6 +634,8 @@ void Matmul(Transport& t, Transport* local, const std::vector<int>& sizes,
   tensord::Client unary(t.tensord_channel, unary_options);
   std::optional<tensord::Client> local_unary;
   if (local != nullptr) local_unary.emplace(local->tensord_channel, unary_options);
+  auto a1 = unary.rand({1, 1}, "cpu", 1);
+  auto b1 = unary.rand({1, 1}, "cpu", 2);
   for (int n : sizes) {
     const double flop = 2.0 * n * n * n;
     auto a = unary.rand({n, n}, "cpu", 1);
@@ -632,6 +648,7 @@ void Matmul(Transport& t, Transport* local, const std::vector<int>& sizes,
       lb = local_unary->rand({n, n}, "cpu", 2);
     }
     auto service_once = [&] { (void)a.matmul(b); };
+    auto call_once = [&] { (void)a1.matmul(b1); };
     auto local_once = [&] { (void)la->matmul(*lb); };
     // The same multiplies as eager code on the pipelined client: queued on
     // the command stream, waited for once.
@@ -657,7 +674,20 @@ void Matmul(Transport& t, Transport* local, const std::vector<int>& sizes,
     pipelined(reps);
     if (la) local_once();
     std::vector<double> floor, service, service_batched, service_pipelined,
-        service_local;
+        service_local, call_us, call_after_us;
+    // Microseconds a call_once: `calls` of them in a row, or each right
+    // after an untimed n x n multiply.
+    auto per_call = [&](int calls, bool after_multiply) {
+      double seconds = 0;
+      for (int i = 0; i < calls; ++i) {
+        if (after_multiply) service_once();
+        const auto start = Clock::now();
+        call_once();
+        seconds += Seconds(Clock::now() - start);
+      }
+      return seconds * 1e6 / calls;
+    };
+    const int pairs = std::clamp(reps, 1, 100);
     for (int round = 0; round < 5; ++round) {
       floor.push_back(BlasFloor(n, reps));
       if (floor.back() <= 0) {
@@ -680,12 +710,16 @@ void Matmul(Transport& t, Transport* local, const std::vector<int>& sizes,
         for (int r = 0; r < reps; ++r) local_once();
         service_local.push_back(flop * reps / Seconds(Clock::now() - t0) / 1e9);
       }
+      call_us.push_back(per_call(300, false));
+      call_after_us.push_back(per_call(pairs, true));
     }
     std::sort(floor.begin(), floor.end());
     std::sort(service.begin(), service.end());
     std::sort(service_batched.begin(), service_batched.end());
     std::sort(service_pipelined.begin(), service_pipelined.end());
     std::sort(service_local.begin(), service_local.end());
+    std::sort(call_us.begin(), call_us.end());
+    std::sort(call_after_us.begin(), call_after_us.end());
     const std::string size = std::to_string(n);
     rows.push_back({"matmul", "blas_own_process_n" + size, "own-process",
                     "GFLOP/s", floor[2], -1, 1, ""});
@@ -702,6 +736,15 @@ void Matmul(Transport& t, Transport* local, const std::vector<int>& sizes,
                       service_local[2], -1, service_local[2] / floor[2],
                       "blas_own_process"});
     }
+    const double floor_s = flop / (floor[2] * 1e9);
+    rows.push_back({"matmul", "call_n1_warm_n" + size, t.name, "us",
+                    call_us[2], -1, -1, ""});
+    rows.push_back({"matmul", "call_n1_after_n" + size, t.name, "us",
+                    call_after_us[2], -1, call_after_us[2] / call_us[2],
+                    "call_n1_warm"});
+    const double bound = flop / (floor_s + call_after_us[2] * 1e-6) / 1e9;
+    rows.push_back({"matmul", "rpc_bound_n" + size, t.name, "GFLOP/s", bound,
+                    -1, bound / floor[2], "blas_own_process"});
   }
 }
 
