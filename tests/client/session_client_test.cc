@@ -45,6 +45,15 @@ uint64_t Held(server::Server& s) {
   return held;
 }
 
+// Held(s) once it reads `bytes`, or after 5 s.
+uint64_t WaitForHeld(server::Server& s, uint64_t bytes) {
+  const auto deadline = std::chrono::steady_clock::now() + milliseconds(5000);
+  while (Held(s) != bytes && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  return Held(s);
+}
+
 TEST(SessionClientTest, KeepAliveKeepsAnIdleSessionPastItsLease) {
   auto server = StartServer("127.0.0.1:0");
   ClientOptions options;
@@ -310,11 +319,7 @@ TEST(SessionClientTest, ADroppedTensorIsReleasedSoonWithoutAnotherCall) {
     }
     // Freed by the client's background release — a Release RPC, or a
     // release command on the session's stream — not by a listing or a call.
-    const auto deadline = std::chrono::steady_clock::now() + milliseconds(5000);
-    while (Held(*server) != 0 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(milliseconds(1));
-    }
-    EXPECT_EQ(Held(*server), 0u);
+    EXPECT_EQ(WaitForHeld(*server, 0), 0u);
     EXPECT_EQ(releases.load(), pipeline ? 0 : 1);
   }
 }
@@ -330,20 +335,13 @@ TEST(SessionClientTest, DropsAfterTheFirstAreReleasedWithoutAnotherCall) {
   unary.pipeline = false;
   Client client(DialCounting(*server, "Release", &releases), unary);
   Tensor keep = client.zeros({256});
-  auto wait_for_held = [&](uint64_t bytes) {
-    const auto deadline = std::chrono::steady_clock::now() + milliseconds(5000);
-    while (Held(*server) != bytes && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(milliseconds(1));
-    }
-    return Held(*server);
-  };
   for (int round = 1; round <= 3; ++round) {
     SCOPED_TRACE(round);
     { Tensor x = client.zeros({256}); }  // dropped: the flush is set
     std::optional<Tensor> carrier = client.zeros({256});  // carries x
     { Tensor y = client.zeros({256}); }  // dropped while the flush is due
     carrier.reset();
-    EXPECT_EQ(wait_for_held(1024), 1024u);
+    EXPECT_EQ(WaitForHeld(*server, 1024), 1024u);
     EXPECT_EQ(client.tensors().size(), 1u);
   }
   EXPECT_GE(releases.load(), 3);  // at least one Release of its own a round
