@@ -16,10 +16,10 @@
 // What it does: for a call of at least kMinWork multiply-adds, reads the
 // calling thread's CPU (sched_getcpu, no system call) and, if it differs
 // from the CPU the workers were last kept off, sets every worker's affinity
-// to the process's CPUs (RecordCpus) without it (openblas_setaffinity). In steady state
-// (the handler woken on the same CPU call after call) that is no system
-// call at all. The calling thread's own affinity is never changed, so gRPC
-// keeps every CPU.
+// to the process's CPUs (RecordCpus) without it (openblas_setaffinity). In
+// steady state (the handler woken on the same CPU call after call) that is
+// no system call at all. The calling thread's own affinity is never
+// changed, so gRPC keeps every CPU.
 //
 // It does nothing when OpenBLAS has no workers (1 thread), when the library
 // lacks openblas_setaffinity (looked up at run time: only the pthreads
