@@ -13,8 +13,11 @@ namespace {
 // threads - 2 are the workers (threads - 1 is the caller itself).
 using SetAffinityFn = int (*)(int, size_t, cpu_set_t*);
 
+// One per process, as OpenBLAS's worker pool is.
 struct Placer {
-  SetAffinityFn set_affinity = nullptr;
+  // Null when placement cannot work here; a worker whose affinity cannot be
+  // set turns it off for good (no retry on every multiply).
+  std::atomic<SetAffinityFn> set_affinity{nullptr};
   cpu_set_t cpus;  // the process's CPUs (RecordCpus)
   int cpu_count = 0;
   std::atomic<int> in_flight{0};
@@ -25,11 +28,15 @@ struct Placer {
   std::atomic<int> placed_threads{0};
 
   Placer() {
-    set_affinity = reinterpret_cast<SetAffinityFn>(
-        ::dlsym(RTLD_DEFAULT, "openblas_setaffinity"));
     CPU_ZERO(&cpus);
     if (::sched_getaffinity(0, sizeof(cpus), &cpus) == 0) {
       cpu_count = CPU_COUNT(&cpus);
+    }
+    // The OpenMP and serial builds export a stub that fails (and prints):
+    // only the pthreads build's workers can be placed.
+    if (openblas_get_parallel() == OPENBLAS_THREAD && cpu_count >= 2) {
+      set_affinity = reinterpret_cast<SetAffinityFn>(
+          ::dlsym(RTLD_DEFAULT, "openblas_setaffinity"));
     }
   }
 };
@@ -43,10 +50,15 @@ Placer& GetPlacer() {
 
 void ScopedBlasPlacement::RecordCpus() { (void)GetPlacer(); }
 
+bool ScopedBlasPlacement::Available() {
+  return GetPlacer().set_affinity.load() != nullptr;
+}
+
 ScopedBlasPlacement::ScopedBlasPlacement(double work) {
-  if (work < kMinWork) return;
+  if (work <= kMinWork) return;
   Placer& p = GetPlacer();
-  if (p.set_affinity == nullptr || p.cpu_count < 2) return;
+  const SetAffinityFn set_affinity = p.set_affinity.load();
+  if (set_affinity == nullptr) return;
   const int threads = openblas_get_num_threads();
   if (threads < 2) return;
   in_flight_ = true;
@@ -62,11 +74,15 @@ ScopedBlasPlacement::ScopedBlasPlacement(double work) {
   CPU_CLR(cpu, &others);
   bool ok = true;
   for (int worker = 0; worker < threads - 1; ++worker) {
-    ok = p.set_affinity(worker, sizeof(others), &others) == 0 && ok;
+    ok = set_affinity(worker, sizeof(others), &others) == 0 && ok;
   }
-  p.kept_off.store(ok ? cpu : -1, std::memory_order_relaxed);
-  p.placed_threads.store(ok ? threads : 0, std::memory_order_relaxed);
-  placed_ = ok;
+  if (!ok) {
+    p.set_affinity.store(nullptr);
+    return;
+  }
+  p.kept_off.store(cpu, std::memory_order_relaxed);
+  p.placed_threads.store(threads, std::memory_order_relaxed);
+  placed_ = true;
 }
 
 ScopedBlasPlacement::~ScopedBlasPlacement() {

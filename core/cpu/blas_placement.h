@@ -1,5 +1,6 @@
-// ScopedBlasPlacement: keeps OpenBLAS's worker threads off the CPU of the
-// thread that calls a multi-threaded BLAS routine, for the call's length.
+// ScopedBlasPlacement: moves OpenBLAS's worker threads off the CPU of the
+// thread that calls a multi-threaded BLAS routine; they stay there until a
+// later call, from another CPU, moves them again.
 //
 // Why: a GEMM on T BLAS threads is the calling thread plus T-1 workers,
 // each computing a share and meeting at barriers, so the call is as slow
@@ -13,7 +14,7 @@
 // against a 1.1 ms GEMM. With the workers kept off the caller's CPU, p99
 // was 1.4-1.5 ms.
 //
-// What it does: for a call of at least kMinWork multiply-adds, reads the
+// What it does: for a call of more than kMinWork multiply-adds, reads the
 // calling thread's CPU (sched_getcpu, no system call) and, if it differs
 // from the CPU the workers were last kept off, sets every worker's affinity
 // to the process's CPUs (RecordCpus) without it (openblas_setaffinity). In
@@ -22,10 +23,12 @@
 // changed, so gRPC keeps every CPU.
 //
 // It does nothing when OpenBLAS has no workers (1 thread), when the library
-// lacks openblas_setaffinity (looked up at run time: only the pthreads
-// build has it), when the process may run on fewer than 2 CPUs, or while
-// another placed call is in flight (concurrent callers share the workers;
-// each moving them off its own CPU would fight the other).
+// is not its pthreads build (the OpenMP and serial builds cannot place
+// their threads; openblas_setaffinity is looked up at run time), when the
+// process may run on fewer than 2 CPUs, after setting a worker's affinity
+// failed once, or while another large call is in flight, placed or not
+// (concurrent callers share the workers; each moving them off its own CPU
+// would fight the other).
 //
 // Thread-safety: any thread; construct and destroy on the calling thread.
 #ifndef TENSORD_CORE_CPU_BLAS_PLACEMENT_H_
@@ -35,9 +38,12 @@ namespace tensord::core {
 
 class ScopedBlasPlacement {
  public:
-  // OpenBLAS threads a GEMM from 64^3 multiply-adds (its
+  // OpenBLAS threads a GEMM of more than 64^3 multiply-adds (its
   // GEMM_MULTITHREAD_THRESHOLD); smaller calls run on the caller alone.
   static constexpr double kMinWork = 64.0 * 64.0 * 64.0;
+
+  // Whether placement can work in this process (see above).
+  static bool Available();
 
   // Records the CPUs the workers may use: this thread's affinity mask (the
   // process's, when called from main before threads are pinned). Called by

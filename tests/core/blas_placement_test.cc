@@ -3,11 +3,10 @@
 #include "core/cpu/blas_placement.h"
 
 #include <dlfcn.h>
+#include <gtest/gtest.h>
 #include <sched.h>
 
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "core/cpu/blas.h"
 
@@ -19,13 +18,6 @@ using GetAffinityFn = int (*)(int, size_t, cpu_set_t*);
 class BlasPlacementTest : public testing::Test {
  protected:
   void SetUp() override {
-    get_affinity_ = reinterpret_cast<GetAffinityFn>(
-        ::dlsym(RTLD_DEFAULT, "openblas_getaffinity"));
-    if (get_affinity_ == nullptr ||
-        ::dlsym(RTLD_DEFAULT, "openblas_setaffinity") == nullptr) {
-      GTEST_SKIP() << "this OpenBLAS has no openblas_setaffinity (not the "
-                      "pthreads build): placement is off";
-    }
     ASSERT_EQ(::sched_getaffinity(0, sizeof(home_), &home_), 0);
     ScopedBlasPlacement::RecordCpus();  // before any test pins this thread
     for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
@@ -34,6 +26,12 @@ class BlasPlacementTest : public testing::Test {
     if (cpus_.size() < 2) {
       GTEST_SKIP() << "this process may use " << cpus_.size()
                    << " CPU: placement needs 2";
+    }
+    get_affinity_ = reinterpret_cast<GetAffinityFn>(
+        ::dlsym(RTLD_DEFAULT, "openblas_getaffinity"));
+    if (!ScopedBlasPlacement::Available() || get_affinity_ == nullptr) {
+      GTEST_SKIP() << "this OpenBLAS is not the pthreads build: its threads "
+                      "cannot be placed";
     }
     threads_ = CurrentBlas().threads;
     SetBlasThreads(2);
@@ -73,7 +71,7 @@ constexpr double kLarge = 512.0 * 512.0 * 512.0;
 
 TEST_F(BlasPlacementTest, TheWorkerLeavesTheCallersCpu) {
   const int a = cpus_[0], b = cpus_[1];
-  RunOn(a);
+  ASSERT_NO_FATAL_FAILURE(RunOn(a));
   {
     const ScopedBlasPlacement placement(kLarge);
     EXPECT_TRUE(placement.placed());
@@ -83,7 +81,7 @@ TEST_F(BlasPlacementTest, TheWorkerLeavesTheCallersCpu) {
     EXPECT_EQ(CPU_COUNT(&workers), static_cast<int>(cpus_.size()) - 1);
   }
   // The caller woken on another CPU next time: the worker follows.
-  RunOn(b);
+  ASSERT_NO_FATAL_FAILURE(RunOn(b));
   {
     const ScopedBlasPlacement placement(kLarge);
     EXPECT_TRUE(placement.placed());
@@ -99,11 +97,11 @@ TEST_F(BlasPlacementTest, TheWorkerLeavesTheCallersCpu) {
 }
 
 TEST_F(BlasPlacementTest, SmallCallsAndOneThreadLeaveTheWorkersAlone) {
-  RunOn(cpus_[1]);
+  ASSERT_NO_FATAL_FAILURE(RunOn(cpus_[1]));
   { const ScopedBlasPlacement large(kLarge); }  // the worker may use cpus_[0]
-  RunOn(cpus_[0]);
+  ASSERT_NO_FATAL_FAILURE(RunOn(cpus_[0]));
   {
-    const ScopedBlasPlacement small(ScopedBlasPlacement::kMinWork - 1);
+    const ScopedBlasPlacement small(ScopedBlasPlacement::kMinWork);
     EXPECT_FALSE(small.placed());
     const cpu_set_t workers = WorkerCpus();
     EXPECT_TRUE(CPU_ISSET(cpus_[0], &workers));  // not moved for it
@@ -119,10 +117,10 @@ TEST_F(BlasPlacementTest, SmallCallsAndOneThreadLeaveTheWorkersAlone) {
 }
 
 TEST_F(BlasPlacementTest, AConcurrentCallDoesNotMoveTheWorkers) {
-  RunOn(cpus_[0]);
+  ASSERT_NO_FATAL_FAILURE(RunOn(cpus_[0]));
   const ScopedBlasPlacement first(kLarge);
   ASSERT_TRUE(first.placed());
-  RunOn(cpus_[1]);
+  ASSERT_NO_FATAL_FAILURE(RunOn(cpus_[1]));
   {
     // Stands in for a second handler's GEMM while the first one runs.
     const ScopedBlasPlacement second(kLarge);
@@ -134,14 +132,14 @@ TEST_F(BlasPlacementTest, AConcurrentCallDoesNotMoveTheWorkers) {
 }
 
 TEST_F(BlasPlacementTest, TheNextCallAfterAConcurrentOneIsPlaced) {
-  RunOn(cpus_[1]);
+  ASSERT_NO_FATAL_FAILURE(RunOn(cpus_[1]));
   {
     const ScopedBlasPlacement first(kLarge);
     const ScopedBlasPlacement second(kLarge);
     EXPECT_TRUE(first.placed());
     EXPECT_FALSE(second.placed());
   }
-  RunOn(cpus_[0]);
+  ASSERT_NO_FATAL_FAILURE(RunOn(cpus_[0]));
   const ScopedBlasPlacement next(kLarge);
   EXPECT_TRUE(next.placed());
   const cpu_set_t workers = WorkerCpus();
