@@ -211,6 +211,7 @@ Session::~Session() {
     std::lock_guard<std::mutex> lock(background_mu_);
     stopping_ = true;
     if (keepalive_call_ != nullptr) keepalive_call_->TryCancel();
+    if (release_call_ != nullptr) release_call_->TryCancel();
   }
   background_cv_.notify_all();
   if (background_.joinable()) background_.join();
@@ -480,18 +481,22 @@ void Session::ReleaseQuietly(uint64_t handle) const noexcept {
         EndCarry(&counted, /*sent=*/true);
       }
     } else if (first) {
-      std::lock_guard<std::mutex> lock(background_mu_);
-      // Wake the background thread only to set its timer: when one is set
-      // already it will wake then and send whatever is still waiting. (A
-      // wake per dropped tensor cost a loop of unary matmuls about 2% at
-      // n = 512: a third thread on a 2-core machine, in the round trip.)
-      if (!flush_at_) {
-        flush_at_ = std::chrono::steady_clock::now() + kReleaseFlushDelay;
-        background_cv_.notify_all();
-      }
+      ArmFlush();
     }
   } catch (...) {
     // The tensor dies with the session anyway.
+  }
+}
+
+void Session::ArmFlush() const {
+  std::lock_guard<std::mutex> lock(background_mu_);
+  // Wake the background thread only to set its timer: when one is set
+  // already it will wake then and send whatever is still waiting. (A wake
+  // per dropped tensor cost a loop of unary matmuls about 2% at n = 512: a
+  // third thread on a 2-core machine, in the round trip.)
+  if (!flush_at_) {
+    flush_at_ = std::chrono::steady_clock::now() + kReleaseFlushDelay;
+    background_cv_.notify_all();
   }
 }
 
@@ -505,16 +510,27 @@ void Session::TakeDropped(std::vector<uint64_t>* out) const {
 
 void Session::EndCarry(std::vector<uint64_t>* taken, bool sent) const noexcept {
   if (taken->empty()) return;
-  std::lock_guard<std::mutex> lock(release_mu_);
+  {
+    std::lock_guard<std::mutex> lock(release_mu_);
+    if (!sent) {
+      try {
+        dropped_.insert(dropped_.begin(), taken->begin(), taken->end());
+      } catch (...) {
+        // The tensors die with the session anyway.
+      }
+    }
+    taken->clear();
+    if (--pending_releases_ == 0) release_cv_.notify_all();
+  }
+  // Handles put back go within the flush delay too, even if no call and no
+  // later drop comes (a drop finds the list non-empty and sets no timer).
   if (!sent) {
     try {
-      dropped_.insert(dropped_.begin(), taken->begin(), taken->end());
+      ArmFlush();
     } catch (...) {
-      // The tensors die with the session anyway.
+      // They wait for the next call, or die with the session.
     }
   }
-  taken->clear();
-  if (--pending_releases_ == 0) release_cv_.notify_all();
 }
 
 bool Session::FlushDropped() const noexcept {
@@ -581,13 +597,32 @@ void Session::SendRelease(uint64_t handle) const {
 void Session::ReleaseNow(const std::vector<uint64_t>& listed) const {
   grpc::ClientContext context;
   context.AddMetadata(kRequestIdKey, NextRequestId());
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(30));
+  // Not longer than a KeepAlive period: on the background thread it holds
+  // up the next renewal of the lease.
+  std::chrono::milliseconds limit = std::chrono::seconds(30);
+  if (ttl_.count() > 0) {
+    limit = std::min(limit,
+                     std::max(ttl_ / 3, std::chrono::milliseconds(1000)));
+  }
+  context.set_deadline(std::chrono::system_clock::now() + limit);
   v1::ReleaseRequest request;
   request.set_session(id_);
   request.mutable_release()->Add(listed.begin(), listed.end());
   v1::ReleaseResponse response;
+  bool cancellable = false;  // ~Session cancels it: the close frees them
+  {
+    std::lock_guard<std::mutex> lock(background_mu_);
+    if (stopping_) return;
+    if (release_call_ == nullptr) {
+      release_call_ = &context;
+      cancellable = true;
+    }
+  }
   (void)stub_->Release(&context, request, &response);  // failures ignored
+  if (cancellable) {
+    std::lock_guard<std::mutex> lock(background_mu_);
+    release_call_ = nullptr;
+  }
 }
 
 bool Session::WaitForReleases() const {

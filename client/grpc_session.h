@@ -378,9 +378,12 @@ class Session : public std::enable_shared_from_this<Session> {
   // lists (ReleaseQuietly); the caller has counted it in pending_releases_,
   // and its answer uncounts it.
   void SendRelease(uint64_t handle) const;
-  // A Release of `listed` that returns when it is answered (or failed:
-  // ignored).
+  // A Release of `listed` that returns when it is answered or failed
+  // (ignored), at most a KeepAlive period later; nothing once the session
+  // is stopping (its close frees them).
   void ReleaseNow(const std::vector<uint64_t>& listed) const;
+  // Sets the background thread's flush timer, unless it is set already.
+  void ArmFlush() const;
 
   const std::shared_ptr<grpc::ChannelInterface> channel_;
   std::unique_ptr<v1::TensorService::Stub> stub_;
@@ -425,6 +428,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // background_mu_.
   mutable std::optional<std::chrono::steady_clock::time_point> flush_at_;
   grpc::ClientContext* keepalive_call_ = nullptr;  // guarded by background_mu_
+  // A ReleaseNow in flight (one of them), for ~Session to cancel; guarded
+  // by background_mu_.
+  mutable grpc::ClientContext* release_call_ = nullptr;
   std::thread background_;  // last: started once the rest is set
 };
 
