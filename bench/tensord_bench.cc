@@ -612,19 +612,24 @@ bool floor_failed = false;
 //                    n = 512 on the 2-core machine: nothing measurable, so
 //                    the gap to the floor there is not the wire's)
 //   call_n1_warm_nN (us): one Tensor::matmul of 1x1 matrices, as `service`
-//                    times it, in a row of them (in N's rounds): the round
-//                    trip with nothing to compute
-//   call_n1_after_nN (us): the same call made right after an N x N multiply,
-//                    whose operands and packing buffers have pushed the
-//                    round trip's own code and data (gRPC, the kernel's
-//                    socket path) out of the caches. On the 2-core machine
-//                    it costs 1.3-1.5x the warm call after n = 512 and
-//                    2.6-2.8x after 1024.
+//                    times it, in a row of them (in N's rounds): what a
+//                    call costs besides its multiply (the round trip, the
+//                    op's planning and allocation, the release it carries)
+//   call_n1_after_nN (us): the same call made right after an N x N multiply.
+//                    Both run while OpenBLAS's worker still spins from the
+//                    last multiply, as in the `service` loop; what differs
+//                    is the caches, which the multiply's operands and
+//                    packing buffers have taken from the call's own code and
+//                    data (gRPC, the kernel's socket path). On the 2-core
+//                    machine it costs 1.3-1.5x the warm call after n = 512
+//                    and 2.6-3.5x after 1024. (A pointer chase over 256 KiB
+//                    took 10x as long right after a 1024 sgemm as warm.)
 //   rpc_bound:       what `service` would reach if each multiply cost the
 //                    floor's time plus call_n1_after_nN: the ratio is
 //                    floor / (floor + call after), the best one RPC per
-//                    multiply can do here. `service` near it means the
-//                    daemon adds nothing but that round trip.
+//                    multiply can do with this daemon's per-call costs.
+//                    `service` near it means the multiply adds nothing
+//                    over the floor.
 void Matmul(Transport& t, Transport* local, const std::vector<int>& sizes,
             std::vector<Row>& rows) {
   tensord::Client client(t.tensord_channel);
