@@ -19,7 +19,6 @@ struct Placer {
   // set turns it off for good (no retry on every multiply).
   std::atomic<SetAffinityFn> set_affinity{nullptr};
   cpu_set_t cpus;  // the process's CPUs (RecordCpus)
-  int cpu_count = 0;
   std::atomic<int> in_flight{0};
   // Written only by the call that holds the placement (the one that found
   // in_flight at 0): the CPU the workers are kept off (-1: none) and the
@@ -29,12 +28,11 @@ struct Placer {
 
   Placer() {
     CPU_ZERO(&cpus);
-    if (::sched_getaffinity(0, sizeof(cpus), &cpus) == 0) {
-      cpu_count = CPU_COUNT(&cpus);
-    }
+    const bool two_cpus = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 &&
+                          CPU_COUNT(&cpus) >= 2;
     // The OpenMP and serial builds export a stub that fails (and prints):
     // only the pthreads build's workers can be placed.
-    if (openblas_get_parallel() == OPENBLAS_THREAD && cpu_count >= 2) {
+    if (openblas_get_parallel() == OPENBLAS_THREAD && two_cpus) {
       set_affinity = reinterpret_cast<SetAffinityFn>(
           ::dlsym(RTLD_DEFAULT, "openblas_setaffinity"));
     }
