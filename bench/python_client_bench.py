@@ -44,9 +44,8 @@ import json
 import os
 import queue
 import secrets
-import signal
 import subprocess
-import tempfile
+import sys
 import time
 
 import grpc
@@ -58,6 +57,9 @@ from tensord.v1 import tensord_pb2 as pb
 from tensord.v1 import tensord_pb2_grpc as pb_grpc
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+from daemon import Daemon  # noqa: E402  (tests/python/daemon.py: the one daemon helper)
+
 CHUNK_BYTES = 1 << 20
 MAX_MESSAGE_BYTES = 64 << 20
 SLICES_PER_ROUND = 10
@@ -73,29 +75,6 @@ def parse_args():
     parser.add_argument("--rounds", type=int, default=3, help="bulk and C++ runs (best counts)")
     parser.add_argument("--mib", type=int, default=256, help="bulk transfer size")
     return parser.parse_args()
-
-
-class Daemon:
-    """A tensord on a free loopback port, for the duration of the bench."""
-
-    def __init__(self, binary):
-        self._dir = tempfile.TemporaryDirectory(prefix="python-client-bench-")
-        port_file = os.path.join(self._dir.name, "port")
-        self._log = open(os.path.join(self._dir.name, "log"), "w")
-        self.proc = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--port-file",
-                                      port_file], stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 30
-        while not (os.path.exists(port_file) and open(port_file).read().strip()):
-            if self.proc.poll() is not None or time.time() > deadline:
-                raise SystemExit(f"python_client_bench: {binary} did not start")
-            time.sleep(0.05)
-        self.address = "127.0.0.1:" + open(port_file).read().strip()
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=30)
-        self._log.close()
-        self._dir.cleanup()
 
 
 def check(condition, what):
@@ -321,15 +300,13 @@ def best(runs, name, key):
 
 def main():
     args = parse_args()
-    daemon = Daemon(args.tensord)
-    try:
+    with Daemon(args.tensord) as daemon:
         small = small_ops(daemon.address, args.iterations)
         bulk_runs, cpp_runs = [], []
         for _ in range(args.rounds):
             bulk_runs.append(bulk_round(daemon.address, args.mib))
             if args.cpp_bench:
                 cpp_runs.append(cpp_round(args.cpp_bench, args.iterations, args.mib))
-    finally:
         daemon.stop()
 
     def cpp_latency(name):

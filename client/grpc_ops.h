@@ -76,10 +76,12 @@ v1::Op InPlaceOpMsg(v1::InPlaceOp op, v1::Operand target,
                     const v1::Operand* other, const Scalar* scalar,
                     const Scalar* alpha = nullptr);
 
-// Runs `op` through the Run RPC in `t`'s session and adopts the result.
+// Runs `op` in `t`'s session and adopts the result: on the session's command
+// stream when it is pipelined (planned here, answered later), else through
+// the Run RPC.
 Tensor RunOp(const Tensor& t, v1::Op op);
-// Runs the in-place `op` on `target` through the Run RPC (the one route of
-// add_, sub_, mul_, div_ and axpy_): `other` or `scalar`, alpha for AXPY_.
+// Runs the in-place `op` on `target` (the one route of add_, sub_, mul_, div_
+// and axpy_) through RunOnTarget: `other` or `scalar`, alpha for AXPY_.
 // Returns `target`, whose handle and metadata the op keeps.
 Tensor& RunInPlace(Tensor& target, v1::InPlaceOp op, const Tensor* other,
                    const Scalar* scalar, const Scalar* alpha = nullptr);

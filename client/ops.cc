@@ -1,5 +1,6 @@
-// Tensor ops (one Run RPC each), the free functions linear/cat, and Batch
-// (one Execute RPC per list).
+// Tensor ops (each on the session's command stream when it is pipelined,
+// else one Run RPC: RunOp), the free functions linear/cat, and Batch (one
+// Execute RPC per list).
 #include <string>
 #include <utility>
 #include <vector>

@@ -51,7 +51,7 @@ build_pkgs=(
   python3-venv python3-pytest python3-setuptools python3-wheel
   # tests/cluster makes network namespaces and veth pairs (ip netns).
   iproute2
-  # tests/deploy parses the Kubernetes and Compose YAML.
+  # tests/python/deploy parses the Kubernetes and Compose YAML.
   python3-yaml
   # deploy/bundle.sh sets the bundle's RUNPATH (tests/bundle); --lean
   # bundles are .tar.xz.

@@ -8,11 +8,13 @@ checks its exit code and that each --expect TEXT occurs in its output, then
 stops the daemon with SIGTERM and checks it exited 0 and logged a clean stop.
 """
 import argparse
+import os
 import shlex
 import subprocess
 import sys
 
-from daemon import Daemon
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from daemon import Daemon  # noqa: E402  (tests/python/daemon.py)
 
 
 def main():

@@ -1,7 +1,6 @@
-#!/usr/bin/python3
 """Static checks of the deployment artifacts under deploy/.
 
-    check_deploy.py REPO_ROOT
+    tests/python/run_pytest.py tests/python/deploy/test_deploy_artifacts.py
 
 Parses every YAML file in deploy/k8s and deploy/docker, the example config
 and the Kubernetes ConfigMap's tensord.toml, the Dockerfile and the systemd
@@ -13,12 +12,10 @@ that agree, flags tensord has, the node name from the pod name, the
 single-node Deployment's image, ports, probes and token); and security: every
 artifact that listens beyond loopback wires a bearer-token file (a mounted
 secret), and none turns on --insecure. Needs Debian's
-python3 (3.11: tomllib) and python3-yaml. Prints one line per failure and
-exits 1 if there is any.
+python3 (3.11: tomllib) and python3-yaml. Fails listing every failure.
 """
 import pathlib
 import re
-import sys
 import tomllib
 
 import yaml
@@ -866,11 +863,9 @@ def check_systemd(root: pathlib.Path, grace_ms: int) -> None:
               f"tensord.service: no Environment=TENSORD_AUTH_TOKEN_FILE=%d/{cred.group(1)}")
 
 
-def main() -> int:
-    if len(sys.argv) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    root = pathlib.Path(sys.argv[1]).resolve()
+def test_deploy_artifacts():
+    failures.clear()
+    root = pathlib.Path(__file__).resolve().parents[3]
 
     grace_ms = DEFAULT_GRACE_MS
     example = root / "deploy/config/tensord.toml"
@@ -898,15 +893,7 @@ def main() -> int:
     check_dockerignore(root)
     check_security_text(root)
 
-    for f in failures:
-        print("FAIL:", f)
-    if failures:
-        return 1
+    assert not failures, "\n".join(failures)
     print(f"ok: {len(docs)} YAML files (the cluster's StatefulSet too), the "
           "example config, the Dockerfile (and its .dockerignore), the systemd "
           "unit and README's Deploy section pass")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

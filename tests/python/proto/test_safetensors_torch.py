@@ -7,25 +7,29 @@ back with PyTorch's key name, shape and exact values. Then it trains a few
 steps and the file it writes loads into PyTorch's Net with
 load_state_dict(strict=True). Needs Debian's python3-torch (test-only).
 
-  test_safetensors_torch.py TENSORD TRAIN_CIFAR_NET
+  tests/python/run_pytest.py --env TENSORD_BINARY=BUILD/server/tensord \
+      --env TENSORD_TRAIN_CIFAR_NET=BUILD/examples/train_cifar_net \
+      tests/python/proto/test_safetensors_torch.py
 """
 import json
 import os
 import struct
 import subprocess
-import sys
 import tempfile
 import unittest
 
 import numpy as np
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "e2e"))
-from daemon import Daemon  # noqa: E402
+from daemon import Daemon  # tests/python/daemon.py
 
-TENSORD, PROGRAM = sys.argv[1], sys.argv[2]
+TENSORD = os.environ.get("TENSORD_BINARY") or pytest.skip(
+    "no tensord binary: set TENSORD_BINARY", allow_module_level=True)
+PROGRAM = os.environ.get("TENSORD_TRAIN_CIFAR_NET") or pytest.skip(
+    "no train_cifar_net: set TENSORD_TRAIN_CIFAR_NET", allow_module_level=True)
 DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64}
 
 
@@ -113,6 +117,3 @@ class SafetensorsTorchTest(unittest.TestCase):
             self.assertEqual(len(moved), len(net.state_dict()))  # all trained
             self.assertTrue(torch.isfinite(loaded(torch.zeros(1, 3, 32, 32))).all())
 
-
-if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1], verbosity=2)

@@ -11,12 +11,12 @@ neither tensors nor autograd memory (client.tensors(), client.held()).
 """
 import gc
 import importlib.util
-import os
+import pathlib
 
 import pytest
 
-EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       "examples", "train_cifar_net.py")
+REPO = pathlib.Path(__file__).resolve().parents[3]
+EXAMPLE = str(REPO / "client" / "python" / "examples" / "train_cifar_net.py")
 
 
 @pytest.fixture(scope="module")

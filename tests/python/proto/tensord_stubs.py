@@ -4,12 +4,15 @@ The system protoc (3.21) with Debian's grpc_python_plugin: it understands
 proto3 `optional`, which the protoc bundled in Debian 12's grpc_tools does
 not. Returns the (messages, services) modules.
 """
+import os
 import subprocess
 import sys
 import tempfile
 
+PROTO_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "proto")
 
-def load(proto_root):
+
+def load(proto_root=PROTO_ROOT):
     out = tempfile.mkdtemp(prefix="tensord-pystubs-")
     subprocess.run(["protoc", f"-I{proto_root}", f"--python_out={out}",
                     f"--grpc_out={out}",

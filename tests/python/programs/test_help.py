@@ -1,17 +1,21 @@
 """A program's --help lists its own flags with their defaults and exits 0.
 
-  help_test.py NAME BINARY
+  tests/python/run_pytest.py --env TENSORD_PROGRAM=NAME=BINARY \
+      tests/python/programs/test_help.py
 
-NAME is one of the programs in EXPECTED. Runs BINARY with --help, --version,
---helpfull, an unknown flag and a stray word, and checks exit codes and
-output (server/program_flags.h says what each must do).
+NAME is one of the programs in EXPECTED (CTest: e2e_help_<target>). Runs
+BINARY with --help, --version, --helpfull, an unknown flag and a stray word,
+and checks exit codes and output (server/program_flags.h says what each must
+do).
 """
 import os
 import re
 import subprocess
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+import pytest
+
+BAD_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "e2e",
+                          "bad-config.toml")
 
 # A few of each program's flags, as --help spells them, with their defaults.
 EXPECTED = {
@@ -75,8 +79,11 @@ def check_help(name, binary, failures, env=None, currently=None):
     return out
 
 
-def main():
-    name, binary = sys.argv[1], sys.argv[2]
+def test_help_version_and_bad_flags():
+    program = os.environ.get("TENSORD_PROGRAM") or pytest.skip(
+        "no program: set TENSORD_PROGRAM=NAME=BINARY")
+    name, _, binary = program.partition("=")
+    assert name in EXPECTED, f"{name}: not one of {sorted(EXPECTED)}"
     failures = []
 
     out = check_help(name, binary, failures)
@@ -120,14 +127,6 @@ def main():
                    currently={"session-ttl": "30s",
                               "listen": '"127.0.0.1:7000"'})
         check_help(name, binary, failures,
-                   env={"TENSORD_CONFIG": os.path.join(HERE, "bad-config.toml")})
+                   env={"TENSORD_CONFIG": BAD_CONFIG})
 
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print("OK")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    assert not failures, "\n".join(failures)

@@ -1,7 +1,7 @@
-#!/usr/bin/python3
 """Runs `systemd-analyze verify` on deploy/systemd/tensord.service.
 
-    verify_unit.py UNIT TENSORD_BINARY
+    tests/python/run_pytest.py --env TENSORD_BINARY=BUILD/server/tensord \
+        tests/python/deploy/test_systemd_unit.py
 
 verify refuses a unit whose ExecStart binary does not exist, and the unit
 names the installed path (/usr/local/bin/tensord). So the unit is copied to a
@@ -15,52 +15,42 @@ and `#Environment=TENSORD_...` for the token and TLS credentials). A second
 pass verifies the unit with those lines enabled, so the documented options
 are valid too.
 
-Exit 77 (CTest's skip code here) when systemd-analyze is not installed.
+Skips when systemd-analyze is not installed (the run exits 77: CTest skips).
 """
 import os
+import pathlib
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 
-SKIP = 77
+import pytest
+
+UNIT = pathlib.Path(__file__).resolve().parents[3] / "deploy" / "systemd" / "tensord.service"
 
 
-def main() -> int:
-    if len(sys.argv) != 3:
-        print(__doc__, file=sys.stderr)
-        return 2
-    unit_path, binary = sys.argv[1], os.path.abspath(sys.argv[2])
+def test_the_unit_verifies_as_written_and_with_its_options():
     analyze = shutil.which("systemd-analyze") or "/usr/bin/systemd-analyze"
     if not os.access(analyze, os.X_OK):
-        print("SKIP: systemd-analyze not found (Debian package: systemd)")
-        return SKIP
-    if not os.access(binary, os.X_OK):
-        print(f"FAIL: tensord binary {binary} is not executable")
-        return 1
+        pytest.skip("systemd-analyze not found (Debian package: systemd)")
+    binary = os.path.abspath(os.environ.get("TENSORD_BINARY") or pytest.skip(
+        "no tensord binary: set TENSORD_BINARY"))
+    assert os.access(binary, os.X_OK), f"tensord binary {binary} is not executable"
 
-    unit_name = os.path.basename(unit_path)
-    with open(unit_path, encoding="utf-8") as f:
-        text = f.read()
+    unit_name = UNIT.name
+    text = UNIT.read_text(encoding="utf-8")
     # Only the program is replaced; its arguments stay as written.
     rewritten, n = re.subn(r"^ExecStart=(\S+)", lambda m: "ExecStart=" + binary,
                            text, count=1, flags=re.MULTILINE)
-    if n != 1:
-        print(f"FAIL: {unit_path} has no ExecStart= line")
-        return 1
+    assert n == 1, f"{UNIT} has no ExecStart= line"
 
     enabled, n_opt = re.subn(r"^#((?:LoadCredential|Environment=TENSORD_)\S*)",
                              r"\1", rewritten, flags=re.MULTILINE)
     passes = [("as written", rewritten)]
     if n_opt:
         passes.append((f"with its {n_opt} commented-out options enabled", enabled))
-
-    failed = False
-    for what, text_ in passes:
-        ok = verify(analyze, unit_name, text_, what)
-        failed = failed or not ok
-    return 1 if failed else 0
+    failed = [what for what, text_ in passes if not verify(analyze, unit_name, text_, what)]
+    assert not failed, f"systemd-analyze verify complained ({', '.join(failed)}): see above"
 
 
 def verify(analyze: str, unit_name: str, text: str, what: str) -> bool:
@@ -84,6 +74,3 @@ def verify(analyze: str, unit_name: str, text: str, what: str) -> bool:
     print(f"ok: {unit_name} verifies cleanly ({what})")
     return True
 
-
-if __name__ == "__main__":
-    sys.exit(main())

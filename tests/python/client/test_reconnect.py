@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tensord
-from conftest import Daemon
+from daemon import Daemon
 
 
 class CuttingProxy:
@@ -91,15 +91,13 @@ def _killed(d):
     leave the daemon's gRPC executor in a blocking poll that delays a graceful
     exit by ~10 s (a thread of gRPC's own shutdown; the suite's shared daemon
     still tests the graceful stop)."""
-    d.proc.kill()
-    d.proc.wait()
-    d.stop()
+    d.close()
 
 
 @pytest.fixture(scope="module")
 def own_daemon(daemon):
     """A daemon of this module's own, reached only through proxies."""
-    d = Daemon(daemon.proc.args[0], "--host-devices", "2")
+    d = Daemon(daemon.binary, "--host-devices", "2")
     yield d
     _killed(d)
 
@@ -186,7 +184,7 @@ def test_a_failure_before_a_cut_is_still_reported_once(proxy):
 
 def test_a_server_restart_is_an_error_not_a_reconnect(proxy, own_daemon):
     c = tensord.connect(proxy.address, pipeline=True)
-    other = Daemon(own_daemon.proc.args[0], "--host-devices", "2")
+    other = Daemon(own_daemon.binary, "--host-devices", "2")
     try:
         x = c.tensor([1, 2, 3])
         assert x.tolist() == [1, 2, 3]

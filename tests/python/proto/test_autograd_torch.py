@@ -7,23 +7,24 @@ dilation and groups; a hand-written SGD step under no_grad matches torch's;
 and the autograd errors carry PyTorch's own messages. Needs Debian's
 python3-torch (test-only; deploy/install-deps.sh).
 
-  test_autograd_torch.py TENSORD PROTO_ROOT
+  tests/python/run_pytest.py --env TENSORD_BINARY=BUILD/server/tensord \
+      tests/python/proto/test_autograd_torch.py
 """
 import os
-import sys
 import unittest
 
 import grpc
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "e2e"))
-from daemon import Daemon  # noqa: E402
-import tensord_stubs  # noqa: E402  (beside this file)
+from daemon import Daemon  # tests/python/daemon.py
+import tensord_stubs  # beside this file
 
-TENSORD, PROTO_ROOT = sys.argv[1], sys.argv[2]
-pb, pb_grpc = tensord_stubs.load(PROTO_ROOT)
+TENSORD = os.environ.get("TENSORD_BINARY") or pytest.skip(
+    "no tensord binary: set TENSORD_BINARY", allow_module_level=True)
+pb, pb_grpc = tensord_stubs.load()
 
 NP = {pb.FLOAT32: np.float32, pb.FLOAT64: np.float64, pb.INT64: np.int64}
 PB = {np.dtype(v): k for k, v in NP.items()}
@@ -53,7 +54,7 @@ class AutogradTorchTest(unittest.TestCase):
         cls.stub.CloseSession(pb.CloseSessionRequest(session=cls.session))
         cls.channel.close()
         code, log = cls.daemon.stop()
-        cls.daemon.__exit__(None, None, None)
+        cls.daemon.close()
         assert code == 0, log
 
     def create(self, array, requires_grad=False):
@@ -363,6 +364,3 @@ class AutogradTorchTest(unittest.TestCase):
                       "[torch.DoubleTensor [2]], which is input 1 of MulBackward0, "
                       "is at version 1; expected version 0 instead.", err.details())
 
-
-if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1], verbosity=2)

@@ -3,21 +3,22 @@ from tensord.proto drive a real daemon through Run and Execute, and every
 result is checked against numpy's (values, dtype and shape), including the
 broadcasting and promotion tables, errors, and Execute's no-leak rule.
 
-  test_ops_numpy.py TENSORD PROTO_ROOT
+  tests/python/run_pytest.py --env TENSORD_BINARY=BUILD/server/tensord \
+      tests/python/proto/test_ops_numpy.py
 """
 import os
-import sys
 import unittest
 
 import grpc
 import numpy as np
+import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "e2e"))
-from daemon import Daemon  # noqa: E402
-import tensord_stubs  # noqa: E402  (beside this file)
+from daemon import Daemon  # tests/python/daemon.py
+import tensord_stubs  # beside this file
 
-TENSORD, PROTO_ROOT = sys.argv[1], sys.argv[2]
-pb, pb_grpc = tensord_stubs.load(PROTO_ROOT)
+TENSORD = os.environ.get("TENSORD_BINARY") or pytest.skip(
+    "no tensord binary: set TENSORD_BINARY", allow_module_level=True)
+pb, pb_grpc = tensord_stubs.load()
 
 NP = {pb.FLOAT32: np.float32, pb.FLOAT64: np.float64, pb.INT32: np.int32,
       pb.INT64: np.int64, pb.BOOL: np.bool_}
@@ -42,7 +43,7 @@ class OpsNumpyTest(unittest.TestCase):
         cls.stub.CloseSession(pb.CloseSessionRequest(session=cls.session))
         cls.channel.close()
         code, log = cls.daemon.stop()
-        cls.daemon.__exit__(None, None, None)
+        cls.daemon.close()
         assert code == 0, log
 
     def create(self, array):
@@ -208,6 +209,3 @@ class OpsNumpyTest(unittest.TestCase):
                       err.exception.details())
         self.assertEqual(self.held(), held + 24)  # only the [3, 2] operand
 
-
-if __name__ == "__main__":
-    unittest.main(argv=[sys.argv[0], "-v"])

@@ -4,22 +4,23 @@ python3-grpcio and python3-protobuf) runs the
 create -> mul -> fetch loop, a matmul checked against numpy, and sees the
 same-device rule, against a real tensord daemon.
 
-  test_proto_client.py TENSORD PROTO_ROOT
+  tests/python/run_pytest.py --env TENSORD_BINARY=BUILD/server/tensord \
+      tests/python/proto/test_proto_client.py
 """
 import os
-import sys
 import unittest
 import zlib
 
 import grpc
 import numpy as np
+import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "e2e"))
-from daemon import Daemon  # noqa: E402
-import tensord_stubs  # noqa: E402  (beside this file)
+from daemon import Daemon  # tests/python/daemon.py
+import tensord_stubs  # beside this file
 
-TENSORD, PROTO_ROOT = sys.argv[1], sys.argv[2]
-pb, pb_grpc = tensord_stubs.load(PROTO_ROOT)
+TENSORD = os.environ.get("TENSORD_BINARY") or pytest.skip(
+    "no tensord binary: set TENSORD_BINARY", allow_module_level=True)
+pb, pb_grpc = tensord_stubs.load()
 
 DTYPES = {pb.INT64: np.int64, pb.FLOAT32: np.float32, pb.FLOAT64: np.float64}
 
@@ -37,7 +38,7 @@ class ProtoClientTest(unittest.TestCase):
         cls.stub.CloseSession(pb.CloseSessionRequest(session=cls.session))
         cls.channel.close()
         code, log = cls.daemon.stop()
-        cls.daemon.__exit__(None, None, None)
+        cls.daemon.close()
         assert code == 0, log
 
     def create(self, array, device="cpu:0", dtype=pb.INT64):
@@ -94,6 +95,3 @@ class ProtoClientTest(unittest.TestCase):
                                               shape=[4], data=b"\0" * 15))
         self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
 
-
-if __name__ == "__main__":
-    unittest.main(argv=[sys.argv[0], "-v"])
