@@ -1,4 +1,4 @@
-// Many servers as one (README "Many nodes"): lists every node's devices,
+// Many servers as one (docs/many-nodes.md): lists every node's devices,
 // makes a tensor on the first node, moves it to the last node server to
 // server, checks every value arrived, computes there, and shows PyTorch's
 // same-device error for an op across nodes. The nodes need --node-name,

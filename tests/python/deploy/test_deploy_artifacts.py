@@ -1,4 +1,4 @@
-"""Static checks of the deployment artifacts under deploy/.
+"""Static checks of the deployment artifacts under deploy/ and of docs/deploy.md.
 
     tests/python/run_pytest.py tests/python/deploy/test_deploy_artifacts.py
 
@@ -730,17 +730,14 @@ def check_security_text(root: pathlib.Path) -> None:
               f"{where}: passes --insecure / TENSORD_INSECURE")
         for m in STALE.finditer(text):
             check(False, f"{where}: stale remark {m.group(0)!r}")
-    readme = root / "README.md"
-    if readme.is_file():
-        text = readme.read_text(encoding="utf-8")
-        m = re.search(r"^## Deploy\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-        if check(m is not None, "README.md: no '## Deploy' section"):
-            for s in STALE.finditer(m.group(1)):
-                check(False, f"README.md (Deploy): stale remark {s.group(0)!r}")
-            for needle in ("TENSORD_AUTH_TOKEN_FILE", "--token-file",
-                           "/run/secrets/tensord_token", "tensorctl health"):
-                check(needle in m.group(1),
-                      f"README.md (Deploy): does not mention {needle}")
+    guide = root / "docs" / "deploy.md"
+    if check(guide.is_file(), "docs/deploy.md is missing"):
+        text = guide.read_text(encoding="utf-8")
+        for s in STALE.finditer(text):
+            check(False, f"docs/deploy.md: stale remark {s.group(0)!r}")
+        for needle in ("TENSORD_AUTH_TOKEN_FILE", "--token-file",
+                       "/run/secrets/tensord_token", "tensorctl health"):
+            check(needle in text, f"docs/deploy.md: does not mention {needle}")
 
 
 def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
@@ -896,4 +893,4 @@ def test_deploy_artifacts():
     assert not failures, "\n".join(failures)
     print(f"ok: {len(docs)} YAML files (the cluster's StatefulSet too), the "
           "example config, the Dockerfile (and its .dockerignore), the systemd "
-          "unit and README's Deploy section pass")
+          "unit and docs/deploy.md pass")
