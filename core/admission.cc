@@ -3,6 +3,7 @@
 #include <atomic>
 #include <utility>
 
+#include "core/refusal.h"
 #include "core/runtime_impl.h"
 
 namespace tensord::core {
@@ -96,11 +97,13 @@ absl::StatusOr<Admission> Admitter::Admit(DeviceSlot& slot, uint64_t bytes) {
       const uint64_t left = held < slot.budget ? slot.budget - held : 0;
       slot.allocation_failures.fetch_add(1);
       GlobalTotals().refusals.fetch_add(1);
-      return absl::ResourceExhaustedError(absl::StrCat(
-          slot.device->name(), " out of memory: tried to allocate ",
-          FormatBytes(bytes), " (", bytes, " bytes); tensord holds ",
-          FormatBytes(held), " of a ", FormatBytes(slot.budget), " budget, ",
-          FormatBytes(left), " left"));
+      return MarkRefusal(
+          absl::ResourceExhaustedError(absl::StrCat(
+              slot.device->name(), " out of memory: tried to allocate ",
+              FormatBytes(bytes), " (", bytes, " bytes); tensord holds ",
+              FormatBytes(held), " of a ", FormatBytes(slot.budget),
+              " budget, ", FormatBytes(left), " left")),
+          Refusal::kDeviceBudget);
     }
   } while (!slot.held.compare_exchange_weak(held, held + bytes));
   GlobalTotals().admitted.fetch_add(bytes);
@@ -118,7 +121,12 @@ absl::StatusOr<std::shared_ptr<Buffer>> Admitter::Allocate(
       slot->device->Allocate(static_cast<size_t>(bytes));
   if (!buffer.ok()) {
     slot->allocation_failures.fetch_add(1);
-    return buffer.status();  // `admission` gives its bytes back
+    // `admission` gives its bytes back. The device itself is out of memory:
+    // refused for the device's budget too.
+    if (absl::IsResourceExhausted(buffer.status())) {
+      return MarkRefusal(buffer.status(), Refusal::kDeviceBudget);
+    }
+    return buffer.status();
   }
   // Spent: the buffer carries the charge from here.
   std::shared_ptr<SessionMemory> memory = std::move(admission.memory_);

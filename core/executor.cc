@@ -1,5 +1,6 @@
 #include "core/op_plan.h"
 #include "core/planner.h"
+#include "core/refusal.h"
 #include "core/runtime_impl.h"
 
 namespace tensord::core {
@@ -274,11 +275,10 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
       if (op.scalar.has_value()) {
         described.push_back(absl::StrCat("scalar ", op.scalar->ToString()));
       }
-      return absl::Status(
-          result.status().code(),
-          absl::StrCat("op #", i, " (", OpName(op),
-                       "; operands: ", absl::StrJoin(described, ", "),
-                       "): ", result.status().message()));
+      return Rewrapped(result.status(), result.status().code(),
+                       absl::StrCat("op #", i, " (", OpName(op), "; operands: ",
+                                    absl::StrJoin(described, ", "),
+                                    "): ", result.status().message()));
     }
     values[i] = std::move(*result);
     for (const Operand& operand : op.inputs) {
@@ -310,8 +310,8 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
         }
         // Admitted when allocated, so only a concurrent call of the
         // session gets here; the message still names the op.
-        return absl::Status(
-            meta.status().code(),
+        return Rewrapped(
+            meta.status(), meta.status().code(),
             absl::StrCat("op #", k, " (", OpName(ops[k]),
                          "; keeping its result): ", meta.status().message()));
       }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/absl_compat.h"
+#include "core/refusal.h"
 #include "core/shared_memory.h"
 #include "core/status.h"
 
@@ -229,19 +230,24 @@ absl::Status HandleTable::QuotaCheck(const Session& s, uint64_t bytes,
   const uint64_t held_bytes = s.bytes + extra_bytes + flight_bytes;
   if (max_tensors != 0 &&
       (tensors > max_tensors || held_tensors > max_tensors - tensors)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "session tensor quota exceeded (--session-max-tensors): requested ",
-        tensors, " more tensor", tensors == 1 ? "" : "s",
-        "; the session holds ", held_tensors, " of its limit of ", max_tensors,
-        " tensors", HeldNote(extra_tensors, "tensors"),
-        InFlightNote(flight_tensors, "tensors")));
+    return MarkRefusal(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "session tensor quota exceeded (--session-max-tensors): requested ",
+            tensors, " more tensor", tensors == 1 ? "" : "s",
+            "; the session holds ", held_tensors, " of its limit of ",
+            max_tensors, " tensors", HeldNote(extra_tensors, "tensors"),
+            InFlightNote(flight_tensors, "tensors"))),
+        Refusal::kSessionQuota);
   }
   if (max_bytes != 0 && (bytes > max_bytes || held_bytes > max_bytes - bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "session memory quota exceeded (--session-max-bytes): requested ",
-        bytes, " bytes; the session holds ", held_bytes, " of its limit of ",
-        max_bytes, " bytes", HeldNote(extra_bytes, "bytes"),
-        InFlightNote(flight_bytes, "bytes")));
+    return MarkRefusal(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "session memory quota exceeded (--session-max-bytes): requested ",
+            bytes, " bytes; the session holds ", held_bytes,
+            " of its limit of ", max_bytes, " bytes",
+            HeldNote(extra_bytes, "bytes"),
+            InFlightNote(flight_bytes, "bytes"))),
+        Refusal::kSessionQuota);
   }
   return absl::OkStatus();
 }
