@@ -326,6 +326,11 @@ void ChargeToSession(const StoredTensor& t,
       if (meta.grad != nullptr) SetGrad(meta, std::move(meta.grad));
     }
   }
+  ChargeGraph(std::move(root), memory);
+}
+
+void ChargeGraph(std::shared_ptr<GradNode> root,
+                 const std::shared_ptr<SessionMemory>& memory) {
   // The graph's nodes not yet counted; a counted node's inputs were
   // counted with it, and a released node's saved nothing that remains.
   std::vector<std::shared_ptr<GradNode>> stack;
@@ -340,8 +345,7 @@ void ChargeToSession(const StoredTensor& t,
     for (const SavedTensor& s : node->inputs) saved.push_back(s.data.get());
     saved.push_back(node->output.data.get());
     saved.push_back(node->extra.data.get());
-    node->charge =
-        memory->Hold(saved, absl::StrCat("saved by ", node->Name()));
+    node->charge = memory->Hold(saved, absl::StrCat("saved by ", node->Name()));
     for (const GradEdge& e : node->next) {
       if (e.node != nullptr) stack.push_back(e.node);
     }
@@ -379,6 +383,14 @@ void Runtime::Impl::RecordGrad(const OpSpec& op, std::span<const Value> in,
   }
   node->output = Save(*result, SavesOutputData(op));
   if (extra != nullptr) node->extra = Save(*extra, true);
+  // What the node saves is the session's from now on, listed as held by
+  // autograd, whether or not its result is kept (an Execute's
+  // intermediates): admission counts it as such (core/admission.h).
+  if (const std::string* session = AdmissionScope::Current()) {
+    if (auto memory = table_.MemoryOf(*session); memory.ok()) {
+      ChargeGraph(node, *memory);
+    }
+  }
   AutogradMeta& meta = *result->autograd;
   absl::MutexLock lock(&meta.mu);
   meta.grad_fn = std::move(node);

@@ -121,6 +121,10 @@ void SetGrad(AutogradMeta& meta, std::shared_ptr<const StoredTensor> grad)
 void ChargeToSession(const StoredTensor& t,
                      const std::shared_ptr<SessionMemory>& memory,
                      uint64_t handle);
+// The saved tensors of every node of the graph from `root` not yet
+// counted count toward `memory`'s session from now on.
+void ChargeGraph(std::shared_ptr<GradNode> root,
+                 const std::shared_ptr<SessionMemory>& memory);
 
 }  // namespace tensord::core
 

@@ -1,5 +1,7 @@
 #include "core/device.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
 #include "core/op_checks.h"
@@ -18,19 +20,32 @@ std::string_view DeviceKindName(DeviceKind kind) {
 
 std::string_view BinaryOpName(BinaryOp op) {
   switch (op) {
-    case BinaryOp::kAdd: return "add";
-    case BinaryOp::kSub: return "sub";
-    case BinaryOp::kMul: return "mul";
-    case BinaryOp::kDiv: return "div";
-    case BinaryOp::kMaximum: return "maximum";
-    case BinaryOp::kMinimum: return "minimum";
-    case BinaryOp::kPow: return "pow";
-    case BinaryOp::kEq: return "eq";
-    case BinaryOp::kNe: return "ne";
-    case BinaryOp::kLt: return "lt";
-    case BinaryOp::kLe: return "le";
-    case BinaryOp::kGt: return "gt";
-    case BinaryOp::kGe: return "ge";
+    case BinaryOp::kAdd:
+      return "add";
+    case BinaryOp::kSub:
+      return "sub";
+    case BinaryOp::kMul:
+      return "mul";
+    case BinaryOp::kDiv:
+      return "div";
+    case BinaryOp::kMaximum:
+      return "maximum";
+    case BinaryOp::kMinimum:
+      return "minimum";
+    case BinaryOp::kPow:
+      return "pow";
+    case BinaryOp::kEq:
+      return "eq";
+    case BinaryOp::kNe:
+      return "ne";
+    case BinaryOp::kLt:
+      return "lt";
+    case BinaryOp::kLe:
+      return "le";
+    case BinaryOp::kGt:
+      return "gt";
+    case BinaryOp::kGe:
+      return "ge";
   }
   return "unknown";
 }
@@ -51,17 +66,28 @@ bool IsComparison(BinaryOp op) {
 
 std::string_view UnaryOpName(UnaryOp op) {
   switch (op) {
-    case UnaryOp::kNeg: return "neg";
-    case UnaryOp::kAbs: return "abs";
-    case UnaryOp::kExp: return "exp";
-    case UnaryOp::kLog: return "log";
-    case UnaryOp::kSqrt: return "sqrt";
-    case UnaryOp::kRelu: return "relu";
-    case UnaryOp::kSigmoid: return "sigmoid";
-    case UnaryOp::kTanh: return "tanh";
-    case UnaryOp::kSilu: return "silu";
-    case UnaryOp::kGelu: return "gelu";
-    case UnaryOp::kGeluTanh: return "gelu";
+    case UnaryOp::kNeg:
+      return "neg";
+    case UnaryOp::kAbs:
+      return "abs";
+    case UnaryOp::kExp:
+      return "exp";
+    case UnaryOp::kLog:
+      return "log";
+    case UnaryOp::kSqrt:
+      return "sqrt";
+    case UnaryOp::kRelu:
+      return "relu";
+    case UnaryOp::kSigmoid:
+      return "sigmoid";
+    case UnaryOp::kTanh:
+      return "tanh";
+    case UnaryOp::kSilu:
+      return "silu";
+    case UnaryOp::kGelu:
+      return "gelu";
+    case UnaryOp::kGeluTanh:
+      return "gelu";
   }
   return "unknown";
 }
@@ -72,12 +98,18 @@ bool IsFloatingUnary(UnaryOp op) {
 
 std::string_view ReduceOpName(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kMean: return "mean";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kArgmax: return "argmax";
-    case ReduceOp::kNorm: return "norm";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMean:
+      return "mean";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kArgmax:
+      return "argmax";
+    case ReduceOp::kNorm:
+      return "norm";
   }
   return "unknown";
 }
@@ -191,5 +223,15 @@ absl::Status CheckKernelCall(const KernelCall& call, std::string_view device) {
       " kernel call (", call.inputs.size(), " inputs of ", want,
       ", or a tensor without a buffer)"));
 }
+
+namespace {
+std::atomic<uint64_t>& DeviceBytes() {
+  static auto* bytes = new std::atomic<uint64_t>(0);  // read at exit
+  return *bytes;
+}
+}  // namespace
+
+void NoteDeviceAllocation(uint64_t bytes) { DeviceBytes().fetch_add(bytes); }
+uint64_t DeviceBytesAllocated() { return DeviceBytes().load(); }
 
 }  // namespace tensord::core

@@ -238,10 +238,9 @@ struct Col2ImArgs {
 };
 
 // One alternative per kernel; KernelKind names them in the same order.
-using KernelArgs =
-    std::variant<FillSpec, CastArgs, BinaryArgs, UnaryArgs, ReduceArgs,
-                 MatMulDims, PermuteArgs, BlockCopy, WhereArgs, Im2ColArgs,
-                 Col2ImArgs>;
+using KernelArgs = std::variant<FillSpec, CastArgs, BinaryArgs, UnaryArgs,
+                                ReduceArgs, MatMulDims, PermuteArgs, BlockCopy,
+                                WhereArgs, Im2ColArgs, Col2ImArgs>;
 enum class KernelKind {
   kFill,
   kCast,
@@ -321,6 +320,13 @@ class Device {
   // Waits until every queued kernel and copy on this device has finished.
   virtual absl::Status Synchronize() = 0;
 };
+
+// Bytes every Device implementation has allocated in this process, counted
+// by each one's Allocate when it succeeds: tests check it against what
+// admission let be allocated (core/admission.h), so an allocation that
+// bypassed admission shows.
+void NoteDeviceAllocation(uint64_t bytes);
+uint64_t DeviceBytesAllocated();
 
 }  // namespace tensord::core
 

@@ -1,5 +1,6 @@
 #include "core/op_plan.h"
 #include "core/planner.h"
+#include "core/refusal.h"
 #include "core/runtime_impl.h"
 
 namespace tensord::core {
@@ -40,10 +41,10 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
         OpInput{v.tensor->dtype, v.tensor->shape, v.tensor->device->name()});
   }
   const Capabilities none;  // no operand: PlanOp reports the arity first
-  RETURN_IF_ERROR(PlanOp(op, inputs,
-                         in.empty() ? Target{none, ""}
-                                    : TargetOf(*in[0].tensor->device))
-                      .status());
+  RETURN_IF_ERROR(
+      PlanOp(op, inputs,
+             in.empty() ? Target{none, ""} : TargetOf(*in[0].tensor->device))
+          .status());
   switch (op.kind) {
     case OpSpec::Kind::kRequiresGrad:
     case OpSpec::Kind::kBackward:
@@ -185,6 +186,7 @@ absl::StatusOr<TensorMeta> Runtime::Run(std::string_view session,
     return absl::InvalidArgumentError(
         absl::StrCat(OpName(op), " needs at least one tensor operand"));
   }
+  AdmissionScope scope(session);
   ASSIGN_OR_RETURN(Impl::Value result, impl_->Apply(op, in));
   if (result.entry.has_value()) return MetaOf(*result.entry);
   return impl_->Register(session, std::move(result.tensor), "");
@@ -194,6 +196,11 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
     std::string_view session, std::span<const OpSpec> ops,
     std::span<const uint32_t> keep, const std::function<bool()>& cancelled) {
   RETURN_IF_ERROR(impl_->table().CheckSession(session));
+  // Every buffer an op makes is admitted before it is allocated, against
+  // the session's quotas with what the list holds so far (its kept results,
+  // intermediates still to be read, what autograd saved): the op that
+  // crosses a limit is refused, before it allocates.
+  AdmissionScope scope(session);
   std::vector<bool> kept(ops.size(), false);
   for (uint32_t k : keep) {
     if (k >= ops.size()) {
@@ -213,7 +220,6 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
     }
   }
   std::vector<Impl::Value> values(ops.size());
-  uint64_t kept_bytes = 0, kept_tensors = 0;  // new tensors to register
   for (size_t i = 0; i < ops.size(); ++i) {
     if (cancelled && cancelled()) {
       // `values` goes with the return: everything made so far is freed.
@@ -249,19 +255,6 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
     absl::StatusOr<Impl::Value> result =
         status.ok() ? impl_->Apply(op, in)
                     : absl::StatusOr<Impl::Value>(status);
-    // A result the caller keeps must fit the session's quotas along with
-    // the kept results before it: checked here, so that the failure names
-    // the op that made it.
-    if (result.ok() && kept[i] && !result->entry.has_value()) {
-      absl::Status admitted = impl_->table().Admit(
-          session, kept_bytes + result->tensor->nbytes, kept_tensors + 1);
-      if (admitted.ok()) {
-        kept_bytes += result->tensor->nbytes;
-        ++kept_tensors;
-      } else {
-        result = admitted;
-      }
-    }
     if (!result.ok()) {
       // At most kDescribed operands: a cat of a thousand tensors must not
       // make a message larger than a reply's metadata may be.
@@ -282,11 +275,10 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
       if (op.scalar.has_value()) {
         described.push_back(absl::StrCat("scalar ", op.scalar->ToString()));
       }
-      return absl::Status(
-          result.status().code(),
-          absl::StrCat("op #", i, " (", OpName(op),
-                       "; operands: ", absl::StrJoin(described, ", "),
-                       "): ", result.status().message()));
+      return Rewrapped(result.status(), result.status().code(),
+                       absl::StrCat("op #", i, " (", OpName(op), "; operands: ",
+                                    absl::StrJoin(described, ", "),
+                                    "): ", result.status().message()));
     }
     values[i] = std::move(*result);
     for (const Operand& operand : op.inputs) {
@@ -316,10 +308,10 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
             (void)Release(session, m.handle);
           }
         }
-        // Admitted above, so only a concurrent call of the session gets
-        // here; the message still names the op.
-        return absl::Status(
-            meta.status().code(),
+        // Admitted when allocated, so only a concurrent call of the
+        // session gets here; the message still names the op.
+        return Rewrapped(
+            meta.status(), meta.status().code(),
             absl::StrCat("op #", k, " (", OpName(ops[k]),
                          "; keeping its result): ", meta.status().message()));
       }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/absl_compat.h"
+#include "core/refusal.h"
 #include "core/shared_memory.h"
 #include "core/status.h"
 
@@ -36,14 +37,22 @@ std::string HeldNote(uint64_t held, const char* unit) {
                       "ListTensors as `held`)");
 }
 
+// How much of a session's use is a request in progress, for quota messages.
+std::string InFlightNote(uint64_t in_flight, const char* unit) {
+  if (in_flight == 0) return "";
+  return absl::StrCat(" (", in_flight, " ", unit,
+                      " of them made by requests in progress and not kept "
+                      "yet: intermediates and results being computed)");
+}
+
 absl::Status UnknownHandle(uint64_t handle) {
   return absl::NotFoundError(
       absl::StrCat("unknown tensor handle ", handle, " in this session"));
 }
 
 absl::Status UnknownRegion(uint64_t region) {
-  return absl::NotFoundError(absl::StrCat(
-      "unknown shared memory region ", region, " in this session"));
+  return absl::NotFoundError(absl::StrCat("unknown shared memory region ",
+                                          region, " in this session"));
 }
 
 }  // namespace
@@ -76,10 +85,12 @@ absl::StatusOr<std::string> HandleTable::OpenSession(
       client_name, std::max(ttl, std::chrono::milliseconds(0)));
   absl::MutexLock lock(&mu_);
   if (options_.max_sessions != 0 && sessions_.size() >= options_.max_sessions) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "too many sessions: ", sessions_.size(), " are open and the server's "
-        "limit is ", options_.max_sessions,
-        " (--max-sessions); close sessions you no longer use"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("too many sessions: ", sessions_.size(),
+                     " are open and the server's "
+                     "limit is ",
+                     options_.max_sessions,
+                     " (--max-sessions); close sessions you no longer use"));
   }
   return AddSession(std::move(session));
 }
@@ -210,30 +221,45 @@ absl::Status HandleTable::QuotaCheck(const Session& s, uint64_t bytes,
   const uint64_t max_tensors = options_.session_max_tensors;
   const uint64_t max_bytes = options_.session_max_bytes;
   if (max_tensors == 0 && max_bytes == 0) return absl::OkStatus();
-  const uint64_t held_tensors = s.entries.size() + s.memory->extra_tensors();
-  const uint64_t held_bytes = s.bytes + s.memory->extra_bytes();
+  const uint64_t extra_tensors = s.memory->extra_tensors();
+  const uint64_t extra_bytes = s.memory->extra_bytes();
+  const uint64_t flight_tensors = s.memory->in_flight_tensors();
+  const uint64_t flight_bytes = s.memory->in_flight_bytes();
+  const uint64_t held_tensors =
+      s.entries.size() + extra_tensors + flight_tensors;
+  const uint64_t held_bytes = s.bytes + extra_bytes + flight_bytes;
   if (max_tensors != 0 &&
       (tensors > max_tensors || held_tensors > max_tensors - tensors)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "session tensor quota exceeded (--session-max-tensors): requested ",
-        tensors, " more tensor", tensors == 1 ? "" : "s",
-        "; the session holds ", held_tensors, " of its limit of ",
-        max_tensors, " tensors", HeldNote(held_tensors - s.entries.size(), "tensors")));
+    return MarkRefusal(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "session tensor quota exceeded (--session-max-tensors): requested ",
+            tensors, " more tensor", tensors == 1 ? "" : "s",
+            "; the session holds ", held_tensors, " of its limit of ",
+            max_tensors, " tensors", HeldNote(extra_tensors, "tensors"),
+            InFlightNote(flight_tensors, "tensors"))),
+        Refusal::kSessionQuota);
   }
   if (max_bytes != 0 && (bytes > max_bytes || held_bytes > max_bytes - bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "session memory quota exceeded (--session-max-bytes): requested ",
-        bytes, " bytes; the session holds ", held_bytes, " of its limit of ",
-        max_bytes, " bytes", HeldNote(held_bytes - s.bytes, "bytes")));
+    return MarkRefusal(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "session memory quota exceeded (--session-max-bytes): requested ",
+            bytes, " bytes; the session holds ", held_bytes,
+            " of its limit of ", max_bytes, " bytes",
+            HeldNote(extra_bytes, "bytes"),
+            InFlightNote(flight_bytes, "bytes"))),
+        Refusal::kSessionQuota);
   }
   return absl::OkStatus();
 }
 
-absl::Status HandleTable::Admit(std::string_view session, uint64_t bytes,
-                                uint64_t tensors) {
+absl::StatusOr<std::shared_ptr<SessionMemory>> HandleTable::Reserve(
+    std::string_view session, uint64_t bytes, uint64_t tensors) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));
   absl::MutexLock lock(&s->mu);
-  return QuotaCheck(*s, bytes, tensors);
+  if (s->closed) return UnknownSession(session);
+  RETURN_IF_ERROR(QuotaCheck(*s, bytes, tensors));
+  s->memory->Reserve(bytes, tensors);
+  return s->memory;
 }
 
 absl::StatusOr<std::optional<std::string>> HandleTable::BeginRequest(
@@ -251,11 +277,10 @@ absl::StatusOr<std::optional<std::string>> HandleTable::BeginRequest(
   // Drop what the window no longer covers (ids still running stay).
   while (!s->request_order.empty()) {
     auto it = s->requests.find(s->request_order.front());
-    const bool stale =
-        it == s->requests.end() ||
-        (it->second.response.has_value() &&
-         (s->request_order.size() > options_.dedupe_entries ||
-          now - it->second.at > options_.dedupe_max_age));
+    const bool stale = it == s->requests.end() ||
+                       (it->second.response.has_value() &&
+                        (s->request_order.size() > options_.dedupe_entries ||
+                         now - it->second.at > options_.dedupe_max_age));
     if (!stale) break;
     if (it != s->requests.end()) s->requests.erase(it);
     s->request_order.pop_front();
@@ -263,9 +288,9 @@ absl::StatusOr<std::optional<std::string>> HandleTable::BeginRequest(
   auto [it, inserted] = s->requests.try_emplace(std::string(id));
   if (!inserted) {
     if (!it->second.response.has_value()) {
-      return absl::UnavailableError(absl::StrCat(
-          "request ", ToAbsl(id),
-          " is still in progress; retry it once it has finished"));
+      return absl::UnavailableError(
+          absl::StrCat("request ", ToAbsl(id),
+                       " is still in progress; retry it once it has finished"));
     }
     return it->second.response;
   }
@@ -291,6 +316,12 @@ void HandleTable::EndRequest(std::string_view session, std::string_view id,
 
 absl::Status HandleTable::CheckSession(std::string_view session) const {
   return FindSession(session).status();
+}
+
+absl::StatusOr<std::shared_ptr<SessionMemory>> HandleTable::MemoryOf(
+    std::string_view session) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));
+  return s->memory;
 }
 
 absl::StatusOr<std::vector<HandleEntry>> HandleTable::CloseSession(
@@ -375,7 +406,13 @@ absl::StatusOr<HandleEntry> HandleTable::Insert(
   {
     absl::MutexLock lock(&(*s)->mu);
     if ((*s)->closed) return UnknownSession(session);
-    RETURN_IF_ERROR(QuotaCheck(**s, entry.tensor->nbytes, 1));
+    // Memory admitted for the session (or held by its autograd) is counted
+    // already: registering it moves the charge. Anything else (a second
+    // handle to a buffer, as detach makes) is checked here.
+    if (entry.tensor->buffer == nullptr ||
+        !(*s)->memory->CountedWithoutEntry(entry.tensor->buffer.get())) {
+      RETURN_IF_ERROR(QuotaCheck(**s, entry.tensor->nbytes, 1));
+    }
     (*s)->bytes += entry.tensor->nbytes;
     (*s)->entries.emplace(entry.handle, entry);
     (*s)->memory->AddEntry(*entry.tensor);

@@ -14,10 +14,12 @@
 // hold (an upload's memory, a reader's tensor) are tied to it with Bind()
 // and let go when the session ends, so a stalled stream holds no memory
 // past its session. Per-session quotas (bytes and
-// tensor count) are enforced by Insert() and may be checked before
-// allocating with Admit(); they count the registered tensors and the memory
-// autograd holds for the session beyond them (core/session_memory.h: saved
-// tensors, leaves' grads), which ListHeld() lists. Each session keeps a bounded log
+// tensor count) are enforced when memory is admitted (Reserve(), called by
+// core/admission.h before anything is allocated) and by Insert() for a
+// tensor whose memory is not counted yet; they count the registered tensors,
+// the memory autograd holds for the session beyond them (core/session_memory.h:
+// saved tensors, leaves' grads), which ListHeld() lists, and the memory of
+// requests in progress. Each session keeps a bounded log
 // of recent request ids with their results, for exactly-once retries.
 //
 // Thread-safety: all methods are thread-safe. The session map has one mutex,
@@ -80,7 +82,7 @@ struct HandleEntry {
 struct SessionSummary {
   std::string id_prefix;  // first 8 hex digits of the id
   std::string client_name;
-  uint64_t serial = 0;  // the order sessions were opened in, from 1
+  uint64_t serial = 0;   // the order sessions were opened in, from 1
   uint64_t tensors = 0;  // entries, and held tensors no entry shares
   uint64_t bytes = 0;    // of the same
   HandleEntry::Clock::time_point created;
@@ -95,9 +97,9 @@ inline constexpr uint64_t kFirstClientHandle = uint64_t{1} << 63;
 inline constexpr size_t kMaxRequestIdBytes = 64;
 
 struct HandleTableOptions {
-  size_t max_sessions = 0;          // 0 = unlimited
-  uint64_t session_max_bytes = 0;   // 0 = unlimited
-  uint64_t session_max_tensors = 0; // 0 = unlimited
+  size_t max_sessions = 0;           // 0 = unlimited
+  uint64_t session_max_bytes = 0;    // 0 = unlimited
+  uint64_t session_max_tensors = 0;  // 0 = unlimited
   // The request log of each session: at most this many ids, none older than
   // `dedupe_max_age`.
   size_t dedupe_entries = 1024;
@@ -159,12 +161,16 @@ class HandleTable {
                     std::weak_ptr<SessionBound> bound);
   // Removes every session whose lease ran out before `now`.
   std::vector<ExpiredSession> ReapExpired(HandleEntry::Clock::time_point now);
-  // OK if the session could register `tensors` more tensors of `bytes` in
-  // all without passing its quotas; RESOURCE_EXHAUSTED naming the quota,
-  // the amount requested, in use and the limit otherwise. NOT_FOUND for an
-  // unknown session.
-  absl::Status Admit(std::string_view session, uint64_t bytes,
-                     uint64_t tensors = 1);
+  // For admission only (core/admission.h, the one caller): when `tensors`
+  // more tensors of `bytes` in all fit the session's quotas beside what it
+  // holds (entries, autograd's memory and its in-flight memory), reserves
+  // them in the session's memory and returns it; the caller gives them
+  // back or turns them into a buffer there. RESOURCE_EXHAUSTED naming the
+  // quota, the amount requested, what the session holds (and how much of
+  // it autograd holds) and the limit otherwise; NOT_FOUND for an unknown
+  // session.
+  absl::StatusOr<std::shared_ptr<SessionMemory>> Reserve(
+      std::string_view session, uint64_t bytes, uint64_t tensors);
 
   // Exactly-once requests. BeginRequest returns the remembered response of
   // a finished request `id`, or nullopt when the caller is to run it (and
@@ -178,6 +184,10 @@ class HandleTable {
                   const std::string* response);
   // OK if `session` is open; NOT_FOUND "unknown session '<id>'" otherwise.
   absl::Status CheckSession(std::string_view session) const;
+  // The session's memory account (core/session_memory.h). NOT_FOUND as
+  // CheckSession.
+  absl::StatusOr<std::shared_ptr<SessionMemory>> MemoryOf(
+      std::string_view session) const;
   // Removes the session and returns its entries (the caller drops them,
   // which frees their memory unless a reader still holds it).
   absl::StatusOr<std::vector<HandleEntry>> CloseSession(
@@ -255,8 +265,8 @@ class HandleTable {
     };
     absl::flat_hash_map<std::string, Logged> requests ABSL_GUARDED_BY(mu);
     std::deque<std::string> request_order ABSL_GUARDED_BY(mu);
-    absl::flat_hash_map<uint64_t, std::shared_ptr<SharedMemoryMapping>>
-        regions ABSL_GUARDED_BY(mu);
+    absl::flat_hash_map<uint64_t, std::shared_ptr<SharedMemoryMapping>> regions
+        ABSL_GUARDED_BY(mu);
     std::vector<std::weak_ptr<SessionBound>> bound ABSL_GUARDED_BY(mu);
   };
   // Marks `s` closed, moves its entries into `entries` and drops its
@@ -266,8 +276,9 @@ class HandleTable {
       Session& s, std::vector<HandleEntry>* entries);
   static void NotifyEnded(std::vector<std::weak_ptr<SessionBound>> bound,
                           const absl::Status& why);
-  absl::Status QuotaCheck(const Session& s, uint64_t bytes, uint64_t tensors)
-      const ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  absl::Status QuotaCheck(const Session& s, uint64_t bytes,
+                          uint64_t tensors) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   std::string AddSession(std::shared_ptr<Session> session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

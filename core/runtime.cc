@@ -63,7 +63,8 @@ absl::Status Runtime::Impl::Init(RuntimeOptions options) {
     return absl::InvalidArgumentError(
         "session TTLs must be >= 0 and the reap interval > 0");
   }
-  if (!options.node_name.empty()) RETURN_IF_ERROR(CheckNodeName(options.node_name));
+  if (!options.node_name.empty())
+    RETURN_IF_ERROR(CheckNodeName(options.node_name));
   node_name_ = options.node_name;
   max_tensor_bytes_ = options.max_tensor_bytes;
   session_ttl_ = options.session_ttl;
@@ -199,40 +200,6 @@ DeviceSlot& Runtime::Impl::SlotOf(const Device* device) const {
   std::abort();
 }
 
-absl::StatusOr<std::shared_ptr<Buffer>> Runtime::Impl::Allocate(
-    DeviceSlot& slot, uint64_t bytes) {
-  if (max_tensor_bytes_ != 0 && bytes > max_tensor_bytes_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a tensor of ", FormatBytes(bytes), " (", bytes,
-                     " bytes) exceeds the server's per-tensor limit of ",
-                     FormatBytes(max_tensor_bytes_), " (--max-tensor-bytes)"));
-  }
-  uint64_t held = slot.held.load();
-  do {
-    if (bytes > slot.budget || held > slot.budget - bytes) {
-      const uint64_t left = held < slot.budget ? slot.budget - held : 0;
-      slot.allocation_failures.fetch_add(1);
-      return absl::ResourceExhaustedError(absl::StrCat(
-          slot.device->name(), " out of memory: tried to allocate ",
-          FormatBytes(bytes), " (", bytes, " bytes); tensord holds ",
-          FormatBytes(held), " of a ", FormatBytes(slot.budget), " budget, ",
-          FormatBytes(left), " left"));
-    }
-  } while (!slot.held.compare_exchange_weak(held, held + bytes));
-  absl::StatusOr<std::unique_ptr<Buffer>> buffer =
-      slot.device->Allocate(static_cast<size_t>(bytes));
-  if (!buffer.ok()) {
-    slot.held.fetch_sub(bytes);
-    slot.allocation_failures.fetch_add(1);
-    return buffer.status();
-  }
-  DeviceSlot* s = &slot;
-  return std::shared_ptr<Buffer>(buffer->release(), [s, bytes](Buffer* b) {
-    delete b;
-    s->held.fetch_sub(bytes);
-  });
-}
-
 absl::StatusOr<TensorMeta> Runtime::Impl::Register(
     std::string_view session, DeviceSlot& slot, DType dtype, Shape shape,
     uint64_t nbytes, std::shared_ptr<Buffer> buffer, std::string_view tag) {
@@ -269,7 +236,8 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::AllocateOutput(
     DeviceSlot& slot, DType dtype, Shape shape) {
   Output out;
   ASSIGN_OR_RETURN(out.nbytes, shape.ByteSize(dtype));
-  ASSIGN_OR_RETURN(out.buffer, Allocate(slot, out.nbytes));
+  ASSIGN_OR_RETURN(Admission admission, Admit(slot, out.nbytes));
+  ASSIGN_OR_RETURN(out.buffer, Allocate(std::move(admission)));
   out.shape = std::move(shape);
   out.dtype = dtype;
   return out;
@@ -304,15 +272,15 @@ RuntimeLimits Runtime::limits() const { return impl_->limits(); }
 
 absl::Status CheckNodeName(std::string_view name) {
   if (name.empty() || name.size() > kMaxNodeNameBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "node name '", Echo(name), "' is ", name.size(),
-        " bytes long; expected 1 to ", kMaxNodeNameBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("node name '", Echo(name), "' is ", name.size(),
+                     " bytes long; expected 1 to ", kMaxNodeNameBytes));
   }
   for (char c : name) {
     if (!absl::ascii_isalnum(c) && c != '-' && c != '_' && c != '.') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "node name '", Echo(name),
-          "' may hold only letters, digits, '-', '_' and '.'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("node name '", Echo(name),
+                       "' may hold only letters, digits, '-', '_' and '.'"));
     }
   }
   return absl::OkStatus();

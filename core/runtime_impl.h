@@ -35,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/absl_compat.h"
+#include "core/admission.h"
 #include "core/cpu/cpu_device.h"
 #include "core/handle_table.h"
 #include "core/op_checks.h"
@@ -119,7 +120,8 @@ HandleTableOptions TableOptions(const RuntimeOptions& o);
 class Runtime::Impl {
  public:
   explicit Impl(const RuntimeOptions& options)
-      : table_(TableOptions(options)) {}
+      : table_(TableOptions(options)),
+        admitter_(table_, options.max_tensor_bytes) {}
   // The reaper stops first; then sessions go: their buffers give bytes back
   // to the slots.
   ~Impl() {
@@ -148,10 +150,15 @@ class Runtime::Impl {
 
   HandleTable& table() { return table_; }
 
-  // Admits `bytes` against the slot's budget and allocates them. The
+  // Admission (core/admission.h): every allocation is admitted for the
+  // session of the current AdmissionScope, then made with the token. The
   // returned buffer gives the bytes back when its last owner drops it.
-  absl::StatusOr<std::shared_ptr<Buffer>> Allocate(DeviceSlot& slot,
-                                                   uint64_t bytes);
+  absl::StatusOr<Admission> Admit(DeviceSlot& slot, uint64_t bytes) {
+    return admitter_.Admit(slot, bytes);
+  }
+  absl::StatusOr<std::shared_ptr<Buffer>> Allocate(Admission admission) {
+    return admitter_.Allocate(std::move(admission));
+  }
 
   // Registers a finished tensor in the session.
   absl::StatusOr<TensorMeta> Register(std::string_view session,
@@ -166,7 +173,7 @@ class Runtime::Impl {
   // Drops removed entries, keeping the live-tensor counts right.
   SessionCloseStats Forget(std::vector<HandleEntry> entries);
 
-  // Allocates an output tensor of `dtype`/`shape` on `slot`.
+  // Admits and allocates an output tensor of `dtype`/`shape` on `slot`.
   struct Output {
     Shape shape;
     DType dtype;
@@ -255,8 +262,8 @@ class Runtime::Impl {
   // A seeded float32 random fill, a mask, the kept elements scaled. With
   // `mask`, the scale each element was multiplied by (0 or 1 / (1 - p), in
   // x's dtype) is kept there for the backward.
-  absl::StatusOr<Output> DropoutOut(const StoredTensor& x, double p,
-                                    bool train, std::optional<uint64_t> seed,
+  absl::StatusOr<Output> DropoutOut(const StoredTensor& x, double p, bool train,
+                                    std::optional<uint64_t> seed,
                                     TensorPtr* mask = nullptr);
   // nll_loss, cross_entropy, mse_loss (loss_ops.cc).
   absl::StatusOr<Output> LossOut(const OpSpec& op, const StoredTensor& input,
@@ -320,6 +327,7 @@ class Runtime::Impl {
  private:
   std::vector<std::unique_ptr<DeviceSlot>> slots_;
   HandleTable table_;  // after slots_: destroyed before them
+  Admitter admitter_;  // borrows table_
   uint64_t max_tensor_bytes_ = 0;
   std::string node_name_;
   RuntimeLimits limits_;

@@ -22,6 +22,9 @@ void SessionMemory::AddEntry(const StoredTensor& t) {
   if (auto it = held_.find(t.buffer.get()); it != held_.end()) {
     extra_bytes_ -= it->second.meta.nbytes;
     --extra_tensors_;
+  } else if (auto l = live_.find(t.buffer.get()); l != live_.end()) {
+    loose_bytes_ -= l->second;
+    --loose_tensors_;
   }
 }
 
@@ -34,6 +37,9 @@ void SessionMemory::RemoveEntry(const StoredTensor& t) {
   if (auto h = held_.find(t.buffer.get()); h != held_.end()) {
     extra_bytes_ += h->second.meta.nbytes;
     ++extra_tensors_;
+  } else if (auto l = live_.find(t.buffer.get()); l != live_.end()) {
+    loose_bytes_ += l->second;
+    ++loose_tensors_;
   }
 }
 
@@ -52,11 +58,15 @@ std::shared_ptr<const HeldCharge> SessionMemory::Hold(
     charge->keys_.push_back(key);
     Held& held = held_[key];
     if (held.charges++ != 0) continue;
-    held.meta = HeldTensor{t->device->name(), t->dtype, t->shape,
-                           t->nbytes, std::string(tag)};
+    held.meta = HeldTensor{t->device->name(), t->dtype, t->shape, t->nbytes,
+                           std::string(tag)};
     if (!entries_.contains(key)) {
       extra_bytes_ += t->nbytes;
       ++extra_tensors_;
+      if (auto l = live_.find(key); l != live_.end()) {
+        loose_bytes_ -= l->second;
+        --loose_tensors_;
+      }
     }
   }
   return charge;
@@ -71,6 +81,10 @@ void SessionMemory::Release(std::span<const Buffer* const> keys) {
     if (!entries_.contains(key)) {
       extra_bytes_ -= it->second.meta.nbytes;
       --extra_tensors_;
+      if (auto l = live_.find(key); l != live_.end()) {
+        loose_bytes_ += l->second;
+        ++loose_tensors_;
+      }
     }
     held_.erase(it);
   }
@@ -92,10 +106,65 @@ std::vector<HeldTensor> SessionMemory::ListExtra() const {
   for (const auto& [key, held] : held_) {
     if (!entries_.contains(key)) out.push_back(held.meta);
   }
-  std::sort(out.begin(), out.end(), [](const HeldTensor& a, const HeldTensor& b) {
-    return a.tag != b.tag ? a.tag < b.tag : a.nbytes > b.nbytes;
-  });
+  std::sort(out.begin(), out.end(),
+            [](const HeldTensor& a, const HeldTensor& b) {
+              return a.tag != b.tag ? a.tag < b.tag : a.nbytes > b.nbytes;
+            });
   return out;
+}
+
+void SessionMemory::Reserve(uint64_t bytes, uint64_t tensors) {
+  absl::MutexLock lock(&mu_);
+  if (ended_) return;
+  reserved_bytes_ += bytes;
+  reserved_tensors_ += tensors;
+}
+
+void SessionMemory::Unreserve(uint64_t bytes, uint64_t tensors) {
+  absl::MutexLock lock(&mu_);
+  if (ended_) return;
+  reserved_bytes_ -= std::min(bytes, reserved_bytes_);
+  reserved_tensors_ -= std::min(tensors, reserved_tensors_);
+}
+
+void SessionMemory::Allocated(const Buffer* key, uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (ended_) return;
+  reserved_bytes_ -= std::min(bytes, reserved_bytes_);
+  reserved_tensors_ -= std::min<uint64_t>(1, reserved_tensors_);
+  if (!live_.emplace(key, bytes).second) return;
+  if (!entries_.contains(key) && !held_.contains(key)) {
+    loose_bytes_ += bytes;
+    ++loose_tensors_;
+  }
+}
+
+void SessionMemory::Freed(const Buffer* key) {
+  absl::MutexLock lock(&mu_);
+  if (ended_) return;
+  auto it = live_.find(key);
+  if (it == live_.end()) return;
+  if (!entries_.contains(key) && !held_.contains(key)) {
+    loose_bytes_ -= it->second;
+    --loose_tensors_;
+  }
+  live_.erase(it);
+}
+
+bool SessionMemory::CountedWithoutEntry(const Buffer* key) const {
+  absl::MutexLock lock(&mu_);
+  return !entries_.contains(key) &&
+         (live_.contains(key) || held_.contains(key));
+}
+
+uint64_t SessionMemory::in_flight_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return loose_bytes_ + reserved_bytes_;
+}
+
+uint64_t SessionMemory::in_flight_tensors() const {
+  absl::MutexLock lock(&mu_);
+  return loose_tensors_ + reserved_tensors_;
 }
 
 void SessionMemory::End() {
@@ -103,7 +172,9 @@ void SessionMemory::End() {
   ended_ = true;
   entries_.clear();
   held_.clear();
+  live_.clear();
   extra_bytes_ = extra_tensors_ = 0;
+  loose_bytes_ = loose_tensors_ = reserved_bytes_ = reserved_tensors_ = 0;
 }
 
 }  // namespace tensord::core

@@ -15,6 +15,13 @@
 // entry also holds (an input the client still has) costs nothing more, and
 // becomes the session's extra memory when that entry is released.
 //
+// It also counts what admission (core/admission.h) let the session
+// allocate and is neither an entry nor held: memory reserved and not yet
+// allocated, and live buffers of a request in progress (an Execute's
+// intermediates, an op's temporaries, a result not registered yet) — its
+// in-flight memory. A buffer leaves it when it becomes an entry or is held,
+// and when it is destroyed.
+//
 // Thread-safety: all methods are thread-safe. The mutex is a leaf: nothing
 // else is locked while it is held, so charges may be made and dropped under
 // a graph node's or a tensor's autograd lock.
@@ -46,7 +53,8 @@ struct HeldTensor {
   DType dtype = DType::kFloat32;
   Shape shape;
   uint64_t nbytes = 0;
-  std::string tag;  // what holds it: "saved by MulBackward0", "grad of tensor 17"
+  std::string
+      tag;  // what holds it: "saved by MulBackward0", "grad of tensor 17"
 };
 
 // While alive, the memory of the tensors it was made for counts as its
@@ -82,6 +90,21 @@ class SessionMemory : public std::enable_shared_from_this<SessionMemory> {
   uint64_t extra_tensors() const;
   std::vector<HeldTensor> ListExtra() const;
 
+  // Admission (core/admission.h): `bytes` and `tensors` reserved for an
+  // allocation, given back, or become the live buffer `key` (one tensor).
+  // Freed: the buffer `key`, allocated so, is destroyed.
+  void Reserve(uint64_t bytes, uint64_t tensors);
+  void Unreserve(uint64_t bytes, uint64_t tensors);
+  void Allocated(const Buffer* key, uint64_t bytes);
+  void Freed(const Buffer* key);
+  // True when `key`'s memory already counts toward the session without a
+  // handle entry: an admitted buffer or a held one that no entry shares.
+  // Registering it moves that charge rather than adding one.
+  bool CountedWithoutEntry(const Buffer* key) const;
+  // Reserved memory and admitted buffers neither an entry nor held.
+  uint64_t in_flight_bytes() const;
+  uint64_t in_flight_tensors() const;
+
   // The session ended: forget everything; later charges and drops do
   // nothing.
   void End();
@@ -100,6 +123,13 @@ class SessionMemory : public std::enable_shared_from_this<SessionMemory> {
   absl::flat_hash_map<const Buffer*, Held> held_ ABSL_GUARDED_BY(mu_);
   uint64_t extra_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t extra_tensors_ ABSL_GUARDED_BY(mu_) = 0;
+  // Live admitted buffers and their sizes; `loose_*` sums those neither in
+  // entries_ nor in held_.
+  absl::flat_hash_map<const Buffer*, uint64_t> live_ ABSL_GUARDED_BY(mu_);
+  uint64_t loose_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t loose_tensors_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reserved_tensors_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tensord::core

@@ -346,9 +346,10 @@ absl::StatusOr<TensorMeta> Runtime::CreateFromData(
         " of dtype ", ToAbsl(DTypeName(dtype)), " needs ", nbytes, " bytes"));
   }
   if (dtype == DType::kBool) RETURN_IF_ERROR(CheckBoolData(data, 0));
-  RETURN_IF_ERROR(impl_->table().Admit(session, nbytes));
+  AdmissionScope scope(session);
+  ASSIGN_OR_RETURN(Admission admission, impl_->Admit(*slot, nbytes));
   ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buffer,
-                   impl_->Allocate(*slot, nbytes));
+                   impl_->Allocate(std::move(admission)));
   RETURN_IF_ERROR(slot->device->CopyFromHost(data.data(), *buffer, 0, nbytes));
   return impl_->Register(session, *slot, dtype, std::move(shape), nbytes,
                          std::move(buffer), tag);
@@ -441,8 +442,7 @@ absl::StatusOr<TensorMeta> Runtime::CreateFilled(
                                    : dims));
   RETURN_IF_ERROR(slot->device->Supports(
       IsRandom(fill.kind) ? OpKind::kRandomFill : OpKind::kFill, dtype));
-  ASSIGN_OR_RETURN(uint64_t nbytes, shape.ByteSize(dtype));
-  RETURN_IF_ERROR(impl_->table().Admit(session, nbytes));
+  AdmissionScope scope(session);
   ASSIGN_OR_RETURN(Impl::Output out,
                    impl_->AllocateOutput(*slot, dtype, std::move(shape)));
   RETURN_IF_ERROR(slot->device->Launch({fill, {}, out.ref()}));
@@ -458,8 +458,7 @@ absl::StatusOr<std::unique_ptr<Runtime::Upload>> Runtime::BeginUpload(
   ASSIGN_OR_RETURN(DeviceSlot * slot, impl_->FindSlot(device));
   RETURN_IF_ERROR(ValidateDType(dtype));
   ASSIGN_OR_RETURN(Shape shape, Shape::Make(dims));
-  ASSIGN_OR_RETURN(uint64_t nbytes, shape.ByteSize(dtype));
-  RETURN_IF_ERROR(impl_->table().Admit(session, nbytes));
+  AdmissionScope scope(session);
   ASSIGN_OR_RETURN(Impl::Output out,
                    impl_->AllocateOutput(*slot, dtype, std::move(shape)));
   ASSIGN_OR_RETURN(auto buffer,
@@ -481,9 +480,10 @@ absl::StatusOr<TensorMeta> Runtime::To(std::string_view session,
   ASSIGN_OR_RETURN(DeviceSlot * dst_slot, impl_->FindSlot(device));
   const StoredTensor& t = *src.tensor;
   if (dst_slot->device.get() == t.device && !copy) return MetaOf(src);
-  RETURN_IF_ERROR(impl_->table().Admit(session, t.nbytes));
+  AdmissionScope scope(session);
+  ASSIGN_OR_RETURN(Admission admission, impl_->Admit(*dst_slot, t.nbytes));
   ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buffer,
-                   impl_->Allocate(*dst_slot, t.nbytes));
+                   impl_->Allocate(std::move(admission)));
   RETURN_IF_ERROR(dst_slot->device->CopyFromDevice(*t.device, *t.buffer,
                                                    *buffer, t.nbytes));
   auto moved = std::make_shared<StoredTensor>();

@@ -1,19 +1,20 @@
 #include "server/auth.h"
 
-#include <fstream>
-#include <string_view>
-
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
+
+#include <fstream>
+#include <string_view>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/refusal.h"
 
 namespace tensord::server {
 
-absl::StatusOr<std::unique_ptr<TokenAuthenticator>> TokenAuthenticator::FromFile(
-    const std::string& path) {
+absl::StatusOr<std::unique_ptr<TokenAuthenticator>>
+TokenAuthenticator::FromFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
     return absl::InvalidArgumentError(
@@ -50,17 +51,21 @@ absl::Status TokenAuthenticator::Check(
     const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const {
   auto it = metadata.find("authorization");
   if (it == metadata.end()) {
-    return absl::UnauthenticatedError(
-        "missing credentials: this server requires 'authorization: Bearer "
-        "<token>' metadata");
+    return core::MarkRefusal(
+        absl::UnauthenticatedError(
+            "missing credentials: this server requires 'authorization: "
+            "Bearer <token>' metadata"),
+        core::Refusal::kNoToken);
   }
   const std::string_view value(it->second.data(), it->second.size());
   constexpr std::string_view kScheme = "Bearer ";
   if (value.size() <= kScheme.size() ||
       !absl::EqualsIgnoreCase(std::string(value.substr(0, kScheme.size())),
                               std::string(kScheme))) {
-    return absl::UnauthenticatedError(
-        "malformed authorization metadata: expected 'Bearer <token>'");
+    return core::MarkRefusal(
+        absl::UnauthenticatedError(
+            "malformed authorization metadata: expected 'Bearer <token>'"),
+        core::Refusal::kBadToken);
   }
   const std::string_view token = value.substr(kScheme.size());
   // Hashing first makes every comparison the same length; checking every
@@ -72,7 +77,9 @@ absl::Status TokenAuthenticator::Check(
     matches |= CRYPTO_memcmp(d.data(), presented.data(), d.size()) == 0;
   }
   if (matches == 0) {
-    return absl::UnauthenticatedError("the bearer token is not accepted");
+    return core::MarkRefusal(
+        absl::UnauthenticatedError("the bearer token is not accepted"),
+        core::Refusal::kBadToken);
   }
   return absl::OkStatus();
 }

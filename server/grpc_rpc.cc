@@ -6,6 +6,8 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
+#include "core/refusal.h"
 #include "proto/wire/parse_error.h"
 #include "server/grpc_service.h"
 #include "server/grpc_status.h"
@@ -52,6 +54,7 @@ absl::Status SerializeReply(const google::protobuf::Message& resp,
 RpcScope::RpcScope(TensorServiceImpl* service, grpc::CallbackServerContext* ctx,
                    const char* method)
     : service_(service),
+      peer_(ctx->peer()),
       method_(method),
       request_id_(service->NextRequestId()),
       start_(std::chrono::steady_clock::now()) {
@@ -63,6 +66,12 @@ RpcScope::~RpcScope() { service_->in_flight_.fetch_sub(1); }
 
 grpc::Status RpcScope::Finish(const absl::Status& status) {
   grpc::Status mapped = FinishRpc(method_, request_id_, status);
+  if (const core::Refusal why = core::RefusalOf(status);
+      why != core::Refusal::kNone) {
+    service_->metrics_->RecordRefusal(why);
+    service_->refusal_log_.Record(why, peer_, session_prefix_, method_,
+                                  core::FromAbsl(status.message()));
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
           .count();

@@ -43,11 +43,20 @@ class RpcScope {
 
   // The gRPC status for `status` (mapped and logged once, server/
   // grpc_status.h), with the RPC's duration counted in the metrics.
+  // A refusal (core/refusal.h) is also counted by reason and logged, rate-
+  // limited, with the peer and the session (server/refusal_log.h).
   grpc::Status Finish(const absl::Status& status);
   uint64_t request_id() const { return request_id_; }
+  // The session the request names, once parsed: its first 8 characters are
+  // what a refusal's log line shows.
+  void set_session(std::string_view session) {
+    session_prefix_ = std::string(session.substr(0, 8));
+  }
 
  private:
   TensorServiceImpl* service_;  // borrowed
+  const std::string peer_;
+  std::string session_prefix_;
   const char* method_;
   const uint64_t request_id_;
   const std::chrono::steady_clock::time_point start_;

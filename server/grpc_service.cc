@@ -76,7 +76,18 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Serve(
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   absl::Status status = CheckServing(ctx);
   if (status.ok()) status = ParseRequest(raw_req, req);
-  if (status.ok()) status = body();
+  if (status.ok()) {
+    // Named in a refusal's log line (nothing of an unauthenticated request
+    // is parsed, so its refusal names no session).
+    const google::protobuf::FieldDescriptor* field =
+        req->GetDescriptor()->FindFieldByName("session");
+    if (field != nullptr &&
+        field->type() == google::protobuf::FieldDescriptor::TYPE_STRING &&
+        !field->is_repeated()) {
+      scope.set_session(req->GetReflection()->GetString(*req, field));
+    }
+    status = body();
+  }
   if (status.ok()) status = SerializeReply(resp, raw_resp);
   reactor->Finish(scope.Finish(status));
   return reactor;
@@ -498,15 +509,14 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
             std::string_view(reinterpret_cast<const char*>(flat.begin()),
                              flat.size()));
       }
-      return absl::InvalidArgumentError(
-          absl::StrCat("Upload message #", messages_,
-                       " is not a tensord.v1.UploadRequest: ",
-                       why.has_value() ? *why : error));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Upload message #", messages_, " is not a tensord.v1.UploadRequest: ",
+          why.has_value() ? *why : error));
     }
     if (data.count > 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Upload message #", messages_, " carries `data` ", data.count,
-          " times; send one chunk per message"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Upload message #", messages_, " carries `data` ",
+                       data.count, " times; send one chunk per message"));
     }
     if (upload_ == nullptr) {
       if (!fields.has_header()) {
@@ -545,8 +555,8 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         &error);
     if (!status.ok()) return status;
     if (!read) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Upload message #", messages_, ": ", error));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Upload message #", messages_, ": ", error));
     }
     return absl::OkStatus();
   }
@@ -757,7 +767,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   void OnWriteDone(bool ok) override {
-    if (!ok) {  // client went away; nothing more to do
+    if (!ok) {          // client went away; nothing more to do
       reader_.reset();  // stop reading; let go of the tensor's memory now
       Finish(scope_.Finish(absl::CancelledError("client cancelled the fetch")));
       return;
@@ -772,8 +782,8 @@ class FetchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
                     const grpc::CallbackServerContext* ctx,
                     const v1::FetchRequest& req) {
     RETURN_IF_ERROR(service->CheckServing(ctx));
-    ASSIGN_OR_RETURN(reader_,
-                     service->runtime_->OpenReader(req.session(), req.handle()));
+    ASSIGN_OR_RETURN(
+        reader_, service->runtime_->OpenReader(req.session(), req.handle()));
     end_ = reader_->meta().nbytes;
     if (req.offset() > end_) {
       return absl::OutOfRangeError(
@@ -793,7 +803,8 @@ class FetchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     // replace: gRPC holds its own reference to the slices it still sends.
     const uint64_t n = std::min<uint64_t>(chunk_bytes_, end_ - offset_);
     head_.set_offset(offset_);
-    wire::BulkMessageBuilder builder(head_, v1::FetchChunk::kDataFieldNumber, n);
+    wire::BulkMessageBuilder builder(head_, v1::FetchChunk::kDataFieldNumber,
+                                     n);
     absl::Status status = reader_->Read(offset_, {builder.data(), n});
     if (!status.ok()) {
       Finish(scope_.Finish(status));

@@ -29,6 +29,7 @@
 #include "server/grpc_stream.h"
 #include "server/metrics.h"
 #include "server/node_transfers.h"
+#include "server/refusal_log.h"
 #include "tensord/v1/tensord.grpc.pb.h"
 
 namespace tensord::server {
@@ -315,8 +316,7 @@ class TensorServiceImpl final : public TensorServiceBase {
                                const v1::OpenSessionRequest& req,
                                v1::OpenSessionResponse* resp);
   absl::Status GetLimitsImpl(grpc::CallbackServerContext* ctx,
-                             const v1::GetLimitsRequest& req,
-                             v1::Limits* resp);
+                             const v1::GetLimitsRequest& req, v1::Limits* resp);
   absl::Status CloseSessionImpl(grpc::CallbackServerContext* ctx,
                                 const v1::CloseSessionRequest& req,
                                 v1::CloseSessionResponse* resp);
@@ -387,9 +387,10 @@ class TensorServiceImpl final : public TensorServiceBase {
   absl::Status CheckServing(const grpc::CallbackServerContext* ctx) const;
   uint64_t NextRequestId() { return next_request_id_.fetch_add(1) + 1; }
 
-  core::Runtime* runtime_;          // borrowed
-  Metrics* metrics_;                // borrowed
-  const TokenAuthenticator* auth_;  // borrowed; nullptr = no auth
+  core::Runtime* runtime_;  // borrowed
+  Metrics* metrics_;        // borrowed
+  RefusalLog refusal_log_;
+  const TokenAuthenticator* auth_;      // borrowed; nullptr = no auth
   NodeTransfers* transfers_ = nullptr;  // borrowed
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_request_id_{0};

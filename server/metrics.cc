@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/absl_compat.h"
 
 namespace tensord::server {
 
@@ -21,6 +22,11 @@ void Metrics::RecordRpc(std::string_view method, std::string_view code,
   h.sum += seconds;
 }
 
+void Metrics::RecordRefusal(core::Refusal why) {
+  absl::MutexLock lock(&mu_);
+  ++refusals_[static_cast<size_t>(why)];
+}
+
 std::string Metrics::RenderPrometheus(core::Runtime& runtime) const {
   std::string out;
   auto header = [&out](const char* name, const char* type, const char* help) {
@@ -29,10 +35,19 @@ std::string Metrics::RenderPrometheus(core::Runtime& runtime) const {
   };
   {
     absl::MutexLock lock(&mu_);
-    header("tensord_rpcs_total", "counter", "RPCs finished, by method and code.");
+    header("tensord_rpcs_total", "counter",
+           "RPCs finished, by method and code.");
     for (const auto& [key, count] : rpcs_) {
       absl::StrAppend(&out, "tensord_rpcs_total{method=\"", key.first,
                       "\",code=\"", key.second, "\"} ", count, "\n");
+    }
+    header("tensord_refusals_total", "counter",
+           "Requests refused, by reason: bad_token, no_token, session_quota, "
+           "device_budget (each also logged, rate-limited, with the peer).");
+    for (core::Refusal r : core::kRefusals) {
+      absl::StrAppend(&out, "tensord_refusals_total{reason=\"",
+                      core::ToAbsl(core::RefusalName(r)), "\"} ",
+                      refusals_[static_cast<size_t>(r)], "\n");
     }
     header("tensord_rpc_duration_seconds", "histogram",
            "RPC latency from arrival to status, by method.");
@@ -102,12 +117,13 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
   server->http_ = std::make_unique<httplib::Server>();
   server->http_->Get("/metrics", [metrics, runtime](const httplib::Request&,
-                                                   httplib::Response& res) {
+                                                    httplib::Response& res) {
     res.set_content(metrics->RenderPrometheus(*runtime),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
-  server->port_ = port == 0 ? server->http_->bind_to_any_port(host)
-                            : (server->http_->bind_to_port(host, port) ? port : -1);
+  server->port_ = port == 0
+                      ? server->http_->bind_to_any_port(host)
+                      : (server->http_->bind_to_port(host, port) ? port : -1);
   if (server->port_ <= 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen for metrics on '", listen, "'"));

@@ -20,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "core/refusal.h"
 #include "core/runtime.h"
 
 namespace httplib {
@@ -38,6 +39,10 @@ class Metrics {
   // `code` is the gRPC status code name, e.g. "OK", "NOT_FOUND".
   void RecordRpc(std::string_view method, std::string_view code,
                  double seconds);
+  // A request refused for `why` (core/refusal.h), counted in
+  // tensord_refusals_total{reason="bad_token"|"no_token"|"session_quota"|
+  // "device_budget"}.
+  void RecordRefusal(core::Refusal why);
   std::string RenderPrometheus(core::Runtime& runtime) const;
 
  private:
@@ -50,6 +55,7 @@ class Metrics {
   std::map<std::pair<std::string, std::string>, uint64_t> rpcs_
       ABSL_GUARDED_BY(mu_);  // (method, code) -> count
   std::map<std::string, Histogram> latency_ ABSL_GUARDED_BY(mu_);  // method
+  std::array<uint64_t, 5> refusals_ ABSL_GUARDED_BY(mu_){};        // by Refusal
 };
 
 // Serves GET /metrics over HTTP (cpp-httplib) on its own thread.

@@ -1,7 +1,7 @@
 #include "server/node_transfers.h"
 
-#include <openssl/crypto.h>
 #include <isa-l/crc.h>
+#include <openssl/crypto.h>
 #include <openssl/sha.h>
 
 #include <deque>
@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/absl_compat.h"
+#include "core/refusal.h"
 #include "core/status.h"
 #include "proto/wire/op_convert.h"
 #include "server/grpc_convert.h"
@@ -112,12 +113,16 @@ absl::StatusOr<std::string> NodeTokens::Authenticate(
     const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const {
   auto it = metadata.find("authorization");
   if (it == metadata.end()) {
-    return absl::UnauthenticatedError(
-        "node-to-node call without a node token (authorization: Bearer)");
+    return core::MarkRefusal(
+        absl::UnauthenticatedError(
+            "node-to-node call without a node token (authorization: Bearer)"),
+        core::Refusal::kNoToken);
   }
   std::string_view value(it->second.data(), it->second.size());
   if (!value.starts_with("Bearer ")) {
-    return absl::UnauthenticatedError("malformed authorization metadata");
+    return core::MarkRefusal(
+        absl::UnauthenticatedError("malformed authorization metadata"),
+        core::Refusal::kBadToken);
   }
   value.remove_prefix(7);
   const Digest digest = Sha256(value);
@@ -126,9 +131,11 @@ absl::StatusOr<std::string> NodeTokens::Authenticate(
     if (CRYPTO_memcmp(d.data(), digest.data(), d.size()) == 0) found = &name;
   }
   if (found == nullptr) {
-    return absl::UnauthenticatedError(
-        "the token is not a node's (node-to-node calls need a token from "
-        "--node-token-file; a client's is not accepted)");
+    return core::MarkRefusal(
+        absl::UnauthenticatedError(
+            "the token is not a node's (node-to-node calls need a token from "
+            "--node-token-file; a client's is not accepted)"),
+        core::Refusal::kBadToken);
   }
   return *found;
 }
@@ -136,9 +143,9 @@ absl::StatusOr<std::string> NodeTokens::Authenticate(
 absl::StatusOr<std::string> NodeTokens::TokenOf(std::string_view name) const {
   auto it = tokens_.find(std::string(name));
   if (it == tokens_.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        "the node token file has no token for this node ('",
-        core::ToAbsl(name), "')"));
+    return absl::NotFoundError(
+        absl::StrCat("the node token file has no token for this node ('",
+                     core::ToAbsl(name), "')"));
   }
   return it->second;
 }
@@ -154,17 +161,17 @@ absl::StatusOr<PeerDirectory> PeerDirectory::Make(std::string_view peers,
     const std::string_view entry(piece.data(), piece.size());
     const size_t eq = entry.find('=');
     if (eq == std::string_view::npos || eq + 1 == entry.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--peers entry '", piece, "': expected NAME=HOST:PORT"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--peers entry '", piece, "': expected NAME=HOST:PORT"));
     }
     RETURN_IF_ERROR(core::CheckNodeName(entry.substr(0, eq)));
     out.listed_.emplace(std::string(entry.substr(0, eq)),
                         std::string(entry.substr(eq + 1)));
   }
   if (!pattern.empty() && pattern.find("{node}") == std::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--peer-address-pattern '", core::ToAbsl(pattern),
-        "' has no {node} for the node's name"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--peer-address-pattern '", core::ToAbsl(pattern),
+                     "' has no {node} for the node's name"));
   }
   out.pattern_ = std::string(pattern);
   return out;
@@ -175,10 +182,10 @@ absl::StatusOr<std::string> PeerDirectory::AddressOf(
   RETURN_IF_ERROR(core::CheckNodeName(node));
   if (auto it = listed_.find(node); it != listed_.end()) return it->second;
   if (pattern_.empty()) {
-    return absl::NotFoundError(absl::StrCat(
-        "node '", core::ToAbsl(node),
-        "' is not among this server's peers (--peers, "
-        "--peer-address-pattern)"));
+    return absl::NotFoundError(
+        absl::StrCat("node '", core::ToAbsl(node),
+                     "' is not among this server's peers (--peers, "
+                     "--peer-address-pattern)"));
   }
   std::string out = pattern_;
   for (size_t at; (at = out.find("{node}")) != std::string::npos;) {
@@ -204,8 +211,9 @@ absl::StatusOr<GrantTable::Issued> GrantTable::Issue(
     std::chrono::milliseconds ttl) {
   if (ttl.count() == 0) ttl = kDefaultTtl;
   if (ttl.count() < 0 || ttl > kMaxTtl) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ttl_ms is ", ttl.count(), "; expected 0 (60000) to ", kMaxTtl.count()));
+    return absl::InvalidArgumentError(absl::StrCat("ttl_ms is ", ttl.count(),
+                                                   "; expected 0 (60000) to ",
+                                                   kMaxTtl.count()));
   }
   auto grant = std::make_shared<Grant>();
   grant->destination = std::move(destination);
@@ -225,9 +233,11 @@ absl::StatusOr<GrantTable::Issued> GrantTable::Issue(
 
 absl::Status GrantTable::CheckForm(std::string_view grant) {
   if (grant.empty() || grant.size() > kMaxGrantBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "grant is ", grant.size(), " bytes; expected the 32 hex digits "
-        "GrantTransfer returned (", kMaxGrantBytes, " bytes at most)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("grant is ", grant.size(),
+                     " bytes; expected the 32 hex digits "
+                     "GrantTransfer returned (",
+                     kMaxGrantBytes, " bytes at most)"));
   }
   return absl::OkStatus();
 }
@@ -246,9 +256,9 @@ absl::Status GrantTable::Pull(const v1::PullChunkRequest& req,
           "no such transfer grant (finished, expired or never issued)");
     }
     if (it->second->destination != caller) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "the grant is for node '", it->second->destination, "', not '",
-          core::ToAbsl(caller), "'"));
+      return absl::PermissionDeniedError(
+          absl::StrCat("the grant is for node '", it->second->destination,
+                       "', not '", core::ToAbsl(caller), "'"));
     }
     grant = it->second;
     if (req.finish()) {
@@ -259,9 +269,9 @@ absl::Status GrantTable::Pull(const v1::PullChunkRequest& req,
   std::lock_guard<std::mutex> lock(grant->mu);
   const core::TensorMeta& meta = grant->reader->meta();
   if (req.offset() > meta.nbytes) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "offset ", req.offset(), " is past the tensor's ", meta.nbytes,
-        " bytes"));
+    return absl::OutOfRangeError(absl::StrCat("offset ", req.offset(),
+                                              " is past the tensor's ",
+                                              meta.nbytes, " bytes"));
   }
   core::TensorMeta shape_only = meta;
   shape_only.handle = 0;
@@ -299,22 +309,21 @@ absl::StatusOr<std::unique_ptr<NodeTransfers>> NodeTransfers::Create(
   ASSIGN_OR_RETURN(NodeTokens tokens,
                    NodeTokens::FromFile(options.node_token_file));
   RETURN_IF_ERROR(tokens.TokenOf(runtime->node_name()).status());
-  ASSIGN_OR_RETURN(PeerDirectory peers,
-                   PeerDirectory::Make(options.peers,
-                                       options.peer_address_pattern));
-  return std::unique_ptr<NodeTransfers>(
-      new NodeTransfers(runtime, std::move(tokens), std::move(peers),
-                        std::clamp<uint32_t>(options.chunk_bytes, 4096,
-                                             kMaxChunkBytes)));
+  ASSIGN_OR_RETURN(
+      PeerDirectory peers,
+      PeerDirectory::Make(options.peers, options.peer_address_pattern));
+  return std::unique_ptr<NodeTransfers>(new NodeTransfers(
+      runtime, std::move(tokens), std::move(peers),
+      std::clamp<uint32_t>(options.chunk_bytes, 4096, kMaxChunkBytes)));
 }
 
 absl::Status NodeTransfers::Grant(const v1::GrantTransferRequest& req,
                                   v1::GrantTransferResponse* resp) {
   RETURN_IF_ERROR(core::CheckNodeName(req.destination_node()));
   if (req.destination_node() == runtime_->node_name()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the destination is this node ('", req.destination_node(),
-        "'): move within a node with To"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the destination is this node ('", req.destination_node(),
+                     "'): move within a node with To"));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<core::Runtime::Reader> reader,
                    runtime_->OpenReader(req.session(), req.handle()));
@@ -345,8 +354,10 @@ std::shared_ptr<grpc::Channel> NodeTransfers::ChannelTo(
 absl::Status NodeTransfers::Import(const v1::ImportRequest& req,
                                    v1::TensorResponse* resp) {
   RETURN_IF_ERROR(runtime_->KeepAlive(req.session()).status());
-  ASSIGN_OR_RETURN(const std::string address, peers_.AddressOf(req.source_node()));
-  ASSIGN_OR_RETURN(const std::string token, tokens_.TokenOf(runtime_->node_name()));
+  ASSIGN_OR_RETURN(const std::string address,
+                   peers_.AddressOf(req.source_node()));
+  ASSIGN_OR_RETURN(const std::string token,
+                   tokens_.TokenOf(runtime_->node_name()));
   RETURN_IF_ERROR(GrantTable::CheckForm(req.grant()));
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -377,8 +388,8 @@ absl::Status NodeTransfers::Import(const v1::ImportRequest& req,
     }
   } unredeem{this, req.grant(), imported};
   auto stub = v1::NodeService::NewStub(ChannelTo(address));
-  const std::string from = absl::StrCat("node '", req.source_node(), "' (",
-                                        address, ")");
+  const std::string from =
+      absl::StrCat("node '", req.source_node(), "' (", address, ")");
   // One chunk, retried on a dropped connection from the same offset.
   // One pull's call: the node's token, a deadline, the chunk at `offset`.
   auto prepare = [&](grpc::ClientContext& ctx, v1::PullChunkRequest& pull,
@@ -423,8 +434,8 @@ absl::Status NodeTransfers::Import(const v1::ImportRequest& req,
         s.code() == absl::StatusCode::kDeadlineExceeded
             ? absl::StatusCode::kUnavailable
             : s.code();
-    return absl::Status(code, absl::StrCat("importing from ", from, ": ",
-                                           s.message()));
+    return absl::Status(
+        code, absl::StrCat("importing from ", from, ": ", s.message()));
   };
   v1::PullChunkResponse chunk;
   RETURN_IF_ERROR(pull(0, false, &chunk));
@@ -518,7 +529,8 @@ grpc::ServerUnaryReactor* NodeServiceImpl::PullChunk(
   v1::PullChunkRequest req;
   v1::PullChunkResponse resp;
   absl::Status status = ParseRequest(*raw_req, &req);
-  if (status.ok()) status = transfers_->Pull(ctx->client_metadata(), req, &resp);
+  if (status.ok())
+    status = transfers_->Pull(ctx->client_metadata(), req, &resp);
   if (status.ok()) status = SerializeReply(resp, raw_resp);
   reactor->Finish(FinishRpc("PullChunk", 0, status));
   return reactor;

@@ -147,6 +147,7 @@ class CpuDevice final : public Device {
       return absl::ResourceExhaustedError(
           absl::StrCat(name_, ": host allocation of ", bytes, " bytes failed"));
     }
+    NoteDeviceAllocation(bytes);
     return buffer;
   }
 

@@ -23,8 +23,8 @@
 #include "core/cuda/cuda_status.h"
 #include "core/cuda/cuda_supports.h"
 #include "core/cuda/fill.cuh"
-#include "core/cuda/im2col.cuh"
 #include "core/cuda/gemm_params.h"
+#include "core/cuda/im2col.cuh"
 #include "core/cuda/kernel_args.h"
 #include "core/cuda/matmul_int.cuh"
 #include "core/cuda/out_of_memory.h"
@@ -263,6 +263,7 @@ class CudaDevice final : public Device {
           OutOfMemoryMessage(name_, bytes, MemoryFigures()));
     }
     RETURN_IF_ERROR(Check(err, "cudaMallocAsync"));
+    NoteDeviceAllocation(bytes);
     return std::unique_ptr<Buffer>(new CudaBuffer(ctx_, p, bytes));
   }
 
@@ -502,10 +503,10 @@ class CudaDevice final : public Device {
 
   absl::Status Run(const Im2ColArgs& args, const KernelCall& call) {
     const TensorRef& in = call.inputs[0];
-    return Check(LaunchIm2Col(DTypeSize(in.dtype), args.dims, args.pad_bits,
-                              in.buffer->data(), call.out.buffer->data(),
-                              ctx_->stream),
-                 "im2col kernel");
+    return Check(
+        LaunchIm2Col(DTypeSize(in.dtype), args.dims, args.pad_bits,
+                     in.buffer->data(), call.out.buffer->data(), ctx_->stream),
+        "im2col kernel");
   }
 
   absl::Status Check(cudaError_t err, const char* what) const {

@@ -304,8 +304,17 @@ TEST(ArgumentRulesTest, ExecuteNamesTheOpThatPassesTheQuota) {
               AllOf(StartsWith("op #1 (neg; operands: result of op #0"),
                     HasSubstr("session memory quota exceeded")));
   EXPECT_EQ(HeldBytes(*rt), 2048u);  // nothing kept
+  // Keeping only the last changes nothing: op #0's result is alive while
+  // op #1 runs, and every byte alive is admitted (issue 30).
   const uint32_t keep_last[] = {1};
-  EXPECT_TRUE(rt->Execute(s->id, ops, keep_last).ok());
+  auto last = rt->Execute(s->id, ops, keep_last);
+  EXPECT_EQ(last.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(last.status().message()),
+              StartsWith("op #1 (neg; operands: result of op #0"));
+  EXPECT_EQ(HeldBytes(*rt), 2048u);
+  // The session keeps working.
+  const uint32_t keep_first[] = {0};
+  EXPECT_TRUE(rt->Execute(s->id, std::span(ops, 1), keep_first).ok());
 }
 
 }  // namespace

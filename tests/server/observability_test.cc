@@ -1,16 +1,20 @@
 // Health, reflection and /metrics on a real server.
+#include <gmock/gmock.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <httplib.h>
-
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "server/refusal_log.h"
 #include "server/server.h"
 #include "tensord/v1/tensord.grpc.pb.h"
 
@@ -107,7 +111,8 @@ TEST_F(ObservabilityTest, ReflectionListsTheService) {
   std::vector<grpc::Slice> slices;
   ASSERT_TRUE(in.Dump(&slices).ok());
   std::string body;
-  for (const auto& s : slices) body.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const auto& s : slices)
+    body.append(reinterpret_cast<const char*>(s.begin()), s.size());
   EXPECT_THAT(body, HasSubstr("tensord.v1.TensorService"));
   ctx.TryCancel();
   grpc::Status status;
@@ -123,7 +128,8 @@ TEST_F(ObservabilityTest, ReflectionListsTheService) {
 TEST_F(ObservabilityTest, MetricsMoveWithRpcs) {
   const std::string before = Scrape();
   EXPECT_THAT(before, HasSubstr("tensord_sessions 0"));
-  EXPECT_THAT(before, HasSubstr("tensord_device_live_tensors{device=\"cpu\"} 0"));
+  EXPECT_THAT(before,
+              HasSubstr("tensord_device_live_tensors{device=\"cpu\"} 0"));
 
   auto stub = v1::TensorService::NewStub(channel_);
   grpc::ClientContext c1;
@@ -143,15 +149,120 @@ TEST_F(ObservabilityTest, MetricsMoveWithRpcs) {
 
   const std::string after = Scrape();
   EXPECT_THAT(after, HasSubstr("tensord_sessions 1"));
-  EXPECT_THAT(after, HasSubstr("tensord_device_live_tensors{device=\"cpu\"} 1"));
-  EXPECT_THAT(after, HasSubstr("tensord_device_held_bytes{device=\"cpu\"} 1024"));
+  EXPECT_THAT(after,
+              HasSubstr("tensord_device_live_tensors{device=\"cpu\"} 1"));
+  EXPECT_THAT(after,
+              HasSubstr("tensord_device_held_bytes{device=\"cpu\"} 1024"));
   EXPECT_THAT(after,
               HasSubstr("tensord_rpcs_total{method=\"Create\",code=\"OK\"} 1"));
-  EXPECT_THAT(after, HasSubstr(
-                         "tensord_rpcs_total{method=\"Create\",code=\"NOT_FOUND\"} 1"));
-  EXPECT_THAT(after, HasSubstr(
-                         "tensord_rpc_duration_seconds_count{method=\"Create\"} 2"));
-  EXPECT_THAT(after, HasSubstr("# TYPE tensord_rpc_duration_seconds histogram"));
+  EXPECT_THAT(
+      after,
+      HasSubstr("tensord_rpcs_total{method=\"Create\",code=\"NOT_FOUND\"} 1"));
+  EXPECT_THAT(
+      after,
+      HasSubstr("tensord_rpc_duration_seconds_count{method=\"Create\"} 2"));
+  EXPECT_THAT(after,
+              HasSubstr("# TYPE tensord_rpc_duration_seconds histogram"));
+}
+
+}  // namespace
+}  // namespace tensord::server
+
+namespace tensord::server {
+namespace {
+
+// Issue 30 item 4: refusals are counted by reason in
+// tensord_refusals_total and logged with the peer, rate-limited.
+TEST(RefusalMetricsTest, EveryRefusalIsCountedByReason) {
+  char dir[] = "/tmp/tensord-refusals-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string tokens = std::string(dir) + "/tokens";
+  {
+    std::FILE* f = std::fopen(tokens.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("good-token\n", f);
+    std::fclose(f);
+  }
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.metrics_listen = "127.0.0.1:0";
+  options.auth_token_file = tokens;
+  options.runtime.host_memory_budget = 1 << 20;
+  options.runtime.session_max_bytes = 4096;
+  auto server = Server::Start(std::move(options));
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::TensorService::NewStub(grpc::CreateChannel(
+      (*server)->address(), grpc::InsecureChannelCredentials()));
+  auto open = [&](const char* token, std::string* session) {
+    grpc::ClientContext ctx;
+    if (token != nullptr) ctx.AddMetadata("authorization", token);
+    v1::OpenSessionRequest req;
+    v1::OpenSessionResponse resp;
+    grpc::Status s = stub->OpenSession(&ctx, req, &resp);
+    if (session != nullptr) *session = resp.session();
+    return s.error_code();
+  };
+  EXPECT_EQ(open(nullptr, nullptr), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(open("Bearer bad-token", nullptr),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(open("Basic good-token", nullptr),
+            grpc::StatusCode::UNAUTHENTICATED);
+  std::string session;
+  ASSERT_EQ(open("Bearer good-token", &session), grpc::StatusCode::OK);
+  auto create = [&](int64_t n) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer good-token");
+    v1::CreateRequest req;
+    req.set_session(session);
+    req.set_dtype(v1::FLOAT32);
+    req.add_shape(n);
+    req.mutable_fill()->set_kind(v1::Fill::ZEROS);
+    v1::TensorResponse resp;
+    return stub->Create(&ctx, req, &resp).error_code();
+  };
+  EXPECT_EQ(create(1025), grpc::StatusCode::RESOURCE_EXHAUSTED);  // quota
+  std::string other;
+  ASSERT_EQ(open("Bearer good-token", &other), grpc::StatusCode::OK);
+  session = other;
+  EXPECT_EQ(create(1024), grpc::StatusCode::OK);
+  session.clear();
+  std::string third;
+  for (int i = 0; i < 300; ++i) {  // fill the 1 MiB budget across sessions
+    if (open("Bearer good-token", &third) != grpc::StatusCode::OK) break;
+    session = third;
+    if (create(1024) == grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+  }
+  httplib::Client http("127.0.0.1", (*server)->metrics_port());
+  auto res = http.Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_THAT(res->body,
+              HasSubstr("tensord_refusals_total{reason=\"no_token\"} 1\n"));
+  EXPECT_THAT(res->body,
+              HasSubstr("tensord_refusals_total{reason=\"bad_token\"} 2\n"));
+  EXPECT_THAT(res->body, HasSubstr("tensord_refusals_total{reason=\"session_"
+                                   "quota\"} 1\n"));
+  EXPECT_THAT(res->body, HasSubstr("tensord_refusals_total{reason=\"device_"
+                                   "budget\"} 1\n"));
+  std::remove(tokens.c_str());
+  rmdir(dir);
+}
+
+TEST(RefusalLogTest, AtMostFiveLinesPerReasonPerSecond) {
+  RefusalLog log;
+  const auto t0 = RefusalLog::Clock::now();
+  int logged = 0;
+  for (int i = 0; i < 100; ++i) {
+    logged += log.Record(core::Refusal::kBadToken, "ipv4:10.0.0.1:5000", "",
+                         "OpenSession", "the bearer token is not accepted", t0);
+  }
+  EXPECT_EQ(logged, RefusalLog::kLinesPerSecond);
+  // Another reason has its own allowance; a new second starts a new one
+  // (its first line counts the 95 left out).
+  EXPECT_TRUE(log.Record(core::Refusal::kSessionQuota, "ipv4:10.0.0.1:5000",
+                         "0123abcd", "Create", "quota", t0));
+  EXPECT_TRUE(log.Record(core::Refusal::kBadToken, "ipv4:10.0.0.1:5000", "",
+                         "OpenSession", "again",
+                         t0 + std::chrono::milliseconds(1000)));
 }
 
 }  // namespace

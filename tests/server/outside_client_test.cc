@@ -303,6 +303,73 @@ TEST_F(OutsideClientTest, ExecuteQuotaFailureNamesTheOp) {
   EXPECT_EQ(Held(), 2048u);
 }
 
+// Issue 30: intermediates an Execute does not keep but autograd saves are
+// admitted before they are allocated. A 6 MiB leaf that requires grad and 8
+// chained exps under a 48 MiB quota need 54 MiB: the 8th exp (op #7) is
+// refused, naming the quota, the bytes asked, what the session holds (and
+// autograd's share) and the limit; the session holds what it held before
+// and its next request succeeds.
+TEST_F(OutsideClientTest,
+       ExecuteOfSavedIntermediatesIsRefusedAtTheOpThatCrosses) {
+  constexpr int64_t kElems = (6 << 20) / 4;  // 6 MiB of float32
+  ServerOptions options;
+  options.runtime.session_max_bytes = 48 << 20;
+  Start(std::move(options));
+  const std::string s = Open();
+  const v1::TensorInfo x = Zeros(s, kElems);
+  auto execute = [&](int exps, v1::ExecuteResponse* resp) {
+    v1::ExecuteRequest req;
+    req.set_session(s);
+    for (int i = 0; i < exps; ++i) {
+      auto* exp = req.add_ops()->mutable_unary();
+      exp->set_op(v1::EXP);
+      if (i == 0) {
+        exp->mutable_x()->set_handle(x.handle());
+      } else {
+        exp->mutable_x()->set_result_of(i - 1);
+      }
+    }
+    req.add_keep(exps - 1);
+    grpc::ClientContext ctx;
+    return stub_->Execute(&ctx, req, resp);
+  };
+  {
+    v1::ExecuteRequest req;
+    req.set_session(s);
+    req.add_ops()->mutable_requires_grad()->mutable_x()->set_handle(x.handle());
+    grpc::ClientContext ctx;
+    v1::ExecuteResponse resp;
+    ASSERT_TRUE(stub_->Execute(&ctx, req, &resp).ok());
+  }
+  auto session_bytes = [&] {
+    grpc::ClientContext ctx;
+    v1::ListTensorsRequest req;
+    req.set_session(s);
+    v1::ListTensorsResponse resp;
+    EXPECT_TRUE(stub_->ListTensors(&ctx, req, &resp).ok());
+    return resp.total_bytes();
+  };
+  const uint64_t before = session_bytes();
+  ASSERT_EQ(before, 6u << 20);
+  v1::ExecuteResponse resp;
+  grpc::Status status = execute(8, &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(),
+              AllOf(StartsWith("op #7 (exp; operands: result of op #6"),
+                    HasSubstr("session memory quota exceeded "
+                              "(--session-max-bytes): requested 6291456 "
+                              "bytes; the session holds 50331648 of its "
+                              "limit of 50331648 bytes (44040192 bytes of "
+                              "them held by autograd")));
+  EXPECT_EQ(session_bytes(), before);
+  EXPECT_EQ(Held(), 6u << 20);
+  // The session keeps working: 7 exps fill the quota exactly.
+  v1::ExecuteResponse fits;
+  status = execute(7, &fits);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(session_bytes(), 48u << 20);
+}
+
 // Point 9: no silent defaults.
 TEST_F(OutsideClientTest, NegativeTtlAndEmptyTargetDeviceAreErrors) {
   Start();
