@@ -7,6 +7,8 @@
 #include <random>
 #include <utility>
 
+#include "client/grpc_enums.h"
+
 namespace tensord::client::internal {
 namespace {
 
@@ -256,18 +258,19 @@ void CommandStream::Take(const v1::StreamResponse& response) {
     }
     if (reply.code() != 0) {
       const StatusCode code = static_cast<StatusCode>(reply.code());
+      const ErrorKind kind = internal::FromProto(reply.error_kind());
       // As the server: a failed release, sync or clear_error stops nothing.
       const bool stops = !cmd.has_release() && !cmd.has_sync() &&
                          !cmd.has_clear_error();
       if (stops && !IsRefusal(reply) && !failure_.has_value()) {
-        failure_ = Failure{reply.seq(),
-                           Error(code, Describe(cmd) + " failed: " +
-                                           reply.message())};
+        failure_ = Failure{
+            reply.seq(),
+            Error(code, Describe(cmd) + " failed: " + reply.message(), kind)};
       }
       if (cmd.result() != 0) {
-        dead_.emplace(cmd.result(),
-                      failure_.has_value() ? failure_->error
-                                           : Error(code, reply.message()));
+        dead_.emplace(cmd.result(), failure_.has_value()
+                                        ? failure_->error
+                                        : Error(code, reply.message(), kind));
       }
     }
     auto it = wanted_.find(reply.seq());

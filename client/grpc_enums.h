@@ -9,6 +9,8 @@
 #ifndef TENSORD_CLIENT_GRPC_ENUMS_H_
 #define TENSORD_CLIENT_GRPC_ENUMS_H_
 
+#include <string_view>
+
 #include "tensord/client.h"
 #include "tensord/v1/tensord.pb.h"
 
@@ -55,6 +57,25 @@ static_assert(Same(ReduceOp::kSum, v1::SUM) &&
               Same(ReduceOp::kArgmax, v1::ARGMAX) &&
               Same(ReduceOp::kNorm, v1::NORM) &&
               Same(ReduceOp::kNorm, v1::ReduceOp_MAX));
+
+static_assert(Same(ErrorKind::kRuntimeError, v1::RUNTIME_ERROR) &&
+              Same(ErrorKind::kIndexError, v1::INDEX_ERROR) &&
+              Same(ErrorKind::kValueError, v1::VALUE_ERROR) &&
+              Same(ErrorKind::kTypeError, v1::TYPE_ERROR) &&
+              Same(ErrorKind::kTypeError, v1::ErrorKind_MAX));
+
+inline ErrorKind FromProto(v1::ErrorKind kind) {
+  return static_cast<ErrorKind>(kind);
+}
+// The kind a `tensord-error-kind` trailer names (ErrorKindName's text);
+// kRuntimeError for any other.
+inline ErrorKind ErrorKindFromName(std::string_view name) {
+  for (ErrorKind kind : {ErrorKind::kIndexError, ErrorKind::kValueError,
+                         ErrorKind::kTypeError}) {
+    if (ErrorKindName(kind) == name) return kind;
+  }
+  return ErrorKind::kRuntimeError;
+}
 
 inline v1::DType ToProto(DType d) { return static_cast<v1::DType>(d); }
 inline v1::BinaryOp ToProto(BinaryOp op) {

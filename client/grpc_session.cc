@@ -30,8 +30,18 @@ std::string InstanceOf(const grpc::ClientContext& context) {
 
 void ThrowStatus(const grpc::Status& status,
                  const grpc::ClientContext& context) {
-  throw Error(status.error_code(), status.error_message(),
-              InstanceOf(context).empty());
+  if (InstanceOf(context).empty()) {
+    throw Error(status.error_code(), status.error_message(),
+                /*unanswered=*/true);
+  }
+  // torch's exception class, where the server named one.
+  const auto& trailers = context.GetServerTrailingMetadata();
+  auto it = trailers.find(Session::kErrorKindKey);
+  const ErrorKind kind = it == trailers.end()
+                             ? ErrorKind::kRuntimeError
+                             : ErrorKindFromName(std::string_view(
+                                   it->second.data(), it->second.size()));
+  throw Error(status.error_code(), status.error_message(), kind);
 }
 
 namespace {
@@ -344,7 +354,8 @@ std::optional<std::string> Session::ReadOnStream(uint64_t handle,
   cmd.mutable_read()->set_handle(handle);
   v1::CommandReply reply = stream->Wait(stream->Send(std::move(cmd), true));
   if (reply.code() != 0) {
-    throw Error(static_cast<StatusCode>(reply.code()), reply.message());
+    throw Error(static_cast<StatusCode>(reply.code()), reply.message(),
+                FromProto(reply.error_kind()));
   }
   return CheckedData(handle, std::move(*reply.mutable_chunk()));
 }

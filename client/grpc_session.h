@@ -188,6 +188,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string NextRequestId() const;
   static constexpr char kRequestIdKey[] = "tensord-request-id";
   static constexpr char kInstanceKey[] = "tensord-instance";
+  // Trailing metadata naming torch's exception class of a failed call.
+  static constexpr char kErrorKindKey[] = "tensord-error-kind";
 
   // Makes a tensor from `bytes`: inline in Create up to kInlineCreateBytes,
   // else streamed through Upload in chunks of kUploadChunkBytes (Upload's

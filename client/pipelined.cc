@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "client/grpc_session.h"
+#include "core/error_kind.h"
 #include "core/op_plan.h"
 #include "core/shape.h"
 #include "proto/wire/op_convert.h"
@@ -16,9 +17,11 @@ core::DType ToCore(DType dtype) {
   return static_cast<core::DType>(static_cast<int>(dtype));
 }
 
+// The Error of a status the local planner returned, with its kind.
 [[noreturn]] void ThrowStatus(const absl::Status& status) {
   throw Error(static_cast<StatusCode>(status.code()),
-              std::string(status.message()));
+              std::string(status.message()),
+              static_cast<ErrorKind>(core::ErrorKindOf(status)));
 }
 
 // The element count of `shape` and its bytes in `dtype`, or nullopt when

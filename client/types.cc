@@ -81,6 +81,25 @@ Error::Error(StatusCode code, std::string message, bool unanswered)
       message_(std::move(message)),
       unanswered_(unanswered) {}
 
+Error::Error(StatusCode code, std::string message, ErrorKind kind)
+    : Error(code, std::move(message)) {
+  kind_ = kind;
+}
+
+std::string_view ErrorKindName(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kIndexError:
+      return "IndexError";
+    case ErrorKind::kValueError:
+      return "ValueError";
+    case ErrorKind::kTypeError:
+      return "TypeError";
+    case ErrorKind::kRuntimeError:
+      break;
+  }
+  return "RuntimeError";
+}
+
 std::string_view Device::type() const {
   return std::string_view(name_).substr(0, name_.find(':'));
 }

@@ -58,6 +58,46 @@ size_t DTypeSize(DType dtype) {
   return 0;  // Not a DType value; IsValidDType() callers never get here.
 }
 
+std::string_view ScalarTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "Float";
+    case DType::kFloat64:
+      return "Double";
+    case DType::kInt32:
+      return "Int";
+    case DType::kInt64:
+      return "Long";
+    case DType::kBool:
+      return "Bool";
+    case DType::kFloat16:
+      return "Half";
+    case DType::kBFloat16:
+      return "BFloat16";
+  }
+  return "Undefined";
+}
+
+std::string_view CppTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "float";
+    case DType::kFloat64:
+      return "double";
+    case DType::kInt32:
+      return "int";
+    case DType::kInt64:
+      return "long int";
+    case DType::kBool:
+      return "bool";
+    case DType::kFloat16:
+      return "c10::Half";
+    case DType::kBFloat16:
+      return "c10::BFloat16";
+  }
+  return "unknown";
+}
+
 std::string_view DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kFloat32:

@@ -32,6 +32,12 @@ size_t DTypeSize(DType dtype);
 
 // PyTorch spelling without the "torch." prefix: "float32", "int64", "bool".
 std::string_view DTypeName(DType dtype);
+// PyTorch's ScalarType name, as torch's messages spell a dtype ("Float",
+// "Double", "Half", "BFloat16", "Int", "Long", "Bool").
+std::string_view ScalarTypeName(DType dtype);
+// The C++ type's name as torch's TypeMeta spells it in a few messages
+// ("float", "double", "c10::Half", "long int").
+std::string_view CppTypeName(DType dtype);
 
 // Parses DTypeName()'s spelling (also "float", "double", "int", "long",
 // "half", "bfloat16"). INVALID_ARGUMENT naming the text otherwise.

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "core/error_kind.h"
 #include "core/op_checks.h"
 #include "core/status.h"
 
@@ -16,52 +17,79 @@ absl::StatusOr<LossPlan> PlanLoss(LossKind kind, LossReduction reduction,
   const std::string name(LossName(kind));
   LossPlan plan;
   if (kind == LossKind::kMse) {
-    for (DType d : {input.dtype, target.dtype}) {
-      if (!IsFloating(d)) return NotImplementedError(name, d, device.device);
+    // torch: broadcast_tensors, then the kernel for the promoted dtype.
+    RETURN_IF_ERROR(BroadcastShapes(input.shape, target.shape).status());
+    if (!IsFloating(input.dtype) && !IsFloating(target.dtype)) {
+      return NotImplementedError(
+          "mse_cpu", ResultType(input.dtype, false, target.dtype, false));
     }
-    ASSIGN_OR_RETURN(BinaryPlan diff,
-                     PlanBinary(BinaryOp::kSub, input, &target, nullptr,
-                                nullptr, device));
+    for (DType d : {input.dtype, target.dtype}) {
+      if (!IsFloating(d)) return NotImplementedError(name, d);
+    }
+    ASSIGN_OR_RETURN(BinaryPlan diff, PlanBinary(BinaryOp::kSub, input, &target,
+                                                 nullptr, nullptr, device));
     plan.dtype = diff.out_dtype;
     plan.broadcast = diff.out;
-    plan.out = reduction == LossReduction::kNone ? std::move(diff.out)
-                                                 : Shape();
+    plan.out =
+        reduction == LossReduction::kNone ? std::move(diff.out) : Shape();
     return plan;
   }
+  // torch's checks, in its order: cross_entropy's class probabilities and
+  // log_softmax, then nll_loss_nd's (ValueError), nll_loss's, the kernel's
+  // dtypes; the targets' range is checked when they are read
+  // (CheckTargetRange).
   const Shape& x = input.shape;
   const Shape& t = target.shape;
-  if (x.rank() != 1 && x.rank() != 2) {
+  if (kind == LossKind::kCrossEntropy) {
+    if (x == t) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": a target of the input's size ", x.ToString(),
+          " gives class probabilities, which are not offered yet: give "
+          "class indices (int64, one per row)"));
+    }
+    if (!IsFloating(input.dtype)) {
+      return NotImplementedError("log_softmax_lastdim_kernel_impl",
+                                 input.dtype);
+    }
+  }
+  if (x.rank() < 1) {
+    return ValueError(
+        absl::StrCat("Expected 1 or more dimensions (got ", x.rank(), ")"));
+  }
+  if (x.rank() != 1) {
+    const int64_t target_batch = t.rank() == 0 ? 0 : t.dim(0);
+    if (x.dim(0) != target_batch) {
+      return ValueError(absl::StrCat("Expected input batch_size (", x.dim(0),
+                                     ") to match target batch_size (",
+                                     target_batch, ")."));
+    }
+  }
+  if (x.rank() > 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, ": input of size ", x.ToString(),
         " is not supported: give [N, C] or unbatched [C] (the K-dimensional "
         "form is not offered yet)"));
   }
-  if (target.dtype != DType::kInt64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": expected target of dtype int64 but found ",
-        ToAbsl(DTypeName(target.dtype)),
-        " (class-index targets; class probabilities are not offered yet)"));
+  if (t.rank() > 1) {
+    return absl::InvalidArgumentError(
+        "0D or 1D target tensor expected, multi-target not supported");
   }
   plan.batched = x.rank() == 2;
-  if (t.rank() != x.rank() - 1) {
-    if (plan.batched && t.rank() == 2) {
-      return absl::InvalidArgumentError(
-          "1D target tensor expected, multi-target not supported");
-    }
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": a target of size ", t.ToString(), " for an input of size ",
-        x.ToString(), ": give one class index per row"));
+  if (plan.batched == (t.rank() == 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("size mismatch (got input: ", x.ToString(),
+                     ", target: ", t.ToString(), ")"));
+  }
+  if (!IsFloating(input.dtype)) {
+    return NotImplementedError("nll_loss_out_frame", input.dtype);
+  }
+  if (target.dtype != DType::kInt64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected scalar type Long but found ",
+                     ToAbsl(ScalarTypeName(target.dtype))));
   }
   plan.rows = plan.batched ? x.dim(0) : 1;
   plan.classes = x.dim(x.rank() - 1);
-  if (plan.batched && t.dim(0) != plan.rows) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Expected input batch_size (", plan.rows,
-        ") to match target batch_size (", t.dim(0), ")."));
-  }
-  if (!IsFloating(input.dtype)) {
-    return NotImplementedError(name, input.dtype, device.device);
-  }
   RETURN_IF_ERROR(device.Supports(OpKind::kReduce, input.dtype));
   plan.dtype = input.dtype;
   if (reduction == LossReduction::kNone && plan.batched) {
@@ -72,13 +100,11 @@ absl::StatusOr<LossPlan> PlanLoss(LossKind kind, LossReduction reduction,
 }
 
 absl::Status CheckTargetRange(int64_t min, int64_t max, int64_t classes) {
-  if (min < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Target ", min, " is out of bounds."));
-  }
+  // torch: an IndexError.
+  if (min < 0)
+    return IndexError(absl::StrCat("Target ", min, " is out of bounds."));
   if (max >= classes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Target ", max, " is out of bounds."));
+    return IndexError(absl::StrCat("Target ", max, " is out of bounds."));
   }
   return absl::OkStatus();
 }

@@ -30,7 +30,7 @@ absl::Status CheckBinaryOpDType(BinaryOp op, DType dtype) {
         "supported. Use the `^` or `logical_xor()` operator instead.");
   }
   if (op == BinaryOp::kPow && dtype == DType::kBool) {
-    return NotImplementedError("pow", dtype, "any device");
+    return NotImplementedError("pow", dtype);
   }
   return absl::OkStatus();
 }
@@ -41,7 +41,9 @@ absl::Status CheckUnaryOpDType(UnaryOp op, DType dtype) {
   const bool activation =
       op == UnaryOp::kSilu || op == UnaryOp::kGelu || op == UnaryOp::kGeluTanh;
   if (activation && !IsFloating(dtype)) {
-    return NotImplementedError(UnaryOpName(op), dtype, "any device");
+    // torch's CPU kernels' names.
+    return NotImplementedError(
+        op == UnaryOp::kSilu ? "silu_cpu" : "GeluKernelImpl", dtype);
   }
   if (dtype != DType::kBool) return absl::OkStatus();
   if (op == UnaryOp::kNeg) {
@@ -50,17 +52,24 @@ absl::Status CheckUnaryOpDType(UnaryOp op, DType dtype) {
         "you are trying to invert a mask, use the `~` or `logical_not()` "
         "operator instead.");
   }
-  if (op == UnaryOp::kAbs || op == UnaryOp::kRelu) {
-    return NotImplementedError(UnaryOpName(op), dtype, "any device");
+  if (op == UnaryOp::kAbs) return NotImplementedError("abs_cpu", dtype);
+  if (op == UnaryOp::kRelu) {
+    return absl::FailedPreconditionError(
+        "Boolean inputs not supported for relu");
   }
   return absl::OkStatus();
 }
 
 absl::Status NotImplementedError(std::string_view op, DType dtype,
                                  std::string_view device) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      NotImplementedError(op, dtype).message(), " on ", ToAbsl(device)));
+}
+
+absl::Status NotImplementedError(std::string_view op, DType dtype) {
   return absl::FailedPreconditionError(
       absl::StrCat("\"", ToAbsl(op), "\" not implemented for '",
-                   ToAbsl(DTypeName(dtype)), "' on ", ToAbsl(device)));
+                   ToAbsl(ScalarTypeName(dtype)), "'"));
 }
 
 std::string_view OpKindName(OpKind op) {

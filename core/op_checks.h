@@ -35,7 +35,13 @@ absl::Status CheckUnaryOpDType(UnaryOp op, DType dtype);
 // offset of the tensor); OK otherwise.
 absl::Status CheckBoolData(std::span<const uint8_t> bytes, uint64_t at);
 
-// FAILED_PRECONDITION: "\"<op>\" not implemented for '<dtype>' on <device>".
+// FAILED_PRECONDITION: "\"<op>\" not implemented for '<Long>'": torch's words
+// (the dtype as its ScalarType), where `op` is the name of torch's CPU
+// kernel for the op where the planner knows it ("addmm_impl_cpu_").
+absl::Status NotImplementedError(std::string_view op, DType dtype);
+// The same words with " on <device>" after them, for a kernel one device
+// lacks (its capability table, core/device.h), which torch has no message
+// for: "\"matmul\" not implemented for 'Bool' on cuda:1".
 absl::Status NotImplementedError(std::string_view op, DType dtype,
                                  std::string_view device);
 

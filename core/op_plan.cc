@@ -208,9 +208,17 @@ absl::StatusOr<OpResult> PlanLinear(std::span<const OpInput> in,
                    PlanMatMul(x.dtype, x.shape, w.dtype, wt, target));
   if (in.size() < 3) return Result(y.dtype, std::move(y.out));
   const OperandDesc bias = Desc(in[2]);
-  ASSIGN_OR_RETURN(BinaryPlan sum,
-                   PlanBinary(BinaryOp::kAdd, OperandDesc{y.dtype, y.out},
-                              &bias, nullptr, nullptr, target));
+  const OperandDesc out{y.dtype, y.out};
+  if (x.shape.rank() == 2 || x.shape.rank() == 3) {
+    // torch: addmm(bias, x as [rows, in], w.t()), which expands the bias
+    // to [rows, out]; other ranks add it in place (the `into` below).
+    const int64_t rows = x.shape.NumElements(0, x.shape.rank() - 1);
+    const int64_t mm_dims[] = {rows, w.shape.dim(0)};
+    ASSIGN_OR_RETURN(const Shape mm, Shape::Make(mm_dims));
+    RETURN_IF_ERROR(CheckExpand(bias.shape, mm));
+  }
+  ASSIGN_OR_RETURN(BinaryPlan sum, PlanBinary(BinaryOp::kAdd, out, &bias,
+                                              nullptr, &out, target));
   return Result(sum.out_dtype, std::move(sum.out));
 }
 

@@ -26,8 +26,12 @@ struct Scalar {
   int64_t i = 0;  // when is_integral
   static Scalar Int(int64_t v) { return Scalar{true, 0, v}; }
   static Scalar Float(double v) { return Scalar{false, v, 0}; }
-  std::string ToString() const;
+  std::string ToString() const;  // a float as PythonFloat() spells it
 };
+
+// `v` as Python's repr(float) spells it, which torch's messages quote: the
+// shortest digits that read back as `v`, "2.0" not "2", "1e-05", "inf".
+std::string PythonFloat(double v);
 
 // An op's input: a tensor of the session (by handle), or the result of an
 // earlier op of the same Execute list.

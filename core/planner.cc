@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/absl_compat.h"
+#include "core/error_kind.h"
 #include "core/op_checks.h"
 #include "core/status.h"
 
@@ -103,6 +104,11 @@ absl::StatusOr<BinaryPlan> PlanBinary(BinaryOp op, const OperandDesc& a,
   }
   plan.out_dtype = IsComparison(op) ? DType::kBool : plan.compute;
   RETURN_IF_ERROR(CheckBinaryOpDType(op, plan.compute));
+  if (op == BinaryOp::kPow && scalar != nullptr && scalar->is_integral &&
+      scalar->i < 0 && !IsFloating(plan.compute)) {
+    return absl::InvalidArgumentError(
+        "Integers to negative integer powers are not allowed.");
+  }
   if (into != nullptr) {
     if (plan.out != into->shape) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -111,9 +117,9 @@ absl::StatusOr<BinaryPlan> PlanBinary(BinaryOp op, const OperandDesc& a,
     }
     if (!CanCast(plan.out_dtype, into->dtype)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("result type ", ToAbsl(DTypeName(plan.out_dtype)),
+          absl::StrCat("result type ", ToAbsl(ScalarTypeName(plan.out_dtype)),
                        " can't be cast to the desired output type ",
-                       ToAbsl(DTypeName(into->dtype))));
+                       ToAbsl(ScalarTypeName(into->dtype))));
     }
   }
   RETURN_IF_ERROR(target.Supports(OpKind::kBinary, plan.compute));
@@ -136,18 +142,23 @@ absl::StatusOr<DType> PlanUnary(UnaryOp op, DType x, const Target& target) {
 }
 
 absl::Status CheckLinearShapes(const Shape& x, const Shape& w) {
-  if (w.rank() != 2) {
+  // torch: matmul(x, w.t()) (addmm for a 2-D x), so w.t()'s and matmul's
+  // errors; PlanMatMul of x and w's transpose gives the latter.
+  if (w.rank() > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("t() expects a tensor with <= 2 dimensions, but self is ",
+                     w.rank(), "D"));
+  }
+  if (x.rank() == 0 || w.rank() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "both arguments to matmul need to be at least 1D, but they are ",
+        x.rank(), "D and ", w.rank(), "D"));
+  }
+  if (w.rank() == 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "linear: weight must be 2-D [out_features, in_features], but has "
         "shape ",
         w.ToString()));
-  }
-  if (x.rank() == 0 || x.dim(x.rank() - 1) != w.dim(1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "linear: input shape ", x.ToString(), " and weight shape ",
-        w.ToString(),
-        " do not match: the input's last dim must equal in_features (",
-        w.dim(1), ")"));
   }
   return absl::OkStatus();
 }
@@ -156,12 +167,12 @@ absl::StatusOr<CatPlan> PlanCat(std::span<const OperandDesc> xs, int64_t dim,
                                 const Target& target) {
   if (xs.empty()) {
     return absl::InvalidArgumentError(
-        "cat: expected a non-empty list of tensors");
+        "torch.cat(): expected a non-empty list of Tensors");
   }
   for (size_t i = 0; i < xs.size(); ++i) {
     if (xs[i].shape.rank() == 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("cat: zero-dimensional tensor (at position ", i,
+          absl::StrCat("zero-dimensional tensor (at position ", i,
                        ") cannot be concatenated"));
     }
   }
@@ -174,16 +185,16 @@ absl::StatusOr<CatPlan> PlanCat(std::span<const OperandDesc> xs, int64_t dim,
   for (size_t i = 0; i < xs.size(); ++i) {
     const Shape& t = xs[i].shape;
     if (t.rank() != rank) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cat: tensors must have the same number of dimensions: got shapes ",
-          first.ToString(), " and ", t.ToString(), " (tensor number ", i, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Tensors must have same number of dimensions: got ",
+                       rank, " and ", t.rank()));
     }
     for (int d = 0; d < rank; ++d) {
       if (d != plan.axis && t.dim(d) != first.dim(d)) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "cat: sizes of tensors must match except in dimension ", plan.axis,
-            ": shapes ", first.ToString(), " and ", t.ToString(),
-            " (tensor number ", i, ") differ in dimension ", d));
+            "Sizes of tensors must match except in dimension ", plan.axis,
+            ". Expected size ", first.dim(d), " but got size ", t.dim(d),
+            " for tensor number ", i, " in the list."));
       }
     }
     plan.dtype = PromoteTypes(plan.dtype, xs[i].dtype);
@@ -201,28 +212,115 @@ absl::StatusOr<CatPlan> PlanCat(std::span<const OperandDesc> xs, int64_t dim,
 absl::StatusOr<int> WrapDim(int64_t dim, int rank) {
   const int64_t r = std::max(rank, 1);
   if (dim < -r || dim >= r) {
-    return absl::InvalidArgumentError(
+    return IndexError(
         absl::StrCat("Dimension out of range (expected to be in range of [", -r,
                      ", ", r - 1, "], but got ", dim, ")"));
   }
   return static_cast<int>(dim < 0 ? dim + r : dim);
 }
 
+namespace {
+
+// torch.matmul's first error for these operands, or OK: its dispatch
+// (ATen's matmul) picks dot, mv, mm, one mm/mv over a batch folded into
+// rows, or bmm over the broadcast batch dims, and each has its own words
+// and order of checks (sizes, then dtypes, then the dtype's kernel; dot
+// checks dtypes first). The kernel names are those of torch's CPU build.
+absl::Status MatMulError(DType a_dtype, const Shape& a, DType b_dtype,
+                         const Shape& b, const Target& target) {
+  const int ra = a.rank(), rb = b.rank();
+  if (ra == 0 || rb == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "both arguments to matmul need to be at least 1D, but they are ", ra,
+        "D and ", rb, "D"));
+  }
+  auto kernel = [&](std::string_view name, DType dtype) {
+    return target.caps.Has(OpKind::kMatMul, dtype)
+               ? absl::OkStatus()
+               : NotImplementedError(name, dtype);
+  };
+  auto same_dtype = [](DType first, DType second) {
+    return first == second
+               ? absl::OkStatus()
+               : absl::InvalidArgumentError(absl::StrCat(
+                     "expected scalar type ", ToAbsl(ScalarTypeName(first)),
+                     " but found ", ToAbsl(ScalarTypeName(second))));
+  };
+  // torch.mm of [m x k1] by [k2 x n]; torch.mv of [m x k] by [kv].
+  auto mm = [&](int64_t m, int64_t k1, DType d1, int64_t k2, int64_t n,
+                DType d2) {
+    if (k1 != k2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mat1 and mat2 shapes cannot be multiplied (", m, "x",
+                       k1, " and ", k2, "x", n, ")"));
+    }
+    RETURN_IF_ERROR(same_dtype(d1, d2));
+    return kernel("addmm_impl_cpu_", d1);
+  };
+  auto mv = [&](int64_t m, int64_t k, DType d1, int64_t kv, DType d2) {
+    if (k != kv) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("size mismatch, got ", m, ", ", m, "x", k, ",", kv));
+    }
+    RETURN_IF_ERROR(same_dtype(d1, d2));
+    return kernel("addmv_impl_cpu", d1);
+  };
+  if (ra == 1 && rb == 1) {
+    if (a_dtype != b_dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dot : expected both vectors to have same dtype, but found ",
+          ToAbsl(ScalarTypeName(a_dtype)), " and ",
+          ToAbsl(ScalarTypeName(b_dtype))));
+    }
+    if (a.dim(0) != b.dim(0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("inconsistent tensor size, expected tensor [", a.dim(0),
+                       "] and src [", b.dim(0),
+                       "] to have the same number of elements, but got ",
+                       a.dim(0), " and ", b.dim(0), " elements respectively"));
+    }
+    return kernel("dot", a_dtype);
+  }
+  if (ra <= 2 && rb <= 2) {
+    if (rb == 1) return mv(a.dim(0), a.dim(1), a_dtype, b.dim(0), b_dtype);
+    const int64_t m = ra == 1 ? 1 : a.dim(0);
+    return mm(m, a.dim(ra - 1), a_dtype, b.dim(0), b.dim(1), b_dtype);
+  }
+  if (rb <= 2) {  // a's batch folded into rows: [batch * m, k]
+    const int64_t rows = a.NumElements(0, ra - 1);
+    const int64_t k = a.dim(ra - 1);
+    return rb == 2 ? mm(rows, k, a_dtype, b.dim(0), b.dim(1), b_dtype)
+                   : mv(rows, k, a_dtype, b.dim(0), b_dtype);
+  }
+  if (ra <= 2) {  // b transposed and folded, times a transposed
+    const int64_t rows = b.NumElements(0, rb - 2) * b.dim(rb - 1);
+    const int64_t k = b.dim(rb - 2);
+    return ra == 2 ? mm(rows, k, b_dtype, a.dim(1), a.dim(0), a_dtype)
+                   : mv(rows, k, b_dtype, a.dim(0), a_dtype);
+  }
+  ASSIGN_OR_RETURN(
+      const Shape a_batch,
+      Shape::Make(std::span<const int64_t>(a.dims()).first(ra - 2)));
+  ASSIGN_OR_RETURN(
+      const Shape b_batch,
+      Shape::Make(std::span<const int64_t>(b.dims()).first(rb - 2)));
+  ASSIGN_OR_RETURN(const Shape batch, BroadcastShapes(a_batch, b_batch));
+  if (a.dim(ra - 1) != b.dim(rb - 2)) {
+    const int64_t n = batch.NumElements();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Expected size for first two dimensions of batch2 tensor to be: [", n,
+        ", ", a.dim(ra - 1), "] but got: [", n, ", ", b.dim(rb - 2), "]."));
+  }
+  RETURN_IF_ERROR(same_dtype(a_dtype, b_dtype));
+  return kernel("bmm", a_dtype);
+}
+
+}  // namespace
+
 absl::StatusOr<MatMulPlan> PlanMatMul(DType a_dtype, const Shape& a,
                                       DType b_dtype, const Shape& b,
                                       const Target& target) {
-  const std::string shapes = absl::StrCat(a.ToString(), " and ", b.ToString());
-  if (a.rank() == 0 || b.rank() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "both arguments to matmul need to be at least 1D, but they are ",
-        a.rank(), "D and ", b.rank(), "D (shapes ", shapes, ")"));
-  }
-  if (a_dtype != b_dtype) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected both operands to have the same dtype, but got ",
-                     ToAbsl(DTypeName(a_dtype)), " and ",
-                     ToAbsl(DTypeName(b_dtype)), " (shapes ", shapes, ")"));
-  }
+  RETURN_IF_ERROR(MatMulError(a_dtype, a, b_dtype, b, target));
   MatMulPlan plan;
   plan.dtype = a_dtype;
   const std::vector<int64_t>& ad = a.dims();
@@ -230,31 +328,20 @@ absl::StatusOr<MatMulPlan> PlanMatMul(DType a_dtype, const Shape& a,
   const bool a_vector = ad.size() == 1, b_vector = bd.size() == 1;
   plan.m = a_vector ? 1 : ad[ad.size() - 2];
   plan.k = ad.back();
-  const int64_t kb = b_vector ? bd[0] : bd[bd.size() - 2];
   plan.n = b_vector ? 1 : bd.back();
-  if (plan.k != kb) {
-    return absl::InvalidArgumentError(absl::StrCat("matmul: shapes ", shapes,
-                                                   " cannot be multiplied (",
-                                                   plan.k, " != ", kb, ")"));
-  }
   const std::span<const int64_t> a_batch_dims(ad.data(),
                                               a_vector ? 0 : ad.size() - 2);
   const std::span<const int64_t> b_batch_dims(bd.data(),
                                               b_vector ? 0 : bd.size() - 2);
   ASSIGN_OR_RETURN(plan.a_batch, Shape::Make(a_batch_dims));
   ASSIGN_OR_RETURN(plan.b_batch, Shape::Make(b_batch_dims));
-  absl::StatusOr<Shape> batch = BroadcastShapes(plan.a_batch, plan.b_batch);
-  if (!batch.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "matmul: shapes ", shapes, " cannot be multiplied: batch dimensions ",
-        batch.status().message()));
-  }
-  plan.batch = *std::move(batch);
+  // MatMulError has checked that the batch dims broadcast.
+  ASSIGN_OR_RETURN(Shape batch, BroadcastShapes(plan.a_batch, plan.b_batch));
+  plan.batch = std::move(batch);
   std::vector<int64_t> out_dims = plan.batch.dims();
   if (!a_vector) out_dims.push_back(plan.m);
   if (!b_vector) out_dims.push_back(plan.n);
   ASSIGN_OR_RETURN(plan.out, Shape::Make(out_dims));
-  RETURN_IF_ERROR(target.Supports(OpKind::kMatMul, plan.dtype));
   return plan;
 }
 
@@ -279,12 +366,12 @@ absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
     return absl::FailedPreconditionError(absl::StrCat(
         "mean(): could not infer output dtype. Input dtype must be either a "
         "floating point or complex dtype. Got: ",
-        ToAbsl(DTypeName(dtype))));
+        ToAbsl(ScalarTypeName(dtype))));
   }
   if (op == ReduceOp::kNorm && !IsFloating(dtype)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("norm(): expected a floating point tensor as input. Got: ",
-                     ToAbsl(DTypeName(dtype))));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "norm(): input dtype should be either floating point or complex. Got ",
+        ToAbsl(ScalarTypeName(dtype)), " instead."));
   }
   const bool needs_element =
       op == ReduceOp::kMax || op == ReduceOp::kMin || op == ReduceOp::kArgmax;
@@ -336,10 +423,19 @@ absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
     plan.dims.n = moved.NumElements(k, rank);
   }
   if (needs_element && plan.dims.n == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(ToAbsl(ReduceOpName(op)),
-                     "(): cannot reduce over an empty dimension (input shape ",
-                     x.ToString(), ")"));
+    const std::string name = absl::StrCat(ToAbsl(ReduceOpName(op)), "()");
+    if (!dims.empty()) {
+      ASSIGN_OR_RETURN(const int axis, WrapDim(dims[0], rank));
+      return IndexError(absl::StrCat(name, ": Expected reduction dim ", axis,
+                                     " to have non-zero size."));
+    }
+    const std::string message = absl::StrCat(
+        name,
+        ": Expected reduction dim to be specified for input.numel() == 0.");
+    // torch: IndexError for argmax, RuntimeError (with advice) for max/min.
+    if (op == ReduceOp::kArgmax) return IndexError(message);
+    return absl::InvalidArgumentError(absl::StrCat(
+        message, " Specify the reduction dim with the 'dim' argument."));
   }
   ASSIGN_OR_RETURN(plan.out, Shape::Make(out_dims));
   RETURN_IF_ERROR(target.Supports(OpKind::kReduce, plan.compute));
@@ -354,7 +450,7 @@ absl::StatusOr<WherePlan> PlanWhere(
     return absl::FailedPreconditionError(absl::StrCat(
         "where expected condition to be a boolean tensor, but got a tensor "
         "with dtype ",
-        ToAbsl(DTypeName(cond.dtype))));
+        ToAbsl(ScalarTypeName(cond.dtype))));
   }
   WherePlan plan;
   plan.out = cond.shape;
@@ -403,14 +499,19 @@ absl::StatusOr<DType> PlanClamp(const OperandDesc& x, const OperandDesc* min,
 
 absl::StatusOr<SoftmaxPlan> PlanSoftmax(DType dtype, const Shape& x,
                                         int64_t dim, bool log) {
+  // torch wraps the dim first, then names the kernel for the dim it runs
+  // on (the last one, or any other).
+  ASSIGN_OR_RETURN(const int axis, WrapDim(dim, x.rank()));
   if (!IsFloating(dtype)) {
+    const bool last = axis == std::max(x.rank(), 1) - 1;
+    // ("softmax_kernel_impl" off the last dim for log_softmax too.)
     return absl::FailedPreconditionError(absl::StrCat(
-        "\"", log ? "log_softmax" : "softmax", "\" not implemented for '",
-        ToAbsl(DTypeName(dtype)), "'"));
+        "\"", log && last ? "log_" : "", "softmax", last ? "_lastdim" : "",
+        "_kernel_impl\" not implemented for '", ToAbsl(ScalarTypeName(dtype)),
+        "'"));
   }
   SoftmaxPlan plan;
   plan.compute = dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
-  ASSIGN_OR_RETURN(const int axis, WrapDim(dim, x.rank()));
   plan.axis = axis;
   return plan;
 }
@@ -418,12 +519,19 @@ absl::StatusOr<SoftmaxPlan> PlanSoftmax(DType dtype, const Shape& x,
 absl::Status PlanDropout(DType dtype, double p, bool train,
                          const Target& target) {
   if (!(p >= 0 && p <= 1)) {
+    return ValueError(
+        absl::StrCat("dropout probability has to be between 0 and 1, but got ",
+                     PythonFloat(p)));
+  }
+  if (!IsFloating(dtype) && train) {
+    // torch's dropout scales by 1 / (1 - p) into the input's dtype.
     return absl::InvalidArgumentError(absl::StrCat(
-        "dropout probability has to be between 0 and 1, but got ", p));
+        "result type Float can't be cast to the desired output type ",
+        ToAbsl(ScalarTypeName(dtype))));
   }
   if (!IsFloating(dtype) ||
       (train && !target.caps.Has(OpKind::kRandomFill, DType::kFloat32))) {
-    return NotImplementedError("dropout", dtype, target.device);
+    return NotImplementedError("dropout", dtype);
   }
   return absl::OkStatus();
 }
@@ -450,8 +558,11 @@ absl::StatusOr<SlicePlan> SliceOf(const Shape& x, int axis, int64_t start,
 
 absl::Status CheckNot0d(const Shape& x, std::string_view op) {
   if (x.rank() != 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(ToAbsl(op), "() cannot be applied to a 0-dim tensor."));
+  const std::string message =
+      absl::StrCat(ToAbsl(op), "() cannot be applied to a 0-dim tensor.");
+  // torch: an IndexError for select, a RuntimeError for narrow.
+  return op == "select" ? IndexError(message)
+                        : absl::InvalidArgumentError(message);
 }
 
 }  // namespace
@@ -461,12 +572,19 @@ absl::StatusOr<SlicePlan> PlanNarrow(const Shape& x, int64_t dim, int64_t start,
   RETURN_IF_ERROR(CheckNot0d(x, "narrow"));
   ASSIGN_OR_RETURN(const int axis, WrapDim(dim, x.rank()));
   const int64_t size = x.dim(axis);
-  const int64_t wrapped = start < 0 ? start + size : start;
-  if (wrapped < 0 || wrapped > size || length < 0 || length > size - wrapped) {
+  // As torch: start wraps as a dim of `size` would (IndexError past it),
+  // except that start == size is the (valid) end.
+  int64_t wrapped = start;
+  if (start != size) {
+    ASSIGN_OR_RETURN(
+        const int w,
+        WrapDim(start, static_cast<int>(std::min<int64_t>(size, INT32_MAX))));
+    wrapped = w;
+  }
+  if (length < 0 || wrapped > size - length) {
     return absl::InvalidArgumentError(
-        absl::StrCat("narrow(): start ", start, " and length ", length,
-                     " are out of range for dimension ", axis, " of size ",
-                     size, " (shape ", x.ToString(), ")"));
+        absl::StrCat("start (", wrapped, ") + length (", length,
+                     ") exceeds dimension size (", size, ")."));
   }
   return SliceOf(x, axis, wrapped, length, false);
 }
@@ -478,9 +596,9 @@ absl::StatusOr<SlicePlan> PlanSelect(const Shape& x, int64_t dim,
   const int64_t size = x.dim(axis);
   const int64_t wrapped = index < 0 ? index + size : index;
   if (wrapped < 0 || wrapped >= size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "select(): index ", index, " out of range for tensor of size ",
-        x.ToString(), " at dimension ", axis));
+    return IndexError(absl::StrCat("select(): index ", index,
+                                   " out of range for tensor of size ",
+                                   x.ToString(), " at dimension ", axis));
   }
   return SliceOf(x, axis, wrapped, 1, true);
 }
@@ -498,8 +616,10 @@ absl::StatusOr<PermutePlan> PlanPermute(const Shape& x,
   const int rank = x.rank();
   if (static_cast<int>(dims.size()) != rank) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "permute: number of dims don't match: the order has ", dims.size(),
-        " dims but the input has shape ", x.ToString()));
+        "permute(sparse_coo): number of dimensions in the tensor input does "
+        "not match the length of the desired ordering of dimensions i.e. "
+        "input.dim() = ",
+        rank, " is not equal to len(dims) = ", dims.size()));
   }
   PermutePlan plan;
   std::vector<bool> seen(rank, false);
@@ -508,8 +628,7 @@ absl::StatusOr<PermutePlan> PlanPermute(const Shape& x,
     ASSIGN_OR_RETURN(int axis, WrapDim(d, rank));
     if (seen[axis]) {
       return absl::InvalidArgumentError(
-          absl::StrCat("permute: dim ", axis, " appears more than once in [",
-                       absl::StrJoin(dims, ", "), "]"));
+          "permute(): duplicate dims are not allowed.");
     }
     seen[axis] = true;
     plan.perm.push_back(axis);
@@ -525,8 +644,7 @@ absl::StatusOr<Shape> PlanReshape(const Shape& x,
   auto invalid = [&] {
     return absl::InvalidArgumentError(
         absl::StrCat("shape '[", absl::StrJoin(dims, ", "),
-                     "]' is invalid for input of size ", numel, " (shape ",
-                     x.ToString(), ")"));
+                     "]' is invalid for input of size ", numel));
   };
   std::vector<int64_t> out_dims(dims.begin(), dims.end());
   int infer = -1;
@@ -534,15 +652,12 @@ absl::StatusOr<Shape> PlanReshape(const Shape& x,
   for (size_t i = 0; i < out_dims.size(); ++i) {
     if (out_dims[i] == -1) {
       if (infer >= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("reshape: only one dimension can be inferred in [",
-                         absl::StrJoin(dims, ", "), "]"));
+        return absl::InvalidArgumentError("only one dimension can be inferred");
       }
       infer = static_cast<int>(i);
     } else if (out_dims[i] < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("reshape: invalid shape dimension ", out_dims[i],
-                       " in [", absl::StrJoin(dims, ", "), "]"));
+          absl::StrCat("invalid shape dimension ", out_dims[i]));
     } else if (__builtin_mul_overflow(known, out_dims[i], &known)) {
       return invalid();
     }

@@ -2,7 +2,8 @@
 // a device's budget — carried on its absl::Status as a payload, so that the
 // server can count refusals by reason and log them with the peer
 // (server/refusal_log.h) without reading messages. Whoever rewraps a
-// refused status (the executor's "op #k" prefix) keeps its payloads.
+// refused status (the executor's "op #k" prefix) keeps its payloads
+// (Rewrapped, core/status.h).
 //
 // Thread-safety: pure functions.
 #ifndef TENSORD_CORE_REFUSAL_H_
@@ -58,16 +59,6 @@ inline Refusal RefusalOf(const absl::Status& status) {
     if (RefusalName(r) == name) return r;
   }
   return Refusal::kNone;
-}
-
-// A new status of `code` and `message` with `from`'s payloads.
-inline absl::Status Rewrapped(const absl::Status& from, absl::StatusCode code,
-                              std::string_view message) {
-  absl::Status out(code, std::string(message));
-  from.ForEachPayload([&out](auto url, const absl::Cord& payload) {
-    out.SetPayload(url, payload);
-  });
-  return out;
 }
 
 }  // namespace tensord::core

@@ -70,23 +70,45 @@ std::string Shape::ToString() const { return DimsToString(dims_); }
 absl::StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b) {
   const int rank = std::max(a.rank(), b.rank());
   std::vector<int64_t> dims(rank);
-  for (int i = 0; i < rank; ++i) {
+  // From the right, as torch's infer_size: the first mismatch it meets is
+  // the one its message names.
+  for (int i = rank - 1; i >= 0; --i) {
     // Dimensions align from the right; missing leading dims are 1.
     const int ai = i - (rank - a.rank());
     const int bi = i - (rank - b.rank());
     const int64_t da = ai >= 0 ? a.dim(ai) : 1;
     const int64_t db = bi >= 0 ? b.dim(bi) : 1;
     if (da != db && da != 1 && db != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("shapes ", a.ToString(), " and ", b.ToString(),
-                       " cannot be broadcast: the size of tensor a (", da,
-                       ") must match the size of tensor b (", db,
-                       ") at non-singleton dimension ", i));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "The size of tensor a (", da, ") must match the size of tensor b (",
+          db, ") at non-singleton dimension ", i));
     }
     dims[i] = da == 1 ? db : da;
   }
   // Cannot fail: every dim is one of the (valid) input dims.
   return Shape::Make(dims);
+}
+
+absl::Status CheckExpand(const Shape& tensor, const Shape& target) {
+  if (tensor.rank() > target.rank()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expand: the number of sizes provided (", target.rank(),
+        ") must be greater or equal to the number of dimensions in the "
+        "tensor (",
+        tensor.rank(), ")"));
+  }
+  for (int i = target.rank() - 1; i >= 0; --i) {
+    const int ti = i - (target.rank() - tensor.rank());
+    if (ti < 0) break;
+    if (tensor.dim(ti) != 1 && tensor.dim(ti) != target.dim(i)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "The expanded size of the tensor (", target.dim(i),
+          ") must match the existing size (", tensor.dim(ti),
+          ") at non-singleton dimension ", i, ".  Target sizes: ",
+          target.ToString(), ".  Tensor sizes: ", tensor.ToString()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 int64_t Shape::NumElements(int begin, int end) const {

@@ -54,11 +54,17 @@ class Shape {
   int64_t num_elements_ = 1;
 };
 
-// NumPy/PyTorch broadcasting of two shapes. INVALID_ARGUMENT naming both
-// shapes and the first incompatible dimension otherwise, e.g.
-// "shapes [2, 3] and [4] cannot be broadcast: the size of tensor a (3) must
-// match the size of tensor b (4) at non-singleton dimension 1".
+// NumPy/PyTorch broadcasting of two shapes. INVALID_ARGUMENT in torch's
+// words otherwise, naming the first incompatible dimension from the right:
+// "The size of tensor a (3) must match the size of tensor b (4) at
+// non-singleton dimension 1".
 absl::StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b);
+
+// torch's expand of `tensor` to `target` (one-way broadcasting, as addmm
+// expands its bias): OK, or INVALID_ARGUMENT in torch's words, "The
+// expanded size of the tensor (4) must match the existing size (5) at
+// non-singleton dimension 1.  Target sizes: [2, 4].  Tensor sizes: [5]".
+absl::Status CheckExpand(const Shape& tensor, const Shape& target);
 
 // Element strides (row-major, contiguous) that read `in` as if it had shape
 // `out` under broadcasting: 0 for broadcast dims. Result has out.rank()

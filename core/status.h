@@ -6,8 +6,12 @@
 #ifndef TENSORD_CORE_STATUS_H_
 #define TENSORD_CORE_STATUS_H_
 
+#include <string>
+#include <string_view>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 
 #define TENSORD_STATUS_CONCAT_INNER_(a, b) a##b
 #define TENSORD_STATUS_CONCAT_(a, b) TENSORD_STATUS_CONCAT_INNER_(a, b)
@@ -30,5 +34,21 @@
   auto statusor = (rexpr);                                    \
   if (!statusor.ok()) return std::move(statusor).status();    \
   lhs = std::move(statusor).value()
+
+namespace tensord::core {
+
+// A new status of `code` and `message` with `from`'s payloads (why it was
+// refused, core/refusal.h; torch's exception class, core/error_kind.h), for
+// whoever rewords a status, as the executor's "op #k (...)" prefix does.
+inline absl::Status Rewrapped(const absl::Status& from, absl::StatusCode code,
+                              std::string_view message) {
+  absl::Status out(code, std::string(message));
+  from.ForEachPayload([&out](auto url, const absl::Cord& payload) {
+    out.SetPayload(url, payload);
+  });
+  return out;
+}
+
+}  // namespace tensord::core
 
 #endif  // TENSORD_CORE_STATUS_H_

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "core/absl_compat.h"
 #include "core/op_checks.h"
+#include "core/planner.h"
 #include "core/status.h"
 
 namespace tensord::core {
@@ -95,6 +96,17 @@ absl::StatusOr<Conv2dPlan> PlanConv2d(const OperandDesc& x,
         "input of size: ",
         xs.ToString()));
   }
+  if (ws.rank() >= 3 && ws.rank() != 4) {
+    // torch expands stride to weight.dim() - 2 values before it looks at the
+    // weight's rank (conv2d's stride is always 2 values by then).
+    std::pair<int64_t, int64_t> given;
+    RETURN_IF_ERROR(Pair(args.stride, {1, 1}, "", &given));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected stride to be a single integer value or a list of ",
+        ws.rank() - 2,
+        " values to match the convolution dimensions, but got stride=[",
+        given.first, ", ", given.second, "]"));
+  }
   if (ws.rank() != 4) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Expected 4-dimensional weight for ", xs.rank(),
@@ -123,31 +135,28 @@ absl::StatusOr<Conv2dPlan> PlanConv2d(const OperandDesc& x,
   }
   if (dilation.first <= 0 || dilation.second <= 0) {
     return absl::InvalidArgumentError(
-        "non-positive dilation is not supported");
+        absl::StrCat("dilation should be greater than zero, but got [",
+                     dilation.first, ", ", dilation.second, "]"));
   }
   if (args.groups <= 0) {
     return absl::InvalidArgumentError("non-positive groups is not supported");
   }
-  for (const auto& [other, name] :
-       {std::pair{&weight, "weight"}, std::pair{bias, "bias"}}) {
-    if (other != nullptr && other->dtype != x.dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Input type (", ToAbsl(DTypeName(x.dtype)), ") and ", name,
-          " type (", ToAbsl(DTypeName(other->dtype)),
-          ") should be the same"));
-    }
-  }
-  if (!IsFloating(x.dtype) || !target.caps.Has(OpKind::kMatMul, x.dtype)) {
-    return NotImplementedError("conv2d", x.dtype, target.device);
+  // torch compares the bias's dtype here (naming C++ types), the weight's
+  // in the kernel, after every shape check (below).
+  if (bias != nullptr && bias->dtype != x.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Input type (", ToAbsl(CppTypeName(x.dtype)), ") and bias type (",
+        ToAbsl(CppTypeName(bias->dtype)), ") should be the same"));
   }
   const int64_t oc = ws.dim(0);
   const int64_t g = args.groups;
   if (oc < g || oc % g != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Given groups=", g, ", expected weight to be ",
-        oc < g ? absl::StrCat("at least ", g) : absl::StrCat("divisible by ", g),
-        " at dimension 0, but got weight of size ", ws.ToString(),
-        " instead"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Given groups=", g, ", expected weight to be ",
+                     oc < g ? absl::StrCat("at least ", g)
+                            : absl::StrCat("divisible by ", g),
+                     " at dimension 0, but got weight of size [", ws.ToString(),
+                     "] instead"));
   }
   Conv2dPlan plan;
   WindowDims& w = plan.window;
@@ -188,6 +197,14 @@ absl::StatusOr<Conv2dPlan> PlanConv2d(const OperandDesc& x,
         "). Kernel size: (", str(span_h), " x ", str(span_w),
         "). Kernel size can't be greater than actual input size"));
   }
+  if (weight.dtype != x.dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected scalar type ", ToAbsl(ScalarTypeName(x.dtype)),
+                     " but found ", ToAbsl(ScalarTypeName(weight.dtype))));
+  }
+  if (!IsFloating(x.dtype) || !target.caps.Has(OpKind::kMatMul, x.dtype)) {
+    return NotImplementedError("conv2d", x.dtype);
+  }
   RETURN_IF_ERROR(CheckColumns(w, "conv2d"));
   plan.groups = g;
   plan.out_channels = oc;
@@ -203,6 +220,12 @@ absl::StatusOr<Pool2dPlan> PlanPool2d(PoolKind kind, DType dtype,
   const bool empty_plane =
       x.rank() >= 3 && (x.dim(x.rank() - 1) == 0 || x.dim(x.rank() - 2) == 0 ||
                         x.dim(x.rank() - 3) == 0);
+  if (kind == PoolKind::kMax && x.rank() != 3 && x.rank() != 4) {
+    return absl::InvalidArgumentError(
+        "non-empty 3D or 4D (batch mode) tensor expected for input");
+  }
+  // avg_pool2d reads the size of dim -3 first: an IndexError below rank 3.
+  if (kind == PoolKind::kAvg) RETURN_IF_ERROR(WrapDim(-3, x.rank()).status());
   if ((x.rank() != 3 && x.rank() != 4) || empty_plane) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch "
@@ -237,20 +260,10 @@ absl::StatusOr<Pool2dPlan> PlanPool2d(PoolKind kind, DType dtype,
                                     ": dilation must be either a single int, "
                                     "or a tuple of two ints"),
                        &dilation));
-  if (kernel.first <= 0 || kernel.second <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "kernel size should be greater than zero, but got kH: ", kernel.first,
-        " kW: ", kernel.second));
-  }
-  if (stride.first <= 0 || stride.second <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "stride should be greater than zero, but got dH: ", stride.first,
-        " dW: ", stride.second));
-  }
-  if (dilation.first <= 0 || dilation.second <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dilation should be greater than zero, but got dilationH: ",
-        dilation.first, " dilationW: ", dilation.second));
+  // torch's order: pooling_output_shape (stride, padding), then
+  // pool2d_shape_check (kernel, stride, dilation).
+  if (stride.first == 0 || stride.second == 0) {
+    return absl::InvalidArgumentError("stride should not be zero");
   }
   for (const auto& [p, k] :
        {std::pair{padding.first, kernel.first},
@@ -266,8 +279,23 @@ absl::StatusOr<Pool2dPlan> PlanPool2d(PoolKind kind, DType dtype,
                        p, " and kernel_size=", k));
     }
   }
+  if (kernel.first <= 0 || kernel.second <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kernel size should be greater than zero, but got kH: ", kernel.first,
+        " kW: ", kernel.second));
+  }
+  if (stride.first <= 0 || stride.second <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stride should be greater than zero, but got dH: ", stride.first,
+        " dW: ", stride.second));
+  }
+  if (dilation.first <= 0 || dilation.second <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dilation should be greater than zero, but got dilationH: ",
+        dilation.first, " dilationW: ", dilation.second));
+  }
   if (!IsFloating(dtype) || !target.caps.Has(OpKind::kReduce, dtype)) {
-    return NotImplementedError(name, dtype, target.device);
+    return NotImplementedError(name, dtype);
   }
   Pool2dPlan plan;
   WindowDims& w = plan.window;
@@ -319,7 +347,7 @@ absl::StatusOr<AdaptivePoolPlan> PlanAdaptiveAvgPool2d(
         size.first, ", ", size.second, "}"));
   }
   if (!IsFloating(dtype) || !target.caps.Has(OpKind::kMatMul, dtype)) {
-    return NotImplementedError("adaptive_avg_pool2d", dtype, target.device);
+    return NotImplementedError("adaptive_avg_pool2d", dtype);
   }
   WindowDims w;
   Nchw(x, &w);

@@ -3,10 +3,12 @@
 #include <google/protobuf/descriptor.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <string>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "core/error_kind.h"
 #include "core/refusal.h"
 #include "proto/wire/parse_error.h"
 #include "server/grpc_service.h"
@@ -54,6 +56,7 @@ absl::Status SerializeReply(const google::protobuf::Message& resp,
 RpcScope::RpcScope(TensorServiceImpl* service, grpc::CallbackServerContext* ctx,
                    const char* method)
     : service_(service),
+      ctx_(ctx),
       peer_(ctx->peer()),
       method_(method),
       request_id_(service->NextRequestId()),
@@ -71,6 +74,11 @@ grpc::Status RpcScope::Finish(const absl::Status& status) {
     service_->metrics_->RecordRefusal(why);
     service_->refusal_log_.Record(why, peer_, session_prefix_, method_,
                                   core::FromAbsl(status.message()));
+  }
+  if (const core::ErrorKind kind = core::ErrorKindOf(status);
+      kind != core::ErrorKind::kRuntimeError) {
+    ctx_->AddTrailingMetadata(kErrorKindMetadataKey,
+                              std::string(core::ErrorKindName(kind)));
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)

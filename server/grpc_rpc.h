@@ -18,6 +18,10 @@ namespace tensord::server {
 
 class TensorServiceImpl;
 
+// Trailing metadata naming PyTorch's exception class for a failed call
+// ("IndexError", "ValueError", "TypeError"); absent for RuntimeError.
+inline constexpr char kErrorKindMetadataKey[] = "tensord-error-kind";
+
 // Parses a raw request into `req`. A request that is not one is
 // INVALID_ARGUMENT saying what is wrong with it (DESIGN.md: a malformed
 // request), and so is a call without a request message.
@@ -44,7 +48,9 @@ class RpcScope {
   // The gRPC status for `status` (mapped and logged once, server/
   // grpc_status.h), with the RPC's duration counted in the metrics.
   // A refusal (core/refusal.h) is also counted by reason and logged, rate-
-  // limited, with the peer and the session (server/refusal_log.h).
+  // limited, with the peer and the session (server/refusal_log.h). An error
+  // that torch raises as another class than RuntimeError names it in the
+  // trailing metadata (kErrorKindMetadataKey, core/error_kind.h).
   grpc::Status Finish(const absl::Status& status);
   uint64_t request_id() const { return request_id_; }
   // The session the request names, once parsed: its first 8 characters are
@@ -54,7 +60,8 @@ class RpcScope {
   }
 
  private:
-  TensorServiceImpl* service_;  // borrowed
+  TensorServiceImpl* service_;        // borrowed
+  grpc::CallbackServerContext* ctx_;  // borrowed: the RPC's
   const std::string peer_;
   std::string session_prefix_;
   const char* method_;

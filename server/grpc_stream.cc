@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/error_kind.h"
 #include "core/status.h"
 #include "server/grpc_rpc.h"
 #include "server/grpc_service.h"
@@ -34,11 +35,23 @@ bool RunsAfterAFailure(const v1::Command& cmd) {
   return cmd.has_release() || cmd.has_sync() || cmd.has_clear_error();
 }
 
+// core::ErrorKind's values are the wire's (tensord.v1.ErrorKind).
+static_assert(
+    static_cast<int>(core::ErrorKind::kRuntimeError) == v1::RUNTIME_ERROR &&
+    static_cast<int>(core::ErrorKind::kIndexError) == v1::INDEX_ERROR &&
+    static_cast<int>(core::ErrorKind::kValueError) == v1::VALUE_ERROR &&
+    static_cast<int>(core::ErrorKind::kTypeError) == v1::TYPE_ERROR);
+
+v1::ErrorKind ErrorKindOf(const absl::Status& status) {
+  return static_cast<v1::ErrorKind>(core::ErrorKindOf(status));
+}
+
 v1::CommandReply Reply(uint64_t seq, const absl::Status& status) {
   v1::CommandReply reply;
   reply.set_seq(seq);
   reply.set_code(static_cast<int32_t>(ToGrpcCode(status.code())));
   reply.set_message(std::string(status.message()));
+  reply.set_error_kind(ErrorKindOf(status));
   return reply;
 }
 
@@ -195,6 +208,7 @@ class StreamReactor final
     reply.set_seq(cmd.seq());
     reply.set_code(mapped.error_code());
     reply.set_message(mapped.error_message());
+    reply.set_error_kind(ErrorKindOf(status));
     return reply;
   }
 

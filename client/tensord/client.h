@@ -327,6 +327,7 @@ using client::dropout;
 using client::DType;
 using client::DTypeName;
 using client::Error;
+using client::ErrorKind;
 using client::StatusCode;
 using client::Tensor;
 using client::TensorInfo;

@@ -112,7 +112,16 @@ TEST(StreamClientTest, ErrorsKnownBeforeLaunchAreThrownByTheCausingLine) {
   Tensor b = client.ones({4, 5});
   Error shapes = ErrorOf([&] { (void)a.matmul(b); });
   EXPECT_EQ(shapes.code(), StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(shapes.message(), HasSubstr("[2, 3]"));
+  EXPECT_EQ(shapes.message(),
+            "mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)");
+  EXPECT_EQ(shapes.kind(), ErrorKind::kRuntimeError);
+  // torch's IndexError, known at the line too (the local planner's kind).
+  Error dim = ErrorOf([&] { (void)a.sum(5); });
+  EXPECT_EQ(dim.code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(dim.kind(), ErrorKind::kIndexError);
+  EXPECT_EQ(dim.message(),
+            "Dimension out of range (expected to be in range of [-2, 1], but "
+            "got 5)");
   Tensor c = client.ones({2, 3}, DType::kFloat32, "cpu:1");
   Error devices = ErrorOf([&] { (void)(a + c); });
   EXPECT_EQ(devices.code(), StatusCode::FAILED_PRECONDITION);
@@ -122,9 +131,29 @@ TEST(StreamClientTest, ErrorsKnownBeforeLaunchAreThrownByTheCausingLine) {
   Tensor flags = client.tensor<bool>({true, false});
   Error dtype = ErrorOf([&] { (void)flags.matmul(flags); });
   EXPECT_EQ(dtype.code(), StatusCode::FAILED_PRECONDITION);
-  EXPECT_THAT(dtype.message(), HasSubstr("not implemented for 'bool'"));
+  EXPECT_THAT(dtype.message(), HasSubstr("not implemented for 'Bool'"));
   // Nothing was sent for them: the stream has no failure to report.
   EXPECT_EQ((a + a).sum().item<float>(), 12);
+}
+
+// An error only the server finds (a target out of range) still carries
+// torch's class: from error_kind on the stream, from the trailer unary.
+TEST(StreamClientTest, ServerErrorsCarryTorchsExceptionClass) {
+  auto server = StartServer(64 << 20);
+  for (bool pipeline : {true, false}) {
+    SCOPED_TRACE(pipeline ? "stream" : "unary");
+    ClientOptions options;
+    options.pipeline = pipeline;
+    Client client(server->InProcessChannel(), options);
+    Tensor scores = client.ones({2, 3});
+    Tensor targets = client.tensor<int64_t>({0, 5});
+    Error e = ErrorOf([&] { (void)nll_loss(scores, targets).item<float>(); });
+    EXPECT_EQ(e.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(e.kind(), ErrorKind::kIndexError);
+    EXPECT_THAT(e.message(), HasSubstr("Target 5 is out of bounds."));
+    client.synchronize();  // the failure is reported once
+    EXPECT_EQ(scores.sum().item<float>(), 6);
+  }
 }
 
 TEST(StreamClientTest, ServerOnlyErrorsComeAtTheNextSyncNamingTheOp) {

@@ -120,7 +120,7 @@ TEST_F(CpuDeviceTest, Supports) {
   EXPECT_TRUE(device_->Supports(OpKind::kMatMul, DType::kFloat32).ok());
   absl::Status s = device_->Supports(OpKind::kMatMul, DType::kBool);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s.message(), "\"matmul\" not implemented for 'bool' on cpu");
+  EXPECT_EQ(s.message(), "\"matmul\" not implemented for 'Bool' on cpu");
   EXPECT_EQ(device_->Supports(OpKind::kRandomFill, DType::kInt64).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(device_->Supports(OpKind::kRandomFill, DType::kFloat64).ok());
@@ -234,7 +234,7 @@ TEST_F(CpuDeviceTest, RandomFillRejectsIntegers) {
   HostTensor t = Empty(DType::kInt32, {3});
   absl::Status s = device_->Launch({r, {}, t.ref()});
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("'int32'"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("'Int'"));
 }
 
 TEST_F(CpuDeviceTest, Casts) {
@@ -334,7 +334,7 @@ TEST_F(CpuDeviceTest, BoolOps) {
   absl::Status s = device_->Launch(
       {BinaryArgs{BinaryOp::kSub}, {a.ref(), b.ref()}, out.ref()});
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s.message(), "\"sub\" not implemented for 'bool' on cpu");
+  EXPECT_EQ(s.message(), "\"sub\" not implemented for 'Bool' on cpu");
   EXPECT_THAT(out.values<uint8_t>(), ElementsAre(9, 9, 9, 9));
 }
 

@@ -46,7 +46,7 @@ std::string Message(const absl::Status& s) { return std::string(s.message()); }
 std::string NotImplemented(std::string_view op, DType dtype,
                            std::string_view device) {
   std::string m = "\"";
-  m.append(op).append("\" not implemented for '").append(DTypeName(dtype));
+  m.append(op).append("\" not implemented for '").append(ScalarTypeName(dtype));
   m.append("' on ").append(device);
   return m;
 }

@@ -153,10 +153,13 @@ TEST(BroadcastTest, Shapes) {
 TEST(BroadcastTest, MismatchMessage) {
   auto r = BroadcastShapes(S({2, 3}), S({4}));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  // torch's words (infer_size), the first mismatch from the right.
   EXPECT_EQ(r.status().message(),
-            "shapes [2, 3] and [4] cannot be broadcast: the size of tensor a "
-            "(3) must match the size of tensor b (4) at non-singleton "
-            "dimension 1");
+            "The size of tensor a (3) must match the size of tensor b (4) at "
+            "non-singleton dimension 1");
+  EXPECT_EQ(BroadcastShapes(S({2, 3}), S({3, 2})).status().message(),
+            "The size of tensor a (3) must match the size of tensor b (2) at "
+            "non-singleton dimension 1");
   auto r2 = BroadcastShapes(S({5, 2, 3}), S({4, 3}));
   EXPECT_THAT(std::string(r2.status().message()),
               HasSubstr("tensor a (2) must match the size of tensor b (4) at "

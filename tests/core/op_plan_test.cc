@@ -430,28 +430,34 @@ TEST(WindowPlanTest, PyTorchsMessages) {
   EXPECT_EQ(conv({8, 8}, {6, 3, 5, 5}).message(),
             "Expected 3D (unbatched) or 4D (batched) input to conv2d, but got "
             "input of size: [8, 8]");
+  // torch sizes stride by the weight's rank before it checks the rank.
   EXPECT_EQ(conv({1, 3, 8, 8}, {6, 3, 5}).message(),
+            "expected stride to be a single integer value or a list of 1 "
+            "values to match the convolution dimensions, but got stride=[1, "
+            "1]");
+  EXPECT_EQ(conv({1, 3, 8, 8}, {6, 3}).message(),
             "Expected 4-dimensional weight for 4-dimensional input [1, 3, 8, "
-            "8], but got 3-dimensional weight of size [6, 3, 5] instead");
+            "8], but got 2-dimensional weight of size [6, 3] instead");
+  // (torch prints the weight's size in double brackets here.)
   EXPECT_EQ(conv({1, 6, 8, 8}, {5, 3, 3, 3}, W({}, {}, {}, {}, 2)).message(),
             "Given groups=2, expected weight to be divisible by 2 at dimension "
-            "0, but got weight of size [5, 3, 3, 3] instead");
+            "0, but got weight of size [[5, 3, 3, 3]] instead");
   EXPECT_EQ(conv({1, 6, 8, 8}, {0, 3, 3, 3}).message(),
             "Given groups=1, expected weight to be at least 1 at dimension 0, "
-            "but got weight of size [0, 3, 3, 3] instead");
+            "but got weight of size [[0, 3, 3, 3]] instead");
   EXPECT_EQ(conv({1, 3, 8, 8}, {6, 3, 5, 5}, W({}, {1, 2, 3})).message(),
             "expected stride to be a single integer value or a list of 2 "
             "values to match the convolution dimensions, but got stride=[1, "
             "2, 3]");
   EXPECT_EQ(conv({1, 3, 8, 8}, {6, 3, 5, 5}, W({}), DType::kFloat64).message(),
-            "Input type (float32) and weight type (float64) should be the same");
+            "expected scalar type Float but found Double");
   const Shape i8 = S({1, 3, 8, 8});
   const absl::Status ints =
       PlanConv2d(OperandDesc{DType::kInt64, i8}, OperandDesc{DType::kInt64, i8},
                  nullptr, W({}), kAnyDevice)
           .status();
   EXPECT_EQ(ints.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(ints.message(), "\"conv2d\" not implemented for 'int64' on cpu");
+  EXPECT_EQ(ints.message(), "\"conv2d\" not implemented for 'Long'");
   // The unbatched result drops the batch dim.
   const Shape x3 = S({3, 6, 6}), w = S({5, 3, 3, 3});
   auto plan = PlanConv2d(OperandDesc{DType::kFloat32, x3},
@@ -476,7 +482,11 @@ TEST(WindowPlanTest, PyTorchsMessages) {
             "dilationW: 0");
   EXPECT_EQ(pool(PoolKind::kMax, {1, 3, 8, 8}, W({})).message(),
             "max_pool2d needs a kernel_size");
+  // The stride (the kernel's when omitted) first, as torch's
+  // pooling_output_shape, then the kernel.
   EXPECT_EQ(pool(PoolKind::kAvg, {1, 3, 8, 8}, W({0, 2})).message(),
+            "stride should not be zero");
+  EXPECT_EQ(pool(PoolKind::kAvg, {1, 3, 8, 8}, W({0, 2}, {1, 1})).message(),
             "kernel size should be greater than zero, but got kH: 0 kW: 2");
 }
 

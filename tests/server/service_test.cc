@@ -259,8 +259,7 @@ TEST_F(ServiceTest, CreateRejectsBadInput) {
       {"size != shape x dtype",
        [](v1::CreateRequest& r) { r.set_data(std::string(23, '\0')); },
        grpc::StatusCode::INVALID_ARGUMENT, "24 bytes"},
-      {"negative dim",
-       [](v1::CreateRequest& r) { r.set_shape(0, -3); },
+      {"negative dim", [](v1::CreateRequest& r) { r.set_shape(0, -3); },
        grpc::StatusCode::INVALID_ARGUMENT, "-3"},
       {"rank 9",
        [](v1::CreateRequest& r) {
@@ -289,23 +288,19 @@ TEST_F(ServiceTest, CreateRejectsBadInput) {
       {"unset dtype",
        [](v1::CreateRequest& r) { r.set_dtype(v1::DTYPE_UNSPECIFIED); },
        grpc::StatusCode::INVALID_ARGUMENT, "dtype is not set"},
-      {"malformed device",
-       [](v1::CreateRequest& r) { r.set_device("gpu:0"); },
+      {"malformed device", [](v1::CreateRequest& r) { r.set_device("gpu:0"); },
        grpc::StatusCode::INVALID_ARGUMENT, "gpu:0"},
-      {"absent device",
-       [](v1::CreateRequest& r) { r.set_device("cuda:3"); },
+      {"absent device", [](v1::CreateRequest& r) { r.set_device("cuda:3"); },
        grpc::StatusCode::NOT_FOUND, "available devices"},
       {"unknown session",
        [](v1::CreateRequest& r) { r.set_session("no-such-session"); },
        grpc::StatusCode::NOT_FOUND, "session"},
-      {"no source",
-       [](v1::CreateRequest& r) { r.clear_data(); },
+      {"no source", [](v1::CreateRequest& r) { r.clear_data(); },
        grpc::StatusCode::INVALID_ARGUMENT, "source"},
       {"rand of int64",
        [](v1::CreateRequest& r) { r.mutable_fill()->set_kind(v1::Fill::RAND); },
-       grpc::StatusCode::FAILED_PRECONDITION, "int64"},
-      {"unset fill kind",
-       [](v1::CreateRequest& r) { r.mutable_fill(); },
+       grpc::StatusCode::FAILED_PRECONDITION, "Long"},
+      {"unset fill kind", [](v1::CreateRequest& r) { r.mutable_fill(); },
        grpc::StatusCode::INVALID_ARGUMENT, "fill kind"},
   };
   for (const Case& c : cases) {
@@ -402,7 +397,8 @@ TEST_F(ServiceTest, MatMulChecksShapes) {
   v1::TensorResponse resp;
   grpc::Status s = stub_->MatMul(&ctx, mm, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(), HasSubstr("[2, 3]"));
+  EXPECT_EQ(s.error_message(),
+            "mat1 and mat2 shapes cannot be multiplied (2x3 and 2x3)");
 
   // (2x3) @ (3x2) of ones = 3s.
   v1::CreateRequest b = a;

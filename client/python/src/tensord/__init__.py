@@ -15,7 +15,8 @@ shapes, dtypes and errors are the server's (its messages are PyTorch's);
 autograd and optimizers run on the server (no gradient math in Python).
 Module-level factories (tensord.tensor, zeros, ...) use the default client,
 the newest connect()'s. Every server error is a TensordError (a
-RuntimeError with .code, a grpc.StatusCode). tensord.cuda is the default
+RuntimeError with .code, a grpc.StatusCode); one torch raises as IndexError,
+ValueError or TypeError is also that class (TensordIndexError, ...). tensord.cuda is the default
 client's client.cuda. tensord.save(state_dict, path, progress=False) and
 tensord.load(path, client=None, device=None, progress=False) write and read
 safetensors files (_safetensors.py). tensord.SharedMemoryRegion is a
@@ -27,8 +28,8 @@ from tensord._client import Client, TensorRecord, connect, default_client
 from tensord._device import device
 from tensord._dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int32,
                              int64)
-from tensord._errors import TensordError
-from tensord._functional import cat, clamp, concat, matmul, stack, where
+from tensord._errors import TensordError, TensordIndexError, TensordTypeError, TensordValueError
+from tensord._functional import cat, clamp, concat, matmul, maximum, minimum, stack, where
 from tensord._grad_mode import enable_grad, is_grad_enabled, no_grad
 from tensord._safetensors import load, save
 from tensord._shm import Region as SharedMemoryRegion

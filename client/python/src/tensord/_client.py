@@ -309,6 +309,10 @@ class Client:
 
     def _finish(self, info, requires_grad):
         t = Tensor._adopt(self, info)
+        if requires_grad and not t.is_floating_point():
+            # A factory's words in torch (requires_grad_() has its own).
+            raise RuntimeError(
+                "Only Tensors of floating point and complex dtype can require gradients")
         return t.requires_grad_() if requires_grad else t
 
     def _from_array(self, array, dtype, device, requires_grad=False, progress=False):

@@ -1,11 +1,16 @@
 """The one place where a failed gRPC call becomes a Python exception.
 
-Contract: every error the server reports reaches the caller as
-TensordError, a RuntimeError (PyTorch raises RuntimeError for the same
-situations: devices that differ, shapes that do not broadcast, autograd
-misuse), whose str() is exactly the server's message (so the same-device
-error reads as PyTorch's) and which carries `.code` (a grpc.StatusCode) and
-`.details` (the message). A command of the pipelined stream that failed
+Contract: every error the server reports reaches the caller as a
+TensordError, a RuntimeError whose str() is exactly the server's message
+(PyTorch's words) and which carries `.code` (a grpc.StatusCode) and
+`.details` (the message). Where torch raises another class for the same
+error — IndexError for a dimension or index out of range, ValueError or
+TypeError for some arguments — the server says so (proto ErrorKind: the
+`tensord-error-kind` trailer of a unary call, CommandReply.error_kind on the
+stream) and the error is also an instance of that class
+(TensordIndexError, TensordValueError, TensordTypeError), so `except
+IndexError` catches what it catches with torch. The class is chosen from
+what the server sent, never from the message. A command of the pipelined stream that failed
 (_dispatch.py) is raised at the next sync point with the same str() and
 code, and also `.command`, naming it ("command 12 (run binary, result
 9223...)"), which its traceback shows as a note ("command 12 (...) failed:
@@ -31,10 +36,40 @@ class TensordError(RuntimeError):
                 self.__notes__ = [note]
 
 
+class TensordIndexError(TensordError, IndexError):
+    """An error torch raises as IndexError (a dimension or index out of range)."""
+
+
+class TensordValueError(TensordError, ValueError):
+    """An error torch raises as ValueError."""
+
+
+class TensordTypeError(TensordError, TypeError):
+    """An error torch raises as TypeError."""
+
+
+# By the wire's ErrorKind number and by the name the trailer carries.
+_CLASSES = {1: TensordIndexError, 2: TensordValueError, 3: TensordTypeError,
+            "IndexError": TensordIndexError, "ValueError": TensordValueError,
+            "TypeError": TensordTypeError}
+ERROR_KIND_METADATA = "tensord-error-kind"
+
+
+def make_error(code, details, kind=0, command=None):
+    """The TensordError (of torch's class for `kind`: the wire's ErrorKind
+    number or its name, e.g. "IndexError") for a failure the server reported."""
+    return _CLASSES.get(kind, TensordError)(code, details, command)
+
+
 def from_rpc_error(error):
     """The TensordError for a grpc.RpcError raised by a call."""
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     details = error.details() if hasattr(error, "details") else str(error)
     if code == grpc.StatusCode.UNAVAILABLE and not details:
         details = "the tensord server is unreachable"
-    return TensordError(code, details or code.name)
+    kind = 0
+    trailers = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    for key, value in trailers or ():
+        if key == ERROR_KIND_METADATA:
+            kind = value
+    return make_error(code, details or code.name, kind)

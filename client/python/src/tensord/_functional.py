@@ -31,6 +31,8 @@ def _pair(value):
 
 def cat(tensors, dim=0):
     tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
     first = _first_tensor(*tensors)
     return first._run(cat=pb.CatArgs(xs=[first._same_client(t) for t in tensors], dim=dim))
 
@@ -40,7 +42,22 @@ concat = cat
 
 def stack(tensors, dim=0):
     tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    for i, t in enumerate(tensors[1:], 1):
+        if t.shape != tensors[0].shape:
+            raise RuntimeError(
+                f"stack expects each tensor to be equal size, but got {list(tensors[0].shape)} "
+                f"at entry 0 and {list(t.shape)} at entry {i}")
     return cat([t.unsqueeze(dim) for t in tensors], dim)
+
+
+def maximum(input, other):
+    return input.maximum(other)
+
+
+def minimum(input, other):
+    return input.minimum(other)
 
 
 def where(condition, input, other):

@@ -44,7 +44,7 @@ import time
 
 import grpc
 
-from tensord._errors import TensordError, from_rpc_error
+from tensord._errors import TensordError, from_rpc_error, make_error
 from tensord.v1 import tensord_pb2 as pb
 
 MAX_COMMANDS_PER_MESSAGE = 1024  # Limits.max_stream_commands
@@ -338,9 +338,10 @@ class CommandStream:
                    and reply.message.startswith("not run: command "))
         if kind not in _NOT_STOPPING and not refusal and self._failure is None:
             name = describe(command) if command is not None else f"command {reply.seq}"
-            self._failure = (reply.seq, TensordError(code, reply.message, command=name))
-        error = self._failure[1] if self._failure is not None else TensordError(
-            code, reply.message)
+            self._failure = (reply.seq, make_error(code, reply.message, reply.error_kind,
+                                                   command=name))
+        error = self._failure[1] if self._failure is not None else make_error(
+            code, reply.message, reply.error_kind)
         if command is not None and command.result:
             self._dead[command.result] = error
         if pending is not None:

@@ -30,12 +30,13 @@ import collections
 import math
 import numbers
 
+import grpc
 import numpy as np
 
 from tensord import _dtypes
 from tensord._device import device as Device
 from tensord._device import name_of
-from tensord._errors import TensordError
+from tensord._errors import TensordError, make_error
 from tensord._repr import format_tensor
 from tensord.v1 import tensord_pb2 as pb
 
@@ -391,8 +392,17 @@ class Tensor:
     def argmax(self, dim=None, keepdim=False):
         return self._reduce(pb.ARGMAX, dim, keepdim)
 
-    def argmin(self, dim=None, keepdim=False):
-        # No ARGMIN op: the first index where x equals its minimum.
+    def argmin(self, dim=None, keepdim=False, _caller="argmin"):
+        # No ARGMIN op: the first index where x equals its minimum. An empty
+        # reduction is the caller's error (argmin's, or min(dim)'s), as torch
+        # words it, not that of the MIN it sends.
+        if dim is None and self.numel() == 0:
+            raise make_error(grpc.StatusCode.INVALID_ARGUMENT, f"{_caller}(): Expected reduction "
+                             "dim to be specified for input.numel() == 0.", "IndexError")
+        if dim is not None and -max(self.dim(), 1) <= dim < max(self.dim(), 1) \
+                and self.dim() > 0 and self.shape[dim] == 0:
+            raise make_error(grpc.StatusCode.INVALID_ARGUMENT, f"{_caller}(): Expected reduction "
+                             f"dim {dim % self.dim()} to have non-zero size.", "IndexError")
         lowest = self._reduce(pb.MIN, dim, keepdim=dim is not None)
         index = (self == lowest).to(_dtypes.int32)._reduce(pb.ARGMAX, dim, keepdim)
         return index
@@ -411,7 +421,8 @@ class Tensor:
             return self.minimum(dim)
         if dim is None:
             return self._reduce(pb.MIN)
-        return ValuesIndices(self._reduce(pb.MIN, dim, keepdim), self.argmin(dim, keepdim))
+        return ValuesIndices(self._reduce(pb.MIN, dim, keepdim),
+                             self.argmin(dim, keepdim, _caller="min"))
 
     # --- shapes ------------------------------------------------------------
 
@@ -765,8 +776,7 @@ class Tensor:
     def item(self):
         data = self._read_ahead()  # loss.item(): one round trip, not two
         if self.numel() != 1:
-            raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be "
-                               "converted to Scalar")
+            raise ValueError("only one element tensors can be converted to Python scalars")
         return self._python_values(data)[0]
 
     def __bool__(self):
