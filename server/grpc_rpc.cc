@@ -66,12 +66,7 @@ RpcScope::~RpcScope() { service_->in_flight_.fetch_sub(1); }
 
 grpc::Status RpcScope::Finish(const absl::Status& status) {
   grpc::Status mapped = FinishRpc(method_, request_id_, status);
-  if (const core::Refusal why = core::RefusalOf(status);
-      why != core::Refusal::kNone) {
-    service_->metrics_->RecordRefusal(why);
-    service_->refusal_log_.Record(why, peer_, session_prefix_, method_,
-                                  core::FromAbsl(status.message()));
-  }
+  service_->refusal_log_.Note(status, peer_, session_prefix_, method_);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
           .count();
