@@ -118,7 +118,7 @@ absl::StatusOr<std::shared_ptr<Buffer>> Admitter::Allocate(
   }
   const uint64_t bytes = admission.bytes_;
   absl::StatusOr<std::unique_ptr<Buffer>> buffer =
-      slot->device->Allocate(static_cast<size_t>(bytes));
+      slot->device->Allocate(AllocationGrant(static_cast<size_t>(bytes)));
   if (!buffer.ok()) {
     slot->allocation_failures.fetch_add(1);
     // `admission` gives its bytes back. The device itself is out of memory:

@@ -274,6 +274,35 @@ struct KernelCall {
 // check each device's Launch makes before trusting a call.
 absl::Status CheckKernelCall(const KernelCall& call, std::string_view device);
 
+class Admitter;          // core/admission.h
+class DeviceTestAccess;  // tests/core/device_test_access.h
+
+// Leave to allocate `bytes` of device memory: what Device::Allocate takes.
+// Only the Admitter makes one (core/admission.h), after admitting the bytes
+// against the session's quotas and the device's budget, so no code can take
+// device memory without admission: a grant cannot be made anywhere else.
+// DeviceTestAccess is the one other maker, defined only under tests/, for
+// the tests of devices themselves (a device's own allocation, its
+// out-of-memory error), which run no Runtime and so have nothing to admit
+// against. Move-only; a device's Allocate consumes it, and a device that
+// wraps another (a test's FaultyDevice) passes it on.
+class AllocationGrant {
+ public:
+  AllocationGrant(AllocationGrant&&) = default;
+  AllocationGrant& operator=(AllocationGrant&&) = default;
+  AllocationGrant(const AllocationGrant&) = delete;
+  AllocationGrant& operator=(const AllocationGrant&) = delete;
+
+  size_t bytes() const { return bytes_; }
+
+ private:
+  friend class Admitter;
+  friend class DeviceTestAccess;
+  explicit AllocationGrant(size_t bytes) : bytes_(bytes) {}
+
+  size_t bytes_;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -292,9 +321,11 @@ class Device {
     return capabilities().Check(op, dtype, name());
   }
 
-  // Allocates `bytes` (0 allowed) of device memory. RESOURCE_EXHAUSTED when
-  // the device itself is out of memory. Budgets are the Runtime's business.
-  virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) = 0;
+  // Allocates grant.bytes() (0 allowed) of device memory. RESOURCE_EXHAUSTED
+  // when the device itself is out of memory. Budgets are the Runtime's
+  // business: the grant says they were checked (AllocationGrant).
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(
+      AllocationGrant grant) = 0;
 
   // Host -> device: writes `bytes` from `src` at `offset` into `dst`.
   virtual absl::Status CopyFromHost(const void* src, Buffer& dst, size_t offset,

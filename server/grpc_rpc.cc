@@ -7,9 +7,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
-#include "core/absl_compat.h"
 #include "core/error_kind.h"
-#include "core/refusal.h"
 #include "proto/wire/parse_error.h"
 #include "server/grpc_service.h"
 #include "server/grpc_status.h"
@@ -69,12 +67,7 @@ RpcScope::~RpcScope() { service_->in_flight_.fetch_sub(1); }
 
 grpc::Status RpcScope::Finish(const absl::Status& status) {
   grpc::Status mapped = FinishRpc(method_, request_id_, status);
-  if (const core::Refusal why = core::RefusalOf(status);
-      why != core::Refusal::kNone) {
-    service_->metrics_->RecordRefusal(why);
-    service_->refusal_log_.Record(why, peer_, session_prefix_, method_,
-                                  core::FromAbsl(status.message()));
-  }
+  service_->refusal_log_.Note(status, peer_, session_prefix_, method_);
   if (const core::ErrorKind kind = core::ErrorKindOf(status);
       kind != core::ErrorKind::kRuntimeError) {
     ctx_->AddTrailingMetadata(kErrorKindMetadataKey,

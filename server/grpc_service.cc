@@ -55,6 +55,7 @@ TensorServiceImpl::TensorServiceImpl(core::Runtime* runtime, Metrics* metrics,
                                      const TokenAuthenticator* auth)
     : runtime_(runtime),
       metrics_(metrics),
+      refusal_log_(metrics),
       auth_(auth),
       instance_id_(NewInstanceId()) {}
 
@@ -525,6 +526,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
             "device, dtype, shape)");
       }
       const v1::UploadRequest::Header& h = fields.header();
+      scope_.set_session(h.session());  // named in a refusal's log line
       if (!request_id_.empty()) {
         ASSIGN_OR_RETURN(
             std::optional<std::string> remembered,
@@ -758,6 +760,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       : scope_(service, ctx, "Fetch") {
     v1::FetchRequest req;
     absl::Status status = ParseRequest(raw, &req);
+    scope_.set_session(req.session());  // named in a refusal's log line
     if (status.ok()) status = Open(service, ctx, req);
     if (!status.ok()) {
       Finish(scope_.Finish(status));

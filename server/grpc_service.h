@@ -127,6 +127,9 @@ class TensorServiceImpl final : public TensorServiceBase {
   }
   // RPCs that have started and not yet finished.
   int64_t in_flight() const { return in_flight_.load(); }
+  // Where refusals are counted and logged (server/refusal_log.h); the
+  // node service's PullChunk notes its own there too.
+  RefusalLog* refusal_log() { return &refusal_log_; }
   // This server instance's id (16 hex digits), sent on every reply.
   const std::string& instance_id() const { return instance_id_; }
   // Create's inline `data` larger than this is INVALID_ARGUMENT (use

@@ -158,6 +158,7 @@ class StreamReactor final
             "the first Stream message must carry `open` naming the session");
       }
       session_ = request.open().session();
+      scope_.set_session(session_);
       ASSIGN_OR_RETURN(log_, service_->stream_logs_.For(
                                  *service_->runtime_, session_,
                                  request.open().stream()));
@@ -204,6 +205,7 @@ class StreamReactor final
     const std::string method = "Stream/" + CommandName(cmd);
     const grpc::Status mapped =
         FinishRpc(method, scope_.request_id(), status);
+    service_->refusal_log_.Note(status, ctx_->peer(), session_, method);
     reply.Clear();
     reply.set_seq(cmd.seq());
     reply.set_code(mapped.error_code());

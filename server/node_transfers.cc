@@ -532,6 +532,9 @@ grpc::ServerUnaryReactor* NodeServiceImpl::PullChunk(
   if (status.ok())
     status = transfers_->Pull(ctx->client_metadata(), req, &resp);
   if (status.ok()) status = SerializeReply(resp, raw_resp);
+  if (refusals_ != nullptr) {
+    refusals_->Note(status, ctx->peer(), /*session=*/"", "PullChunk");
+  }
   reactor->Finish(FinishRpc("PullChunk", 0, status));
   return reactor;
 }

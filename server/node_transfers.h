@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/runtime.h"
+#include "server/refusal_log.h"
 #include "tensord/v1/tensord.grpc.pb.h"
 
 namespace tensord::server {
@@ -178,13 +179,17 @@ class NodeServiceImpl final
     : public v1::NodeService::WithRawCallbackMethod_PullChunk<
           v1::NodeService::Service> {
  public:
-  explicit NodeServiceImpl(NodeTransfers* transfers) : transfers_(transfers) {}
+  // `transfers` and `refusals` (where a refused pull is counted and
+  // logged; nullptr: nowhere) are borrowed and outlive the service.
+  NodeServiceImpl(NodeTransfers* transfers, RefusalLog* refusals)
+      : transfers_(transfers), refusals_(refusals) {}
   grpc::ServerUnaryReactor* PullChunk(grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* raw_req,
                                       grpc::ByteBuffer* raw_resp) override;
 
  private:
   NodeTransfers* const transfers_;
+  RefusalLog* const refusals_;
 };
 
 }  // namespace tensord::server

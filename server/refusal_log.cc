@@ -2,10 +2,22 @@
 
 #include <string>
 
+#include "core/absl_compat.h"
 #include "core/op_checks.h"
 #include "spdlog/spdlog.h"
 
 namespace tensord::server {
+
+bool RefusalLog::Note(const absl::Status& status, std::string_view peer,
+                      std::string_view session, std::string_view method) {
+  const core::Refusal why = core::RefusalOf(status);
+  if (why == core::Refusal::kNone) return false;
+  if (metrics_ != nullptr) metrics_->RecordRefusal(why);
+  // A session id is a credential: only its first 8 characters are logged.
+  Record(why, peer, session.substr(0, 8), method,
+         core::FromAbsl(status.message()));
+  return true;
+}
 
 bool RefusalLog::Record(core::Refusal why, std::string_view peer,
                         std::string_view session, std::string_view method,

@@ -129,8 +129,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     transfers.peer_address_pattern = options.peer_address_pattern;
     ASSIGN_OR_RETURN(server->transfers_,
                      NodeTransfers::Create(server->runtime_.get(), transfers));
-    server->node_service_ =
-        std::make_unique<NodeServiceImpl>(server->transfers_.get());
+    server->node_service_ = std::make_unique<NodeServiceImpl>(
+        server->transfers_.get(), server->service_->refusal_log());
     server->service_->set_node_transfers(server->transfers_.get());
   }
   server->service_->set_max_inline_bytes(options.max_inline_bytes);

@@ -141,7 +141,9 @@ class CpuDevice final : public Device {
 
   const Capabilities& capabilities() const override { return capabilities_; }
 
-  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(
+      AllocationGrant grant) override {
+    const size_t bytes = grant.bytes();
     std::unique_ptr<Buffer> buffer = HostBuffer::Create(bytes, &pool_);
     if (buffer == nullptr) {
       return absl::ResourceExhaustedError(

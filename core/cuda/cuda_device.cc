@@ -239,7 +239,9 @@ class CudaDevice final : public Device {
 
   const Capabilities& capabilities() const override { return capabilities_; }
 
-  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(
+      AllocationGrant grant) override {
+    const size_t bytes = grant.bytes();
     if (bytes > total_memory_) {  // cannot fit, whatever the driver says
       return absl::ResourceExhaustedError(
           OutOfMemoryMessage(name_, bytes, MemoryFigures()));

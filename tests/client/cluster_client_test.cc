@@ -60,8 +60,10 @@ class ClusterTest : public ::testing::Test {
     servers_.clear();
     std::filesystem::remove_all(dir_);
   }
-  std::unique_ptr<server::Server> Start(int i) const {
+  std::unique_ptr<server::Server> Start(int i,
+                                        uint64_t session_max_bytes = 0) const {
     server::ServerOptions options;
+    options.runtime.session_max_bytes = session_max_bytes;
     options.listen =
         "unix:" + (dir_ / ("tensord-" + std::to_string(i) + ".sock")).string();
     options.runtime.host_devices = 2;
@@ -306,6 +308,34 @@ TEST_F(ClusterTest, GrantsCannotBeMisused) {
   v1::GrantTransferResponse unused;
   EXPECT_EQ(stub0->GrantTransfer(&ctx, self, &unused).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// Issue 30: an import from another node is admitted against the
+// destination session's quota before it takes memory: a tensor that fills
+// it exactly moves, one element more is refused naming the quota, and the
+// destination holds what it held.
+TEST_F(ClusterTest, AnImportIsAdmittedAtTheQuotaEdge) {
+  servers_[1].reset();
+  servers_[1] = Start(1, /*session_max_bytes=*/4096);
+  Cluster cluster(Addresses(), Quick());
+  auto fits = cluster.zeros({1024}, DType::kFloat32, "tensord-0/cpu:0");
+  auto over = cluster.zeros({1025}, DType::kFloat32, "tensord-0/cpu:0");
+  Client node1 = cluster.node("tensord-1");
+  const uint64_t held_before = node1.devices()[0].held_memory;
+  {
+    auto moved = fits.to("tensord-1/cpu:0");
+    EXPECT_EQ(node1.tensors().size(), 1u);
+  }
+  node1.synchronize();
+  EXPECT_TRUE(node1.tensors().empty());
+  Error e = ErrorOf([&] { (void)over.to("tensord-1/cpu:0"); });
+  EXPECT_EQ(e.code(), StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(e.what(),
+              HasSubstr("session memory quota exceeded (--session-max-bytes): "
+                        "requested 4100 bytes; the session holds 0 of its "
+                        "limit of 4096 bytes"));
+  EXPECT_TRUE(node1.tensors().empty());
+  EXPECT_EQ(node1.devices()[0].held_memory, held_before);
 }
 
 TEST_F(ClusterTest, AMoveFromADeadNodeLeavesNothingHalfMade) {

@@ -28,6 +28,7 @@
 #include "core/device_registry.h"
 #include "core/half.h"
 #include "core/status.h"
+#include "tests/core/device_test_access.h"
 
 namespace tensord::core {
 namespace {
@@ -274,7 +275,7 @@ DevTensor Empty(Device& device, DType dtype, const Shape& shape) {
   t.device = &device;
   t.dtype = dtype;
   t.shape = shape;
-  auto buffer = device.Allocate(t.nbytes());
+  auto buffer = DeviceTestAccess::Allocate(device, t.nbytes());
   EXPECT_TRUE(buffer.ok()) << buffer.status();
   if (buffer.ok()) t.buffer = std::move(*buffer);
   return t;
@@ -411,16 +412,16 @@ TEST_P(ConformanceTest, SupportsAgreesWithTheReference) {
 }
 
 TEST_P(ConformanceTest, AllocateZeroAndHuge) {
-  auto zero = device_->Allocate(0);
+  auto zero = DeviceTestAccess::Allocate(*device_, 0);
   ASSERT_TRUE(zero.ok()) << zero.status();
   EXPECT_EQ((*zero)->size(), 0u);
   EXPECT_NE((*zero)->data(), nullptr);
-  auto huge = device_->Allocate(size_t{1} << 50);  // 1 PiB
+  auto huge = DeviceTestAccess::Allocate(*device_, size_t{1} << 50);  // 1 PiB
   ASSERT_FALSE(huge.ok());
   EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted)
       << huge.status();
   // The device keeps working after a refused allocation.
-  auto again = device_->Allocate(1024);
+  auto again = DeviceTestAccess::Allocate(*device_, 1024);
   EXPECT_TRUE(again.ok()) << again.status();
 }
 
@@ -431,7 +432,7 @@ TEST_P(ConformanceTest, HostCopiesRoundTripAtOffsetsAndAcrossChunks) {
     std::vector<uint8_t> host(bytes);
     for (size_t i = 0; i < bytes; ++i)
       host[i] = static_cast<uint8_t>(i * 31 + 7);
-    auto buffer = device_->Allocate(bytes + 16);
+    auto buffer = DeviceTestAccess::Allocate(*device_, bytes + 16);
     ASSERT_TRUE(buffer.ok()) << buffer.status();
     ASSERT_TRUE(device_->CopyFromHost(host.data(), **buffer, 16, bytes).ok());
     std::vector<uint8_t> back(bytes);
@@ -445,7 +446,7 @@ TEST_P(ConformanceTest, HostCopiesRoundTripAtOffsetsAndAcrossChunks) {
       EXPECT_TRUE(std::equal(piece.begin(), piece.end(), host.begin() + 40));
     }
   }
-  auto small = device_->Allocate(8);
+  auto small = DeviceTestAccess::Allocate(*device_, 8);
   ASSERT_TRUE(small.ok());
   uint8_t tmp[16] = {};
   EXPECT_EQ(device_->CopyFromHost(tmp, **small, 4, 8).code(),

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/runtime.h"
 
 namespace tensord::core {
@@ -229,6 +230,110 @@ TEST_F(AdmissionTest, DeviceBudgetAtTheEdge) {
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("cpu out of memory"));
   EXPECT_EQ(DeviceHeld(), kBytes);
   EXPECT_TRUE(Zeros(kN).ok());
+}
+
+// --- Backward and the optimizers' steps --------------------------------------
+//
+// Each case is set up under a quota and runs one request; the tests below
+// run it at the quota it needs exactly and one element under.
+
+class StepAdmissionTest : public AdmissionTest {
+ public:
+  absl::Status RunOp(OpSpec op) { return rt_->Run(session_, op).status(); }
+  OpSpec On(Kind kind, std::vector<uint64_t> handles) {
+    OpSpec op;
+    op.kind = kind;
+    for (uint64_t h : handles) op.inputs.push_back(Operand::Handle(h));
+    return op;
+  }
+  // p = a leaf of kN elements; its grad: backward of sum(p), a tensor of
+  // kN ones (the sum itself released).
+  uint64_t LeafWithGrad() {
+    const uint64_t p = Leaf();
+    auto s = rt_->Run(session_, On(Kind::kReduce, {p}));
+    EXPECT_TRUE(s.ok()) << s.status();
+    EXPECT_TRUE(RunOp(On(Kind::kBackward, {s->handle})).ok());
+    EXPECT_TRUE(rt_->Release(session_, s->handle).ok());
+    return p;
+  }
+
+  // Starts under `quota`, sets `which` up and runs its request: the
+  // status, with the session's bytes before and after it.
+  struct Outcome {
+    absl::Status status;
+    uint64_t before = 0, after = 0;
+  };
+  Outcome Try(const std::string& which, uint64_t quota) {
+    Start(quota);
+    Outcome o;
+    OpSpec op;
+    if (which == "backward") {
+      // sum(exp(p)).backward(): ExpBackward0 multiplies the incoming grad
+      // by the exp it saved, and the leaf's grad is made.
+      const uint64_t p = Leaf();
+      OpSpec exp = On(Kind::kUnary, {p});
+      exp.unary = UnaryOp::kExp;
+      const uint64_t y = rt_->Run(session_, exp).value().handle;
+      const uint64_t s =
+          rt_->Run(session_, On(Kind::kReduce, {y})).value().handle;
+      op = On(Kind::kBackward, {s});
+    } else if (which == "sgd") {
+      const uint64_t p = LeafWithGrad();
+      const uint64_t buf = Zeros(kN).value().handle;
+      op = On(Kind::kOptimizerStep, {p, buf});
+      op.optimizer.kind = OptimizerKind::kSgd;
+      op.optimizer.lr = 0.1;
+      op.optimizer.momentum = 0.9;
+      op.optimizer.step = 2;  // buf = 0.9 buf + g: a temporary for g
+    } else {
+      const uint64_t p = LeafWithGrad();
+      const uint64_t m = Zeros(kN).value().handle;
+      const uint64_t v = Zeros(kN).value().handle;
+      op = On(Kind::kOptimizerStep, {p, m, v});
+      op.optimizer.kind = OptimizerKind::kAdam;
+    }
+    o.before = SessionBytes();
+    o.status = RunOp(op);
+    o.after = SessionBytes();
+    return o;
+  }
+};
+
+// Fits at `fit` bytes; at one element less it is refused, for the quota,
+// at a buffer of kN elements, and the session's bytes are where they were.
+void ExpectEdge(StepAdmissionTest& t, const std::string& which, uint64_t fit) {
+  SCOPED_TRACE(which);
+  const StepAdmissionTest::Outcome fits = t.Try(which, fit);
+  EXPECT_TRUE(fits.status.ok()) << fits.status;
+  const StepAdmissionTest::Outcome refused = t.Try(which, fit - kElement);
+  ASSERT_EQ(refused.status.code(), absl::StatusCode::kResourceExhausted)
+      << refused.status;
+  EXPECT_THAT(std::string(refused.status.message()),
+              AllOf(HasSubstr("session memory quota exceeded "
+                              "(--session-max-bytes): requested 4096 bytes"),
+                    HasSubstr(absl::StrCat("of its limit of ", fit - kElement,
+                                           " bytes"))));
+  EXPECT_EQ(refused.after, refused.before);
+}
+
+// sum(exp(p)).backward() with p, exp(p) (kept and saved: one buffer) and
+// the sum held: the seed (4 bytes), SumBackward0's grad of kN elements and
+// ExpBackward0's product, p's grad, are admitted as backward makes them.
+TEST_F(StepAdmissionTest, BackwardGradientsAtTheEdge) {
+  ExpectEdge(*this, "backward", 2 * kBytes + 4 + 4 + 2 * kBytes);
+}
+
+// SGD with momentum (step 2) over p, its grad and the momentum buffer: the
+// step's temporaries (one of kN elements, one scalar) are admitted.
+TEST_F(StepAdmissionTest, SgdMomentumStepAtTheEdge) {
+  ExpectEdge(*this, "sgd", 3 * kBytes + kBytes + 4);
+}
+
+// Adam over p, its grad, exp_avg and exp_avg_sq: six temporaries of kN
+// elements are alive at once (the step's first and second moments' terms,
+// the denominator, the ratio and the update) and one scalar.
+TEST_F(StepAdmissionTest, AdamStepAtTheEdge) {
+  ExpectEdge(*this, "adam", 4 * kBytes + 6 * kBytes + 4);
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <random>
 #include <vector>
 
+#include "tests/core/device_test_access.h"
+
 namespace tensord::core {
 namespace {
 
@@ -40,7 +42,9 @@ class CpuDeviceTest : public ::testing::Test {
 
   HostTensor Empty(DType dtype, std::vector<int64_t> dims) {
     Shape shape = S(dims);
-    auto buffer = device_->Allocate(shape.ByteSize(dtype).value()).value();
+    auto buffer =
+        DeviceTestAccess::Allocate(*device_, shape.ByteSize(dtype).value())
+            .value();
     return HostTensor{std::move(buffer), dtype, shape};
   }
   template <typename T>
@@ -95,7 +99,7 @@ TEST_F(CpuDeviceTest, Identity) {
 
 TEST_F(CpuDeviceTest, AllocationIsAligned) {
   for (size_t bytes : {0, 1, 63, 64, 1000}) {
-    auto b = device_->Allocate(bytes).value();
+    auto b = DeviceTestAccess::Allocate(*device_, bytes).value();
     EXPECT_EQ(b->size(), bytes);
     EXPECT_NE(b->data(), nullptr);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data()) % 64, 0u);
@@ -111,7 +115,7 @@ TEST_F(CpuDeviceTest, CopiesAndRangeChecks) {
   EXPECT_EQ(device_->CopyToHost(*t.buffer, 12, two, 8).code(),
             absl::StatusCode::kOutOfRange);
   auto other = CreateCpuDevice({.name = "cpu:1", .index = 1});
-  auto dst = other->Allocate(16).value();
+  auto dst = DeviceTestAccess::Allocate(*other, 16).value();
   ASSERT_TRUE(other->CopyFromDevice(*device_, *t.buffer, *dst, 16).ok());
   EXPECT_EQ(std::memcmp(dst->data(), t.buffer->data(), 16), 0);
 }

@@ -35,6 +35,7 @@
 #include "core/runtime.h"
 #include "core/shared_memory.h"
 #include "core/status.h"
+#include "tests/core/device_test_access.h"
 #include "tests/core/faulty_device.h"
 
 namespace tensord::core {
@@ -288,8 +289,8 @@ TEST(FaultyDeviceTest, ForwardsEveryCallAndCountsIt) {
   EXPECT_EQ(p.total_memory, uint64_t{1} << 30);
   EXPECT_EQ(p.free_memory, p.total_memory);
   {
-    auto a = device->Allocate(16);
-    auto b = device->Allocate(16);
+    auto a = DeviceTestAccess::Allocate(*device, 16);
+    auto b = DeviceTestAccess::Allocate(*device, 16);
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_EQ(device->live_buffers(), 2u);
     EXPECT_EQ(device->live_bytes(), 32u);
@@ -320,7 +321,7 @@ TEST(FaultyDeviceTest, ForwardsEveryCallAndCountsIt) {
 
 TEST(FaultyDeviceTest, FailsTheNthCallOnce) {
   auto device = FaultyDevice::OverCpu();
-  auto buffer = device->Allocate(4);
+  auto buffer = DeviceTestAccess::Allocate(*device, 4);
   ASSERT_TRUE(buffer.ok());
   float x = 0;
   ASSERT_TRUE(device->CopyToHost(**buffer, 0, &x, 4).ok());  // call #1
@@ -343,10 +344,10 @@ TEST(FaultyDeviceTest, StickyFaultFailsEveryCallUntilDisarmed) {
   fault.nth = 2;
   fault.sticky = true;
   device->Arm(FaultSite::kAllocate, fault);
-  auto first = device->Allocate(8);
+  auto first = DeviceTestAccess::Allocate(*device, 8);
   EXPECT_TRUE(first.ok());
   for (int i = 2; i <= 4; ++i) {
-    auto failed = device->Allocate(8);
+    auto failed = DeviceTestAccess::Allocate(*device, 8);
     ASSERT_FALSE(failed.ok());
     EXPECT_EQ(failed.status().code(), absl::StatusCode::kResourceExhausted);
     EXPECT_EQ(Str(failed.status().message()),
@@ -356,14 +357,14 @@ TEST(FaultyDeviceTest, StickyFaultFailsEveryCallUntilDisarmed) {
   }
   EXPECT_EQ(device->live_buffers(), 1u);
   device->Disarm(FaultSite::kAllocate);
-  EXPECT_TRUE(device->Allocate(8).ok());
+  EXPECT_TRUE(DeviceTestAccess::Allocate(*device, 8).ok());
   EXPECT_EQ(device->injected(FaultSite::kAllocate), 3u);
 }
 
 TEST(FaultyDeviceTest, KernelsCountUnderTheirOwnSiteAndAnyKernel) {
   auto device = FaultyDevice::OverCpu();
-  auto a = device->Allocate(16);
-  auto b = device->Allocate(16);
+  auto a = DeviceTestAccess::Allocate(*device, 16);
+  auto b = DeviceTestAccess::Allocate(*device, 16);
   ASSERT_TRUE(a.ok() && b.ok());
   const int64_t dims[] = {4};
   const Shape shape = *Shape::Make(dims);
@@ -390,7 +391,7 @@ TEST(FaultyDeviceTest, KernelsCountUnderTheirOwnSiteAndAnyKernel) {
 
 TEST(FaultyDeviceTest, AfterForwardingDoesTheWorkThenFails) {
   auto device = FaultyDevice::OverCpu();
-  auto buffer = device->Allocate(4);
+  auto buffer = DeviceTestAccess::Allocate(*device, 4);
   ASSERT_TRUE(buffer.ok());
   Fault late;
   late.after_forwarding = true;
@@ -406,7 +407,7 @@ TEST(FaultyDeviceTest, AfterForwardingDoesTheWorkThenFails) {
   // A late allocation failure frees what it allocated.
   late.code = absl::StatusCode::kOk;  // the site's default
   device->Arm(FaultSite::kAllocate, late);
-  auto failed_allocation = device->Allocate(1024);
+  auto failed_allocation = DeviceTestAccess::Allocate(*device, 1024);
   EXPECT_EQ(failed_allocation.status().code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(device->live_buffers(), 1u);
@@ -437,7 +438,8 @@ TEST(FaultyDeviceTest, ConcurrentCallsFailExactlyOnce) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < kCalls; ++i) {
-        if (!device->Allocate(64).ok()) failures.fetch_add(1);
+        if (!DeviceTestAccess::Allocate(*device, 64).ok())
+          failures.fetch_add(1);
       }
     });
   }

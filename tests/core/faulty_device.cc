@@ -247,10 +247,13 @@ const Capabilities& FaultyDevice::capabilities() const {
   return inner_->capabilities();
 }
 
-absl::StatusOr<std::unique_ptr<Buffer>> FaultyDevice::Allocate(size_t bytes) {
-  Verdict verdict = Enter(FaultSite::kAllocate, absl::StrCat(bytes, " bytes"));
+absl::StatusOr<std::unique_ptr<Buffer>> FaultyDevice::Allocate(
+    AllocationGrant grant) {
+  Verdict verdict =
+      Enter(FaultSite::kAllocate, absl::StrCat(grant.bytes(), " bytes"));
   if (verdict.fail && !verdict.after_forwarding) return verdict.status;
-  ASSIGN_OR_RETURN(std::unique_ptr<Buffer> buffer, inner_->Allocate(bytes));
+  ASSIGN_OR_RETURN(std::unique_ptr<Buffer> buffer,
+                   inner_->Allocate(std::move(grant)));
   if (verdict.fail) return verdict.status;  // `buffer` is freed
   return std::make_unique<CountedBuffer>(std::move(buffer), live_);
 }

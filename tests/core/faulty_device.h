@@ -163,7 +163,8 @@ class FaultyDevice final : public Device {
   int index() const override { return options_.index; }
   DeviceProperties Properties() const override;
   const Capabilities& capabilities() const override;
-  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override;
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(
+      AllocationGrant grant) override;
   absl::Status CopyFromHost(const void* src, Buffer& dst, size_t offset,
                             size_t bytes) override;
   absl::Status CopyToHost(const Buffer& src, size_t offset, void* dst,

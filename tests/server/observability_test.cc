@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +17,8 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/refusal_log.h"
 #include "server/server.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "tensord/v1/tensord.grpc.pb.h"
 
 namespace tensord::server {
@@ -245,6 +248,68 @@ TEST(RefusalMetricsTest, EveryRefusalIsCountedByReason) {
                                    "budget\"} 1\n"));
   std::remove(tokens.c_str());
   rmdir(dir);
+}
+
+// A command of the bidi Stream refused for a quota is counted and logged as
+// a unary RPC's refusal is: the same reason, the peer, the session's first
+// 8 characters and the command ("rpc=Stream/create").
+TEST(RefusalMetricsTest, StreamCommandRefusalIsCountedAndLogged) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.metrics_listen = "127.0.0.1:0";
+  options.runtime.host_memory_budget = 1 << 20;
+  options.runtime.session_max_bytes = 4096;
+  auto server = Server::Start(std::move(options));
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::TensorService::NewStub(grpc::CreateChannel(
+      (*server)->address(), grpc::InsecureChannelCredentials()));
+  std::string session;
+  {
+    grpc::ClientContext ctx;
+    v1::OpenSessionResponse opened;
+    ASSERT_TRUE(stub->OpenSession(&ctx, {}, &opened).ok());
+    session = opened.session();
+  }
+  std::ostringstream log;
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  std::vector<v1::CommandReply> replies;
+  {
+    grpc::ClientContext ctx;
+    auto rw = stub->Stream(&ctx);
+    v1::StreamRequest req;
+    req.mutable_open()->set_session(session);
+    v1::Command* cmd = req.add_commands();
+    cmd->set_seq(1);
+    v1::CreateRequest* c = cmd->mutable_create();
+    c->set_dtype(v1::FLOAT32);
+    c->add_shape(1025);  // 4100 bytes: over the 4096-byte quota
+    c->mutable_fill()->set_kind(v1::Fill::ZEROS);
+    ASSERT_TRUE(rw->Write(req));
+    rw->WritesDone();
+    v1::StreamResponse resp;
+    while (rw->Read(&resp)) {
+      for (const auto& r : resp.replies()) replies.push_back(r);
+    }
+    (void)rw->Finish();
+  }
+  spdlog::set_default_logger(previous);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(replies[0].message(),
+              HasSubstr("quota exceeded (--session-max-bytes)"));
+  httplib::Client http("127.0.0.1", (*server)->metrics_port());
+  auto res = http.Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_THAT(res->body, HasSubstr("tensord_refusals_total{reason=\"session_"
+                                   "quota\"} 1\n"));
+  EXPECT_THAT(log.str(),
+              HasSubstr("refused (session_quota): peer=ipv4:127.0.0.1:"));
+  EXPECT_THAT(log.str(), HasSubstr("session=" + session.substr(0, 8) +
+                                   " rpc=Stream/create: "));
+  EXPECT_EQ(log.str().find(session), std::string::npos)
+      << "the whole session id is a credential";
 }
 
 TEST(RefusalLogTest, AtMostFiveLinesPerReasonPerSecond) {

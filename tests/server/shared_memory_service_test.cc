@@ -282,6 +282,36 @@ TEST_F(SharedMemoryServiceTest, UploadsAreAdmittedLikeEveryCreate) {
   EXPECT_THAT(s.error_message(), HasSubstr("out of memory"));
 }
 
+// Issue 30: a tensor made from shared memory is admitted against the
+// session's quota before it is allocated: one that fills the quota exactly
+// is made, one element more is refused naming the quota, and the session
+// holds what it held.
+TEST_F(SharedMemoryServiceTest, UploadsAreAdmittedAtTheQuotaEdge) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.runtime.host_memory_budget = kBudget;
+  options.runtime.session_max_bytes = 4096;
+  server_.reset();
+  auto server = Server::Start(std::move(options));
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = std::move(*server);
+  stub_ = v1::TensorService::NewStub(grpc::CreateChannel(
+      server_->address(), grpc::InsecureChannelCredentials()));
+  session_ = OpenSession();
+  ShmObject shm(4096 + 4);
+  const uint64_t region = Register(shm);
+  v1::TensorInfo made;
+  ASSERT_TRUE(Upload(region, 0, v1::FLOAT32, {1024}, &made, "", "cpu").ok());
+  EXPECT_EQ(Stats().held_bytes(), 4096u);
+  grpc::Status s = Upload(region, 0, v1::FLOAT32, {1}, nullptr, "", "cpu");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("session memory quota exceeded (--session-max-bytes): "
+                        "requested 4 bytes; the session holds 4096 of its "
+                        "limit of 4096 bytes"));
+  EXPECT_EQ(Stats().held_bytes(), 4096u);
+}
+
 TEST_F(SharedMemoryServiceTest, RetriedUploadWithSameRequestIdIsDoneOnce) {
   ShmObject shm(4096);
   const uint64_t region = Register(shm);

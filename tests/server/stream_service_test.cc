@@ -183,6 +183,35 @@ TEST_F(StreamServiceTest, CommandsRunInOrderUnderTheClientsHandles) {
   EXPECT_TRUE(Close(*c).ok());
 }
 
+// Issue 30: a stream command is admitted as its unary RPC is: a tensor
+// that fills the quota exactly is made, one element more is refused naming
+// the quota, and the session's bytes stay where they were.
+TEST_F(StreamServiceTest, ACommandIsAdmittedAtTheQuotaEdge) {
+  ServerOptions options;
+  options.runtime.session_max_bytes = 4096;
+  Start(std::move(options));
+  auto held = [&] {
+    grpc::ClientContext ctx;
+    v1::GetStatsResponse stats;
+    EXPECT_TRUE(stub_->GetStats(&ctx, {}, &stats).ok());
+    return stats.held_bytes();
+  };
+  auto c = Connect();
+  auto fits = Send(*c, {Zeros(1, kMine, 1024)}, /*open=*/true);
+  ASSERT_EQ(fits.size(), 1u);
+  EXPECT_EQ(fits[0].code(), 0) << fits[0].message();
+  EXPECT_EQ(held(), 4096u);
+  auto over = Send(*c, {Zeros(2, kMine + 1, 1)});
+  ASSERT_EQ(over.size(), 1u);
+  EXPECT_EQ(over[0].code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(over[0].message(),
+              HasSubstr("session memory quota exceeded (--session-max-bytes): "
+                        "requested 4 bytes; the session holds 4096 of its "
+                        "limit of 4096 bytes"));
+  EXPECT_EQ(held(), 4096u);
+  Close(*c);
+}
+
 TEST_F(StreamServiceTest, AFailureStopsTheStreamUntilCleared) {
   auto c = Connect();
   // 3 is 128 MiB, past the 64 MiB budget: only the server can know. The
