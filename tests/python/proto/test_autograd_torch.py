@@ -11,7 +11,6 @@ python3-torch (test-only; deploy/install-deps.sh).
       tests/python/proto/test_autograd_torch.py
 """
 import os
-import unittest
 
 import grpc
 import numpy as np
@@ -19,7 +18,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from daemon import Daemon  # tests/python/daemon.py
 import tensord_stubs  # beside this file
 
 TENSORD = os.environ.get("TENSORD_BINARY") or pytest.skip(
@@ -38,24 +36,14 @@ def r(i):
     return pb.Operand(result_of=i)
 
 
-class AutogradTorchTest(unittest.TestCase):
+class AutogradTorchTest(tensord_stubs.SessionTestCase):
+    client_name = "py-autograd"
+
     @classmethod
     def setUpClass(cls):
         torch.set_num_threads(1)
-        cls.daemon = Daemon(TENSORD)
-        cls.channel = grpc.insecure_channel(cls.daemon.address)
-        cls.stub = pb_grpc.TensorServiceStub(cls.channel)
-        cls.session = cls.stub.OpenSession(
-            pb.OpenSessionRequest(client_name="py-autograd")).session
+        super().setUpClass()
         cls.rng = np.random.default_rng(12)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.stub.CloseSession(pb.CloseSessionRequest(session=cls.session))
-        cls.channel.close()
-        code, log = cls.daemon.stop()
-        cls.daemon.close()
-        assert code == 0, log
 
     def create(self, array, requires_grad=False):
         array = np.asarray(array).copy(order="C")

@@ -11,7 +11,6 @@ messages. Needs Debian's python3-torch (test-only; deploy/install-deps.sh).
 """
 import itertools
 import os
-import unittest
 
 import grpc
 import numpy as np
@@ -19,7 +18,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from daemon import Daemon  # tests/python/daemon.py
 import tensord_stubs  # beside this file
 
 TENSORD = os.environ.get("TENSORD_BINARY") or pytest.skip(
@@ -38,24 +36,14 @@ def pair(v):
     return [v] if isinstance(v, int) else list(v)
 
 
-class NnOpsTorchTest(unittest.TestCase):
+class NnOpsTorchTest(tensord_stubs.SessionTestCase):
+    client_name = "py-nn-ops"
+
     @classmethod
     def setUpClass(cls):
         torch.set_num_threads(1)
-        cls.daemon = Daemon(TENSORD)
-        cls.channel = grpc.insecure_channel(cls.daemon.address)
-        cls.stub = pb_grpc.TensorServiceStub(cls.channel)
-        cls.session = cls.stub.OpenSession(
-            pb.OpenSessionRequest(client_name="py-nn-ops")).session
+        super().setUpClass()
         cls.rng = np.random.default_rng(11)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.stub.CloseSession(pb.CloseSessionRequest(session=cls.session))
-        cls.channel.close()
-        code, log = cls.daemon.stop()
-        cls.daemon.close()
-        assert code == 0, log
 
     def create(self, array):
         array = np.asarray(array).copy(order="C")

@@ -7,13 +7,11 @@ broadcasting and promotion tables, errors, and Execute's no-leak rule.
       tests/python/proto/test_ops_numpy.py
 """
 import os
-import unittest
 
 import grpc
 import numpy as np
 import pytest
 
-from daemon import Daemon  # tests/python/daemon.py
 import tensord_stubs  # beside this file
 
 TENSORD = os.environ.get("TENSORD_BINARY") or pytest.skip(
@@ -29,22 +27,14 @@ def h(info):
     return pb.Operand(handle=info.handle)
 
 
-class OpsNumpyTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.daemon = Daemon(TENSORD, "--host-devices", "2")
-        cls.channel = grpc.insecure_channel(cls.daemon.address)
-        cls.stub = pb_grpc.TensorServiceStub(cls.channel)
-        cls.session = cls.stub.OpenSession(pb.OpenSessionRequest(client_name="py-ops")).session
-        cls.rng = np.random.default_rng(4)
+class OpsNumpyTest(tensord_stubs.SessionTestCase):
+    daemon_flags = ("--host-devices", "2")
+    client_name = "py-ops"
 
     @classmethod
-    def tearDownClass(cls):
-        cls.stub.CloseSession(pb.CloseSessionRequest(session=cls.session))
-        cls.channel.close()
-        code, log = cls.daemon.stop()
-        cls.daemon.close()
-        assert code == 0, log
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.rng = np.random.default_rng(4)
 
     def create(self, array):
         array = np.asarray(array).copy(order="C")  # keeps 0-d (ascontiguousarray would not)

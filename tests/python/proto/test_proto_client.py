@@ -8,14 +8,12 @@ same-device rule, against a real tensord daemon.
       tests/python/proto/test_proto_client.py
 """
 import os
-import unittest
 import zlib
 
 import grpc
 import numpy as np
 import pytest
 
-from daemon import Daemon  # tests/python/daemon.py
 import tensord_stubs  # beside this file
 
 TENSORD = os.environ.get("TENSORD_BINARY") or pytest.skip(
@@ -25,21 +23,9 @@ pb, pb_grpc = tensord_stubs.load()
 DTYPES = {pb.INT64: np.int64, pb.FLOAT32: np.float32, pb.FLOAT64: np.float64}
 
 
-class ProtoClientTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.daemon = Daemon(TENSORD, "--host-devices", "2")
-        cls.channel = grpc.insecure_channel(cls.daemon.address)
-        cls.stub = pb_grpc.TensorServiceStub(cls.channel)
-        cls.session = cls.stub.OpenSession(pb.OpenSessionRequest(client_name="py")).session
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.stub.CloseSession(pb.CloseSessionRequest(session=cls.session))
-        cls.channel.close()
-        code, log = cls.daemon.stop()
-        cls.daemon.close()
-        assert code == 0, log
+class ProtoClientTest(tensord_stubs.SessionTestCase):
+    daemon_flags = ("--host-devices", "2")
+    client_name = "py"
 
     def create(self, array, device="cpu:0", dtype=pb.INT64):
         array = np.ascontiguousarray(array, dtype=DTYPES[dtype])
