@@ -49,6 +49,22 @@ def test_torchs_exception_classes_come_from_the_server(client):
     assert (x + 1).sum().item() == 12  # the session goes on
 
 
+def test_an_operand_of_another_client_is_the_cpp_clients_error(daemon, client):
+    other = tensord.connect(daemon.address)
+    try:
+        x, y = client.ones(3), other.ones(3)
+        with pytest.raises(tensord.TensordError) as err:
+            x + y
+        assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert str(err.value) == (f"tensor {y.handle} belongs to another Client's session: an op "
+                                  "takes the tensors of one Client (one session on one server)")
+        with pytest.raises(tensord.TensordError):
+            tensord.where(x > 0, x, y)
+        assert (x + x).sum().item() == 6
+    finally:
+        other.close()
+
+
 def test_unknown_device(client):
     with pytest.raises(tensord.TensordError) as err:
         client.zeros(2, device="cuda:63")  # no such GPU, on any machine

@@ -8,7 +8,7 @@ missing option (ceil_mode, return_indices, ...). tensord re-exports the
 torch-level ones; tensord.nn.functional the torch.nn.functional ones.
 Stateless.
 """
-from tensord._tensor import Tensor, operand, scalar_message
+from tensord._tensor import Tensor, operand, where  # noqa: F401 (where: re-exported)
 from tensord.v1 import tensord_pb2 as pb
 
 
@@ -58,17 +58,6 @@ def maximum(input, other):
 
 def minimum(input, other):
     return input.minimum(other)
-
-
-def where(condition, input, other):
-    args = pb.WhereArgs(condition=operand(condition))
-    for value, tensor_field, scalar_field in ((input, "input", "input_scalar"),
-                                              (other, "other", "other_scalar")):
-        if isinstance(value, Tensor):
-            getattr(args, tensor_field).CopyFrom(condition._same_client(value))
-        else:
-            getattr(args, scalar_field).CopyFrom(scalar_message(value))
-    return condition._run(where=args)
 
 
 def zero_grad(tensors):

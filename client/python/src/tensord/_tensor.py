@@ -17,9 +17,10 @@ Contract:
   * The remote tensor is released when the object is garbage collected,
     without blocking (Session.drop).
   * Errors: whatever the server says, as TensordError (a RuntimeError with
-    the server's message, e.g. PyTorch's same-device error); numpy() of a
-    non-cpu tensor raises PyTorch's TypeError; indexing out of range
-    IndexError; an operand from another client ValueError.
+    the server's message, e.g. PyTorch's same-device error; of torch's class
+    where the server names one, _errors.py); numpy() of a non-cpu tensor
+    raises PyTorch's TypeError; indexing out of range IndexError; an operand
+    from another client the C++ client's INVALID_ARGUMENT error.
   * Methods cover every op of tensord.v1.Op that a torch.Tensor has as a
     method; functional forms (cat, where, conv2d, losses, ...) are in
     tensord.functional / tensord.nn.functional.
@@ -183,8 +184,10 @@ class Tensor:
 
     def _same_client(self, other):
         if other._client is not self._client:
-            raise ValueError("the tensors belong to different tensord clients (sessions): "
-                             "move data between them with numpy()/from_numpy()")
+            # The C++ client's error, class (code) and words.
+            raise make_error(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"tensor {other.handle} belongs to another Client's session: an op "
+                             "takes the tensors of one Client (one session on one server)")
         return operand(other)
 
     # --- elementwise -------------------------------------------------------
@@ -351,8 +354,7 @@ class Tensor:
 
     def where(self, condition, other):
         """x.where(condition, other): torch.where(condition, x, other)."""
-        from tensord import _functional
-        return _functional.where(condition, self, other)
+        return where(condition, self, other)
 
     def softmax(self, dim):
         return self._run(softmax=pb.SoftmaxArgs(x=operand(self), dim=dim))
@@ -823,3 +825,17 @@ class Tensor:
         if self.dim() == 0:
             return self.item().__format__(spec)
         return object.__format__(self, spec)
+
+
+def where(condition, input, other):
+    """torch.where(condition, input, other): input and other tensors or numbers
+    (here, so that Tensor.where and tensord.where share it without an import
+    loop; _functional re-exports it)."""
+    args = pb.WhereArgs(condition=operand(condition))
+    for value, tensor_field, scalar_field in ((input, "input", "input_scalar"),
+                                              (other, "other", "other_scalar")):
+        if isinstance(value, Tensor):
+            getattr(args, tensor_field).CopyFrom(condition._same_client(value))
+        else:
+            getattr(args, scalar_field).CopyFrom(scalar_message(value))
+    return condition._run(where=args)
