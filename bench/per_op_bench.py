@@ -1,0 +1,134 @@
+"""per_op_bench: what one tiny op costs in tensord, beside PyTorch's own eager op, in microseconds per op.
+
+    python3 bench/per_op_bench.py [--tensord build/server/tensord]
+        [--ops 10000] [--rounds 5]
+
+Run it with a Python where `tensord` and `torch` import (the CTest venv,
+build/tests/python/python-client-venv, sees Debian's torch). Against one
+tensord daemon started here as a separate process (tests/python/daemon.py),
+over TCP loopback, each a median over --rounds interleaved rounds:
+  * execute: one Execute of --ops chained adds of two 4-element float32
+    tensors (op i adds op i-1's result and y; only the last is kept),
+    through bare grpcio stubs: the server's per-op cost with one round trip
+    for all of them;
+  * stream: the same adds through the Python client's pipelined command
+    stream (`z = z + y`, then one sync): the client's and the server's
+    per-op cost together;
+  * unary floor: a bare grpcio KeepAlive, one round trip, for scale;
+  * torch eager: the same adds on local CPU tensors from Python, torch at
+    one thread (torch.set_num_threads(1)), in the same rounds.
+The issue it serves (ops declared once, planned once) asks for the execute
+row at <= 1.5x torch eager per op. Prints a table, then one JSON line.
+Exits 1 if a result is wrong.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import grpc
+import numpy as np
+import torch
+
+import tensord
+from tensord.v1 import tensord_pb2 as pb
+from tensord.v1 import tensord_pb2_grpc as pb_grpc
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+from daemon import Daemon  # noqa: E402  (tests/python/daemon.py)
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tensord", default=os.path.join(REPO, "build/server/tensord"))
+    parser.add_argument("--ops", type=int, default=10000, help="adds per measurement")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median)")
+    return parser.parse_args()
+
+
+def check(condition, what):
+    if not condition:
+        raise SystemExit(f"per_op_bench: wrong result: {what}")
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(1)
+    with Daemon(args.tensord) as daemon:
+        channel = grpc.insecure_channel(daemon.address)
+        stub = pb_grpc.TensorServiceStub(channel)
+        session = stub.OpenSession(pb.OpenSessionRequest(client_name="per-op")).session
+
+        def create(values):
+            data = np.asarray(values, np.float32)
+            return stub.Create(pb.CreateRequest(session=session, device="cpu", dtype=pb.FLOAT32,
+                                                shape=list(data.shape),
+                                                data=data.tobytes())).tensor.handle
+
+        x, y = create([0, 0, 0, 0]), create([1, 1, 1, 1])
+        ops = [pb.Op(binary=pb.BinaryArgs(
+            op=pb.ADD, lhs=pb.Operand(handle=x) if i == 0 else pb.Operand(result_of=i - 1),
+            rhs=pb.Operand(handle=y))) for i in range(args.ops)]
+        request = pb.ExecuteRequest(session=session, ops=ops, keep=[args.ops - 1])
+
+        client = tensord.connect(daemon.address)
+        check(client.pipelined, "the client did not open the command stream")
+        cx, cy = client.zeros(4), client.ones(4)
+        tx, ty = torch.zeros(4), torch.ones(4)
+
+        def execute():
+            kept = stub.Execute(request).kept[0]
+            stub.Release(pb.ReleaseRequest(session=session, handle=kept.handle))
+
+        def stream():
+            z = cx
+            for _ in range(args.ops):
+                z = z + cy
+            check(z.tolist() == [float(args.ops)] * 4, "stream sum")
+
+        def torch_eager():
+            z = tx
+            for _ in range(args.ops):
+                z = z + ty
+            check(z.tolist() == [float(args.ops)] * 4, "torch sum")
+
+        def unary():
+            for _ in range(args.ops // 10 or 1):
+                stub.KeepAlive(pb.KeepAliveRequest(session=session))
+
+        bodies = {"execute": (execute, args.ops), "stream": (stream, args.ops),
+                  "torch eager": (torch_eager, args.ops),
+                  "unary floor": (unary, args.ops // 10 or 1)}
+        for body, _ in bodies.values():  # warm-up
+            body()
+        samples = {name: [] for name in bodies}
+        for _ in range(args.rounds):
+            for name, (body, count) in bodies.items():
+                start = time.perf_counter()
+                body()
+                samples[name].append((time.perf_counter() - start) * 1e6 / count)
+        client.close()
+        stub.CloseSession(pb.CloseSessionRequest(session=session))
+        channel.close()
+        code, log = daemon.stop()
+        check(code == 0, f"tensord exited {code}")
+
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    torch_us = medians["torch eager"]
+    print(f"per_op_bench: {args.ops} adds of float32[4], median of {args.rounds} interleaved "
+          f"rounds, TCP loopback, torch {torch.__version__} at 1 thread")
+    print(f"{'path':<14} {'us/op':>10} {'x torch eager':>14}")
+    for name, value in medians.items():
+        print(f"{name:<14} {value:10.2f} {value / torch_us:14.2f}")
+    print(json.dumps({"benchmark": "per_op_bench", "ops": args.ops, "rounds": args.rounds,
+                      "torch": torch.__version__, "torch_threads": 1,
+                      "results": {name: {"us_per_op": round(v, 3),
+                                         "x_torch_eager": round(v / torch_us, 3)}
+                                  for name, v in medians.items()}}))
+
+
+if __name__ == "__main__":
+    main()
