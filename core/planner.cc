@@ -209,14 +209,25 @@ absl::StatusOr<CatPlan> PlanCat(std::span<const OperandDesc> xs, int64_t dim,
   return plan;
 }
 
-absl::StatusOr<int> WrapDim(int64_t dim, int rank) {
-  const int64_t r = std::max(rank, 1);
-  if (dim < -r || dim >= r) {
+namespace {
+
+// torch's maybe_wrap_dim over `size` positions (a rank, or narrow's start
+// within a dim): IndexError past them; a size of 0 counts as 1.
+absl::StatusOr<int64_t> Wrap(int64_t index, int64_t size) {
+  const int64_t r = std::max<int64_t>(size, 1);
+  if (index < -r || index >= r) {
     return IndexError(
         absl::StrCat("Dimension out of range (expected to be in range of [", -r,
-                     ", ", r - 1, "], but got ", dim, ")"));
+                     ", ", r - 1, "], but got ", index, ")"));
   }
-  return static_cast<int>(dim < 0 ? dim + r : dim);
+  return index < 0 ? index + r : index;
+}
+
+}  // namespace
+
+absl::StatusOr<int> WrapDim(int64_t dim, int rank) {
+  ASSIGN_OR_RETURN(const int64_t wrapped, Wrap(dim, rank));
+  return static_cast<int>(wrapped);
 }
 
 namespace {
@@ -576,10 +587,7 @@ absl::StatusOr<SlicePlan> PlanNarrow(const Shape& x, int64_t dim, int64_t start,
   // except that start == size is the (valid) end.
   int64_t wrapped = start;
   if (start != size) {
-    ASSIGN_OR_RETURN(
-        const int w,
-        WrapDim(start, static_cast<int>(std::min<int64_t>(size, INT32_MAX))));
-    wrapped = w;
+    ASSIGN_OR_RETURN(wrapped, Wrap(start, size));
   }
   if (length < 0 || wrapped > size - length) {
     return absl::InvalidArgumentError(

@@ -532,6 +532,10 @@ TEST(PlannerTest, NarrowAndSelect) {
   // A start past the dim is an IndexError, as a dim would be (torch).
   EXPECT_EQ(ErrorKindOf(PlanNarrow(S({4}), 0, -5, 1).status()),
             ErrorKind::kIndexError);
+  // Starts past 2^31 in a long dim wrap as int64 (no shape is allocated).
+  auto far = PlanNarrow(S({3000000000}), 0, -500000000, 2);
+  ASSERT_TRUE(far.ok()) << far.status();
+  EXPECT_EQ(far->start, 2500000000);
   EXPECT_FALSE(PlanNarrow(S({4}), 0, 0, -1).ok());
   EXPECT_FALSE(PlanNarrow(S({4}), 0, -5, 1).ok());
   EXPECT_EQ(Message(PlanNarrow(S({}), 0, 0, 1).status()),
