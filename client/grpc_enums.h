@@ -9,8 +9,6 @@
 #ifndef TENSORD_CLIENT_GRPC_ENUMS_H_
 #define TENSORD_CLIENT_GRPC_ENUMS_H_
 
-#include <string_view>
-
 #include "tensord/client.h"
 #include "tensord/v1/tensord.pb.h"
 
@@ -66,15 +64,6 @@ static_assert(Same(ErrorKind::kRuntimeError, v1::RUNTIME_ERROR) &&
 
 inline ErrorKind FromProto(v1::ErrorKind kind) {
   return static_cast<ErrorKind>(kind);
-}
-// The kind a `tensord-error-kind` trailer names (ErrorKindName's text);
-// kRuntimeError for any other.
-inline ErrorKind ErrorKindFromName(std::string_view name) {
-  for (ErrorKind kind : {ErrorKind::kIndexError, ErrorKind::kValueError,
-                         ErrorKind::kTypeError}) {
-    if (ErrorKindName(kind) == name) return kind;
-  }
-  return ErrorKind::kRuntimeError;
 }
 
 inline v1::DType ToProto(DType d) { return static_cast<v1::DType>(d); }

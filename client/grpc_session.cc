@@ -13,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "core/error_kind.h"
 #include "proto/wire/bulk.h"
 
 namespace tensord::client::internal {
@@ -37,11 +38,14 @@ void ThrowStatus(const grpc::Status& status,
   // torch's exception class, where the server named one.
   const auto& trailers = context.GetServerTrailingMetadata();
   auto it = trailers.find(Session::kErrorKindKey);
-  const ErrorKind kind = it == trailers.end()
-                             ? ErrorKind::kRuntimeError
-                             : ErrorKindFromName(std::string_view(
-                                   it->second.data(), it->second.size()));
-  throw Error(status.error_code(), status.error_message(), kind);
+  const core::ErrorKind kind =
+      it == trailers.end()
+          ? core::ErrorKind::kRuntimeError
+          : core::ErrorKindFromName(
+                std::string_view(it->second.data(), it->second.size()))
+                .value_or(core::ErrorKind::kRuntimeError);
+  throw Error(status.error_code(), status.error_message(),
+              static_cast<ErrorKind>(kind));
 }
 
 namespace {

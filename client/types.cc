@@ -3,6 +3,7 @@
 #include <ostream>
 #include <string>
 
+#include "core/error_kind.h"
 #include "tensord/client.h"
 
 #ifndef TENSORD_VERSION
@@ -87,17 +88,8 @@ Error::Error(StatusCode code, std::string message, ErrorKind kind)
 }
 
 std::string_view ErrorKindName(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::kIndexError:
-      return "IndexError";
-    case ErrorKind::kValueError:
-      return "ValueError";
-    case ErrorKind::kTypeError:
-      return "TypeError";
-    case ErrorKind::kRuntimeError:
-      break;
-  }
-  return "RuntimeError";
+  // core's names (core/error_kind.h); the enums share their values.
+  return core::ErrorKindName(static_cast<core::ErrorKind>(kind));
 }
 
 std::string_view Device::type() const {
