@@ -5,7 +5,9 @@ understands proto3 `optional`, which the protoc bundled in Debian 12's
 grpc_tools does not); returns the (messages, services) modules, generated
 once per process. SessionTestCase: a unittest class whose tests share one
 `tensord` (tests/python/daemon.py, $TENSORD_BINARY), a channel, a stub and
-an open session, closed and stopped cleanly (exit 0) after them.
+an open session, closed and stopped cleanly (exit 0) after them, with the
+calls the tests make through it (create from a numpy array, fetch into one,
+run an op); h(info) is an info's handle as an operand.
 """
 import functools
 import os
@@ -15,6 +17,7 @@ import tempfile
 import unittest
 
 import grpc
+import numpy as np
 
 from daemon import Daemon  # tests/python/daemon.py
 
@@ -31,6 +34,18 @@ def load(proto_root=PROTO_ROOT):
     sys.path.insert(0, out)
     from tensord.v1 import tensord_pb2, tensord_pb2_grpc
     return tensord_pb2, tensord_pb2_grpc
+
+
+def _numpy_dtypes():
+    pb, _ = load()
+    return {pb.FLOAT32: np.float32, pb.FLOAT64: np.float64, pb.INT32: np.int32,
+            pb.INT64: np.int64, pb.BOOL: np.bool_}
+
+
+def h(info):
+    """The tensor `info` names, as an op's operand."""
+    pb, _ = load()
+    return pb.Operand(handle=info.handle)
 
 
 class SessionTestCase(unittest.TestCase):
@@ -56,3 +71,24 @@ class SessionTestCase(unittest.TestCase):
         code, log = cls.daemon.stop()
         cls.daemon.close()
         assert code == 0, log
+
+    def create(self, array, device="cpu:0"):
+        """A tensor of the session holding `array` (its numpy dtype's)."""
+        pb, _ = load()
+        array = np.asarray(array).copy(order="C")  # keeps 0-d (ascontiguousarray would not)
+        dtypes = {np.dtype(v): k for k, v in _numpy_dtypes().items()}
+        return self.stub.Create(pb.CreateRequest(
+            session=self.session, device=device, dtype=dtypes[array.dtype],
+            shape=list(array.shape), data=array.tobytes())).tensor
+
+    def fetch(self, info):
+        """The tensor's values, as a numpy array of its shape."""
+        pb, _ = load()
+        data = b"".join(c.data for c in self.stub.Fetch(
+            pb.FetchRequest(session=self.session, handle=info.handle)))
+        return np.frombuffer(data, dtype=_numpy_dtypes()[info.dtype]).reshape(list(info.shape))
+
+    def run_op(self, **kind):
+        """Runs pb.Op(**kind); its result's TensorInfo."""
+        pb, _ = load()
+        return self.stub.Run(pb.RunRequest(session=self.session, op=pb.Op(**kind))).tensor

@@ -24,12 +24,7 @@ TENSORD = os.environ.get("TENSORD_BINARY") or pytest.skip(
     "no tensord binary: set TENSORD_BINARY", allow_module_level=True)
 pb, pb_grpc = tensord_stubs.load()
 
-NP = {pb.FLOAT32: np.float32, pb.FLOAT64: np.float64, pb.INT64: np.int64}
-PB = {np.dtype(v): k for k, v in NP.items()}
-
-
-def h(info):
-    return pb.Operand(handle=info.handle)
+h = tensord_stubs.h
 
 
 def r(i):
@@ -46,23 +41,12 @@ class AutogradTorchTest(tensord_stubs.SessionTestCase):
         cls.rng = np.random.default_rng(12)
 
     def create(self, array, requires_grad=False):
-        array = np.asarray(array).copy(order="C")
-        info = self.stub.Create(pb.CreateRequest(
-            session=self.session, device="cpu", dtype=PB[array.dtype],
-            shape=list(array.shape), data=array.tobytes())).tensor
+        info = super().create(array)
         if requires_grad:
             info = self.run_op(requires_grad=pb.RequiresGradArgs(x=h(info)))
             self.assertTrue(info.requires_grad)
         return info
 
-    def fetch(self, info):
-        data = b"".join(c.data for c in self.stub.Fetch(
-            pb.FetchRequest(session=self.session, handle=info.handle)))
-        return np.frombuffer(data, dtype=NP[info.dtype]).reshape(list(info.shape))
-
-    def run_op(self, **kind):
-        return self.stub.Run(pb.RunRequest(session=self.session,
-                                           op=pb.Op(**kind))).tensor
 
     def execute(self, ops, keep):
         return self.stub.Execute(pb.ExecuteRequest(

@@ -24,12 +24,7 @@ TENSORD = os.environ.get("TENSORD_BINARY") or pytest.skip(
     "no tensord binary: set TENSORD_BINARY", allow_module_level=True)
 pb, pb_grpc = tensord_stubs.load()
 
-NP = {pb.FLOAT32: np.float32, pb.FLOAT64: np.float64, pb.INT64: np.int64}
-PB = {np.dtype(v): k for k, v in NP.items()}
-
-
-def h(info):
-    return pb.Operand(handle=info.handle)
+h = tensord_stubs.h
 
 
 def pair(v):
@@ -45,23 +40,11 @@ class NnOpsTorchTest(tensord_stubs.SessionTestCase):
         super().setUpClass()
         cls.rng = np.random.default_rng(11)
 
-    def create(self, array):
-        array = np.asarray(array).copy(order="C")
-        return self.stub.Create(pb.CreateRequest(
-            session=self.session, device="cpu:0", dtype=PB[array.dtype],
-            shape=list(array.shape), data=array.tobytes())).tensor
-
-    def fetch(self, info):
-        data = b"".join(c.data for c in self.stub.Fetch(
-            pb.FetchRequest(session=self.session, handle=info.handle)))
-        return np.frombuffer(data, dtype=NP[info.dtype]).reshape(list(info.shape))
 
     def release(self, *infos):
         self.stub.Release(pb.ReleaseRequest(session=self.session,
                                             release=[i.handle for i in infos]))
 
-    def run_op(self, **kind):
-        return self.stub.Run(pb.RunRequest(session=self.session, op=pb.Op(**kind))).tensor
 
     def error_of(self, **kind):
         with self.assertRaises(grpc.RpcError) as err:

@@ -20,11 +20,9 @@ pb, pb_grpc = tensord_stubs.load()
 
 NP = {pb.FLOAT32: np.float32, pb.FLOAT64: np.float64, pb.INT32: np.int32,
       pb.INT64: np.int64, pb.BOOL: np.bool_}
-PB = {np.dtype(v): k for k, v in NP.items()}
 
 
-def h(info):
-    return pb.Operand(handle=info.handle)
+h = tensord_stubs.h
 
 
 class OpsNumpyTest(tensord_stubs.SessionTestCase):
@@ -36,19 +34,6 @@ class OpsNumpyTest(tensord_stubs.SessionTestCase):
         super().setUpClass()
         cls.rng = np.random.default_rng(4)
 
-    def create(self, array):
-        array = np.asarray(array).copy(order="C")  # keeps 0-d (ascontiguousarray would not)
-        return self.stub.Create(pb.CreateRequest(
-            session=self.session, device="cpu:0", dtype=PB[array.dtype],
-            shape=list(array.shape), data=array.tobytes())).tensor
-
-    def fetch(self, info):
-        data = b"".join(c.data for c in self.stub.Fetch(
-            pb.FetchRequest(session=self.session, handle=info.handle)))
-        return np.frombuffer(data, dtype=NP[info.dtype]).reshape(list(info.shape))
-
-    def run_op(self, **kind):
-        return self.stub.Run(pb.RunRequest(session=self.session, op=pb.Op(**kind))).tensor
 
     def held(self):
         return sum(d.held_memory for d in self.stub.ListDevices(pb.ListDevicesRequest()).devices)
