@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "core/grad_math.h"
+#include "core/op_table.h"
 #include "core/runtime_impl.h"
 #include "core/session_memory.h"
 
@@ -17,96 +18,6 @@ namespace {
 
 using Kind = OpSpec::Kind;
 using TensorPtr = std::shared_ptr<const StoredTensor>;
-
-// Whether the backward of `op` reads input `i`'s values (else only its
-// metadata is kept, and its memory is not held by the graph).
-bool SavesInputData(const OpSpec& op, size_t i) {
-  switch (op.kind) {
-    case Kind::kBinary:
-      return op.binary != BinaryOp::kAdd && op.binary != BinaryOp::kSub;
-    case Kind::kUnary:
-      switch (op.unary) {
-        case UnaryOp::kAbs:
-        case UnaryOp::kLog:
-        case UnaryOp::kSilu:
-        case UnaryOp::kGelu:
-        case UnaryOp::kGeluTanh:
-          return true;
-        default:
-          return false;
-      }
-    case Kind::kReduce:
-      return op.reduce != ReduceOp::kSum && op.reduce != ReduceOp::kMean;
-    case Kind::kSoftmax:
-    case Kind::kPermute:
-    case Kind::kTranspose:
-    case Kind::kReshape:
-    case Kind::kNarrow:
-    case Kind::kSelect:
-    case Kind::kCat:
-    case Kind::kCast:
-    case Kind::kAvgPool2d:
-    case Kind::kAdaptiveAvgPool2d:
-    case Kind::kDropout:
-    case Kind::kMoveTo:
-      return false;
-    case Kind::kLoss:  // nll/cross_entropy read the targets and the input
-      return true;
-    case Kind::kWhere:
-      return i == 0;  // the condition
-    default:
-      return true;
-  }
-}
-
-// Whether the backward of `op` reads its output's values.
-bool SavesOutputData(const OpSpec& op) {
-  switch (op.kind) {
-    case Kind::kUnary:
-      switch (op.unary) {
-        case UnaryOp::kExp:
-        case UnaryOp::kSqrt:
-        case UnaryOp::kRelu:
-        case UnaryOp::kSigmoid:
-        case UnaryOp::kTanh:
-          return true;
-        default:
-          return false;
-      }
-    case Kind::kSoftmax:
-      return true;
-    case Kind::kReduce:
-      return op.reduce != ReduceOp::kSum && op.reduce != ReduceOp::kMean;
-    case Kind::kBinary:
-      return op.binary == BinaryOp::kPow;
-    default:
-      return false;
-  }
-}
-
-// Whether gradients flow to input `i` of `op` at all (a loss's class
-// targets and a where's condition take none).
-bool Differentiable(const OpSpec& op, size_t i) {
-  switch (op.kind) {
-    case Kind::kBinary:
-      return !IsComparison(op.binary);
-    case Kind::kReduce:
-      return op.reduce != ReduceOp::kArgmax;
-    case Kind::kLoss:
-      return i == 0 || op.loss == LossKind::kMse;
-    case Kind::kWhere:
-      return i != 0;
-    case Kind::kInPlace:
-    case Kind::kRequiresGrad:
-    case Kind::kBackward:
-    case Kind::kGrad:
-    case Kind::kZeroGrad:
-    case Kind::kDetach:
-      return false;
-    default:
-      return true;
-  }
-}
 
 // A tensor's metadata (and its memory, when `data`), without its autograd
 // state: what a node keeps.
@@ -188,114 +99,25 @@ constexpr std::string_view kFreedGraph =
 }  // namespace
 
 std::string GradFnName(const OpSpec& op) {
-  auto unary = [](UnaryOp u) -> std::string_view {
-    switch (u) {
-      case UnaryOp::kNeg:
-        return "Neg";
-      case UnaryOp::kAbs:
-        return "Abs";
-      case UnaryOp::kExp:
-        return "Exp";
-      case UnaryOp::kLog:
-        return "Log";
-      case UnaryOp::kSqrt:
-        return "Sqrt";
-      case UnaryOp::kRelu:
-        return "Relu";
-      case UnaryOp::kSigmoid:
-        return "Sigmoid";
-      case UnaryOp::kTanh:
-        return "Tanh";
-      case UnaryOp::kSilu:
-        return "Silu";
-      case UnaryOp::kGelu:
-      case UnaryOp::kGeluTanh:
-        return "Gelu";
-    }
-    return "Unary";
+  const OpRow& row = RowOf(op);
+  // The row's name for this use of the op, else its default.
+  auto variant = [&](std::string_view name, bool applies) {
+    return applies && !name.empty();
   };
-  const bool all = !op.dim.has_value() && op.reduce_dims.empty();
-  switch (op.kind) {
-    case Kind::kBinary:
-      switch (op.binary) {
-        case BinaryOp::kAdd:
-          return "AddBackward0";
-        case BinaryOp::kSub:
-          return op.scalar_first ? "RsubBackward1" : "SubBackward0";
-        case BinaryOp::kMul:
-          return "MulBackward0";
-        case BinaryOp::kDiv:
-          return "DivBackward0";
-        case BinaryOp::kMaximum:
-          return "MaximumBackward0";
-        case BinaryOp::kMinimum:
-          return "MinimumBackward0";
-        case BinaryOp::kPow:
-          return !op.scalar.has_value() ? "PowBackward1"
-                 : op.scalar_first      ? "PowBackward2"
-                                        : "PowBackward0";
-        default:
-          return "BinaryBackward0";
-      }
-    case Kind::kUnary:
-      return absl::StrCat(ToAbsl(unary(op.unary)), "Backward0");
-    case Kind::kMatMul:
-      return "MmBackward0";
-    case Kind::kLinear:
-      return op.inputs.size() > 2 ? "AddmmBackward0" : "MmBackward0";
-    case Kind::kReduce:
-      switch (op.reduce) {
-        case ReduceOp::kSum:
-          return all ? "SumBackward0" : "SumBackward1";
-        case ReduceOp::kMean:
-          return all ? "MeanBackward0" : "MeanBackward1";
-        case ReduceOp::kMax:
-          return all ? "MaxBackward1" : "AmaxBackward0";
-        case ReduceOp::kMin:
-          return all ? "MinBackward1" : "AminBackward0";
-        case ReduceOp::kNorm:
-          return all ? "NormBackward0" : "NormBackward1";
-        case ReduceOp::kArgmax:
-          return "ArgmaxBackward0";
-      }
-      return "ReduceBackward0";
-    case Kind::kSoftmax:
-      return op.log ? "LogSoftmaxBackward0" : "SoftmaxBackward0";
-    case Kind::kPermute:
-      return "PermuteBackward0";
-    case Kind::kTranspose:
-      return "TransposeBackward0";
-    case Kind::kReshape:
-      return "ViewBackward0";
-    case Kind::kNarrow:
-      return "SliceBackward0";
-    case Kind::kSelect:
-      return "SelectBackward0";
-    case Kind::kCat:
-      return "CatBackward0";
-    case Kind::kCast:
-    case Kind::kMoveTo:
-      return "ToCopyBackward0";
-    case Kind::kClamp:
-      return "ClampBackward1";
-    case Kind::kWhere:
-      return "WhereBackward0";
-    case Kind::kConv2d:
-      return "ConvolutionBackward0";
-    case Kind::kMaxPool2d:
-      return "MaxPool2DWithIndicesBackward0";
-    case Kind::kAvgPool2d:
-      return "AvgPool2DBackward0";
-    case Kind::kAdaptiveAvgPool2d:
-      return "AdaptiveAvgPool2DBackward0";
-    case Kind::kDropout:
-      return "NativeDropoutBackward0";
-    case Kind::kLoss:
-      return op.loss == LossKind::kMse ? "MseLossBackward0"
-                                       : "NllLossBackward0";
-    default:
-      return absl::StrCat(OpName(op), "Backward0");
+  std::string_view name = row.grad_fn;
+  if (variant(row.grad_fn_scalar_first,
+              op.scalar.has_value() && op.scalar_first)) {
+    name = row.grad_fn_scalar_first;
+  } else if (variant(row.grad_fn_tensor_tensor, !op.scalar.has_value())) {
+    name = row.grad_fn_tensor_tensor;
+  } else if (variant(row.grad_fn_all_dims,
+                     !op.dim.has_value() && op.reduce_dims.empty())) {
+    name = row.grad_fn_all_dims;
+  } else if (variant(row.grad_fn_bias, op.inputs.size() > 2)) {
+    name = row.grad_fn_bias;
   }
+  if (name.empty()) return absl::StrCat(ToAbsl(row.name), "Backward0");
+  return std::string(name);
 }
 
 std::string GradNode::Name() const { return GradFnName(op); }
@@ -355,10 +177,11 @@ void ChargeGraph(std::shared_ptr<GradNode> root,
 void Runtime::Impl::RecordGrad(const OpSpec& op, std::span<const Value> in,
                                const TensorPtr& result, TensorPtr extra) {
   if (op.no_grad || !IsFloating(result->dtype)) return;
+  const OpRow& row = RowOf(op);
   std::vector<GradEdge> next(in.size());
   bool any = false;
   for (size_t i = 0; i < in.size(); ++i) {
-    if (!Differentiable(op, i)) continue;
+    if (!row.Differentiable(i)) continue;
     const AutogradMeta& meta = *in[i].tensor->autograd;
     absl::MutexLock lock(&meta.mu);
     if (meta.grad_fn != nullptr) {
@@ -379,9 +202,9 @@ void Runtime::Impl::RecordGrad(const OpSpec& op, std::span<const Value> in,
   node->next = std::move(next);
   node->inputs.reserve(in.size());
   for (size_t i = 0; i < in.size(); ++i) {
-    node->inputs.push_back(Save(*in[i].tensor, SavesInputData(op, i)));
+    node->inputs.push_back(Save(*in[i].tensor, row.SavesInput(i)));
   }
-  node->output = Save(*result, SavesOutputData(op));
+  node->output = Save(*result, row.saves_output);
   if (extra != nullptr) node->extra = Save(*extra, true);
   // What the node saves is the session's from now on, listed as held by
   // autograd, whether or not its result is kept (an Execute's

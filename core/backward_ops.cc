@@ -9,6 +9,7 @@
 #include "core/autograd.h"
 #include "core/grad_math.h"
 #include "core/op_plan.h"
+#include "core/op_table.h"
 #include "core/runtime_impl.h"
 
 namespace tensord::core {
@@ -405,70 +406,80 @@ absl::Status Runtime::Impl::GradMath::SoftmaxGrads(const GradNode& node,
   return absl::OkStatus();
 }
 
-absl::Status Runtime::Impl::GradMath::ViewGrads(const GradNode& node,
+absl::Status Runtime::Impl::GradMath::PermuteGrads(const GradNode& node,
+                                                   const TensorPtr& g,
+                                                   Grads& out) {
+  const int rank = node.inputs[0].data->shape.rank();
+  std::vector<int64_t> inverse(rank);  // the inverse permutation
+  for (int i = 0; i < rank; ++i) inverse[Wrap(node.op.dims[i], rank)] = i;
+  ASSIGN_OR_RETURN(out[0], Permute(g, inverse));
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::Impl::GradMath::TransposeGrads(const GradNode& node,
+                                                     const TensorPtr& g,
+                                                     Grads& out) {
+  // A transpose is its own inverse.
+  ASSIGN_OR_RETURN(const std::vector<int64_t> perm,
+                   TransposePerm(node.op, node.inputs[0].data->shape.rank()));
+  ASSIGN_OR_RETURN(out[0], Permute(g, perm));
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::Impl::GradMath::ReshapeGrads(const GradNode& node,
+                                                   const TensorPtr& g,
+                                                   Grads& out) {
+  ASSIGN_OR_RETURN(out[0], Reshape(g, node.inputs[0].data->shape));
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::Impl::GradMath::CastGrads(const GradNode&,
                                                 const TensorPtr& g,
                                                 Grads& out) {
-  const OpSpec& op = node.op;
+  out[0] = g;  // the engine casts it to the input's dtype
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::Impl::GradMath::SliceGrads(const GradNode& node,
+                                                 const TensorPtr& g,
+                                                 Grads& out) {
+  // g written into zeros where the block was.
   const TensorPtr& x = node.inputs[0].data;
   const int rank = x->shape.rank();
-  switch (op.kind) {
-    case Kind::kPermute: {  // the inverse permutation
-      std::vector<int64_t> inverse(rank);
-      for (int i = 0; i < rank; ++i) inverse[Wrap(op.dims[i], rank)] = i;
-      ASSIGN_OR_RETURN(out[0], Permute(g, inverse));
-      return absl::OkStatus();
-    }
-    case Kind::kTranspose: {  // its own inverse
-      ASSIGN_OR_RETURN(const std::vector<int64_t> perm,
-                       TransposePerm(op, rank));
-      ASSIGN_OR_RETURN(out[0], Permute(g, perm));
-      return absl::OkStatus();
-    }
-    case Kind::kReshape: {
-      ASSIGN_OR_RETURN(out[0], Reshape(g, x->shape));
-      return absl::OkStatus();
-    }
-    case Kind::kCast:
-      out[0] = g;
-      return absl::OkStatus();
-    case Kind::kNarrow:
-    case Kind::kSelect: {  // g written into zeros where the block was
-      ASSIGN_OR_RETURN(SlicePlan plan, PlanSliceOp(op, x->shape));
-      ASSIGN_OR_RETURN(TensorPtr gx, Zeros(x->shape, g->dtype));
-      if (x->shape.NumElements() > 0 && plan.length > 0) {
-        const int64_t es = static_cast<int64_t>(DTypeSize(g->dtype));
-        const int64_t inner = x->shape.NumElements(plan.axis + 1, rank) * es;
-        BlockCopy copy;
-        copy.rows = x->shape.NumElements(0, plan.axis);
-        copy.row_bytes = plan.length * inner;
-        copy.src_stride = copy.row_bytes;
-        copy.dst_offset = plan.start * inner;
-        copy.dst_stride = x->shape.dim(plan.axis) * inner;
-        RETURN_IF_ERROR(device_.Launch({copy, {RefOf(*g)}, RefOf(*gx)}));
-      }
-      out[0] = std::move(gx);
-      return absl::OkStatus();
-    }
-    case Kind::kCat: {  // each input's block of g
-      const int grank = g->shape.rank();
-      const int axis = static_cast<int>(Wrap(op.dim.value_or(0), grank));
-      int64_t offset = 0;
-      for (size_t i = 0; i < node.inputs.size(); ++i) {
-        const Shape& shape = node.inputs[i].data->shape;
-        if (shape.rank() != grank) continue;  // a legacy empty [0]
-        const int64_t size = shape.dim(axis);
-        if (Needs(node, i)) {
-          ASSIGN_OR_RETURN(
-              out[i],
-              Keep(rt_.SliceOut(*g, SlicePlan{axis, offset, size, shape})));
-        }
-        offset += size;
-      }
-      return absl::OkStatus();
-    }
-    default:
-      return Unimplemented(node, "");
+  ASSIGN_OR_RETURN(SlicePlan plan, PlanSliceOp(node.op, x->shape));
+  ASSIGN_OR_RETURN(TensorPtr gx, Zeros(x->shape, g->dtype));
+  if (x->shape.NumElements() > 0 && plan.length > 0) {
+    const int64_t es = static_cast<int64_t>(DTypeSize(g->dtype));
+    const int64_t inner = x->shape.NumElements(plan.axis + 1, rank) * es;
+    BlockCopy copy;
+    copy.rows = x->shape.NumElements(0, plan.axis);
+    copy.row_bytes = plan.length * inner;
+    copy.src_stride = copy.row_bytes;
+    copy.dst_offset = plan.start * inner;
+    copy.dst_stride = x->shape.dim(plan.axis) * inner;
+    RETURN_IF_ERROR(device_.Launch({copy, {RefOf(*g)}, RefOf(*gx)}));
   }
+  out[0] = std::move(gx);
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::Impl::GradMath::CatGrads(const GradNode& node,
+                                               const TensorPtr& g, Grads& out) {
+  // Each input's block of g.
+  const int grank = g->shape.rank();
+  const int axis = static_cast<int>(Wrap(node.op.dim.value_or(0), grank));
+  int64_t offset = 0;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const Shape& shape = node.inputs[i].data->shape;
+    if (shape.rank() != grank) continue;  // a legacy empty [0]
+    const int64_t size = shape.dim(axis);
+    if (Needs(node, i)) {
+      ASSIGN_OR_RETURN(
+          out[i], Keep(rt_.SliceOut(*g, SlicePlan{axis, offset, size, shape})));
+    }
+    offset += size;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Runtime::Impl::GradMath::ClampGrads(const GradNode& node,
@@ -577,67 +588,54 @@ absl::Status Runtime::Impl::GradMath::DropoutGrads(const GradNode& node,
   return absl::OkStatus();
 }
 
+absl::Status Runtime::Impl::GradMath::Conv2dGrads(const GradNode& node,
+                                                  const TensorPtr& g,
+                                                  Grads& out) {
+  ASSIGN_OR_RETURN(out, rt_.Conv2dGrads(node, g));
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::Impl::GradMath::Pool2dGrads(const GradNode& node,
+                                                  const TensorPtr& g,
+                                                  Grads& out) {
+  ASSIGN_OR_RETURN(out, rt_.Pool2dGrads(node, g));
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::Impl::GradMath::LossGrads(const GradNode& node,
+                                                const TensorPtr& g,
+                                                Grads& out) {
+  ASSIGN_OR_RETURN(out, rt_.LossGrads(node, g));
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::Impl::GradMath::MoveToGrads(const GradNode& node,
+                                                  const TensorPtr& g,
+                                                  Grads& out) {
+  const StoredTensor& x = *node.inputs[0].data;
+  DeviceSlot& slot = rt_.SlotOf(x.device);
+  ASSIGN_OR_RETURN(Output back, rt_.AllocateOutput(slot, g->dtype, x.shape));
+  RETURN_IF_ERROR(x.device->CopyFromDevice(*g->device, *g->buffer, *back.buffer,
+                                           back.nbytes));
+  out[0] = rt_.Stored(slot, std::move(back));
+  return absl::OkStatus();
+}
+
+Runtime::Impl::GradMath::Formula Runtime::Impl::GradMath::FormulaOf(
+    size_t row) {
+#include "core/op_backward.inc"  // generated: kBackwardOf, one per row
+  static_assert(std::size(kBackwardOf) == kOpRowCount);
+  return kBackwardOf[row];
+}
+
 absl::StatusOr<std::vector<Runtime::Impl::TensorPtr>> Runtime::Impl::InputGrads(
     const GradNode& node, const TensorPtr& grad) {
   GradMath m(*this, grad->device);
   GradMath::Grads out(node.inputs.size());
-  switch (node.op.kind) {
-    case Kind::kBinary:
-      RETURN_IF_ERROR(m.BinaryGrads(node, grad, out));
-      break;
-    case Kind::kUnary:
-      RETURN_IF_ERROR(m.UnaryGrads(node, grad, out));
-      break;
-    case Kind::kMatMul:
-      RETURN_IF_ERROR(m.MatMulGrads(node, grad, out));
-      break;
-    case Kind::kLinear:
-      RETURN_IF_ERROR(m.LinearGrads(node, grad, out));
-      break;
-    case Kind::kReduce:
-      RETURN_IF_ERROR(m.ReduceGrads(node, grad, out));
-      break;
-    case Kind::kSoftmax:
-      RETURN_IF_ERROR(m.SoftmaxGrads(node, grad, out));
-      break;
-    case Kind::kPermute:
-    case Kind::kTranspose:
-    case Kind::kReshape:
-    case Kind::kNarrow:
-    case Kind::kSelect:
-    case Kind::kCat:
-    case Kind::kCast:
-      RETURN_IF_ERROR(m.ViewGrads(node, grad, out));
-      break;
-    case Kind::kClamp:
-      RETURN_IF_ERROR(m.ClampGrads(node, grad, out));
-      break;
-    case Kind::kWhere:
-      RETURN_IF_ERROR(m.WhereGrads(node, grad, out));
-      break;
-    case Kind::kDropout:
-      RETURN_IF_ERROR(m.DropoutGrads(node, grad, out));
-      break;
-    case Kind::kConv2d:
-      return Conv2dGrads(node, grad);
-    case Kind::kMaxPool2d:
-    case Kind::kAvgPool2d:
-    case Kind::kAdaptiveAvgPool2d:
-      return Pool2dGrads(node, grad);
-    case Kind::kLoss:
-      return LossGrads(node, grad);
-    case Kind::kMoveTo: {  // the gradient moved back to the input's device
-      const StoredTensor& x = *node.inputs[0].data;
-      DeviceSlot& slot = SlotOf(x.device);
-      ASSIGN_OR_RETURN(Output back, AllocateOutput(slot, grad->dtype, x.shape));
-      RETURN_IF_ERROR(x.device->CopyFromDevice(*grad->device, *grad->buffer,
-                                               *back.buffer, back.nbytes));
-      out[0] = Stored(slot, std::move(back));
-      break;
-    }
-    default:
-      return Unimplemented(node, "");
-  }
+  const GradMath::Formula formula = GradMath::FormulaOf(RowIndexOf(node.op));
+  if (formula == nullptr) return Unimplemented(node, "");
+  RETURN_IF_ERROR((m.*formula)(node, grad, out));
+  out.resize(node.inputs.size());
   return out;
 }
 

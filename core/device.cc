@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
 #include "core/op_checks.h"
+#include "core/op_table.h"
 
 namespace tensord::core {
 
@@ -19,35 +20,7 @@ std::string_view DeviceKindName(DeviceKind kind) {
 }
 
 std::string_view BinaryOpName(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::kAdd:
-      return "add";
-    case BinaryOp::kSub:
-      return "sub";
-    case BinaryOp::kMul:
-      return "mul";
-    case BinaryOp::kDiv:
-      return "div";
-    case BinaryOp::kMaximum:
-      return "maximum";
-    case BinaryOp::kMinimum:
-      return "minimum";
-    case BinaryOp::kPow:
-      return "pow";
-    case BinaryOp::kEq:
-      return "eq";
-    case BinaryOp::kNe:
-      return "ne";
-    case BinaryOp::kLt:
-      return "lt";
-    case BinaryOp::kLe:
-      return "le";
-    case BinaryOp::kGt:
-      return "gt";
-    case BinaryOp::kGe:
-      return "ge";
-  }
-  return "unknown";
+  return RowOf(OpSpecKind::kBinary, static_cast<int>(op)).name;
 }
 
 bool IsComparison(BinaryOp op) {
@@ -65,31 +38,7 @@ bool IsComparison(BinaryOp op) {
 }
 
 std::string_view UnaryOpName(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::kNeg:
-      return "neg";
-    case UnaryOp::kAbs:
-      return "abs";
-    case UnaryOp::kExp:
-      return "exp";
-    case UnaryOp::kLog:
-      return "log";
-    case UnaryOp::kSqrt:
-      return "sqrt";
-    case UnaryOp::kRelu:
-      return "relu";
-    case UnaryOp::kSigmoid:
-      return "sigmoid";
-    case UnaryOp::kTanh:
-      return "tanh";
-    case UnaryOp::kSilu:
-      return "silu";
-    case UnaryOp::kGelu:
-      return "gelu";
-    case UnaryOp::kGeluTanh:
-      return "gelu";
-  }
-  return "unknown";
+  return RowOf(OpSpecKind::kUnary, static_cast<int>(op)).name;
 }
 
 bool IsFloatingUnary(UnaryOp op) {
@@ -97,21 +46,7 @@ bool IsFloatingUnary(UnaryOp op) {
 }
 
 std::string_view ReduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kMean:
-      return "mean";
-    case ReduceOp::kMax:
-      return "max";
-    case ReduceOp::kMin:
-      return "min";
-    case ReduceOp::kArgmax:
-      return "argmax";
-    case ReduceOp::kNorm:
-      return "norm";
-  }
-  return "unknown";
+  return RowOf(OpSpecKind::kReduce, static_cast<int>(op)).name;
 }
 
 Capabilities Capabilities::Common() {

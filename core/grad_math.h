@@ -134,12 +134,36 @@ class Runtime::Impl::GradMath {
                            Grads& out);
   absl::Status SoftmaxGrads(const GradNode& node, const TensorPtr& g,
                             Grads& out);
-  // permute, transpose, reshape, narrow, select, cat, cast.
-  absl::Status ViewGrads(const GradNode& node, const TensorPtr& g, Grads& out);
+  absl::Status PermuteGrads(const GradNode& node, const TensorPtr& g,
+                            Grads& out);
+  absl::Status TransposeGrads(const GradNode& node, const TensorPtr& g,
+                              Grads& out);
+  absl::Status ReshapeGrads(const GradNode& node, const TensorPtr& g,
+                            Grads& out);
+  absl::Status CastGrads(const GradNode& node, const TensorPtr& g, Grads& out);
+  // narrow and select.
+  absl::Status SliceGrads(const GradNode& node, const TensorPtr& g, Grads& out);
+  absl::Status CatGrads(const GradNode& node, const TensorPtr& g, Grads& out);
   absl::Status ClampGrads(const GradNode& node, const TensorPtr& g, Grads& out);
   absl::Status WhereGrads(const GradNode& node, const TensorPtr& g, Grads& out);
   absl::Status DropoutGrads(const GradNode& node, const TensorPtr& g,
                             Grads& out);
+  // conv2d's (window_ops.cc), the pooling ops' (window_ops.cc), the losses'
+  // (loss_ops.cc), and a move's: the gradient moved back to the input's
+  // device.
+  absl::Status Conv2dGrads(const GradNode& node, const TensorPtr& g,
+                           Grads& out);
+  absl::Status Pool2dGrads(const GradNode& node, const TensorPtr& g,
+                           Grads& out);
+  absl::Status LossGrads(const GradNode& node, const TensorPtr& g, Grads& out);
+  absl::Status MoveToGrads(const GradNode& node, const TensorPtr& g,
+                           Grads& out);
+  // What each row of the op table names as its `backward`
+  // (core/op_table.h): one of the above.
+  using Formula = absl::Status (GradMath::*)(const GradNode& node,
+                                             const TensorPtr& g, Grads& out);
+  // The formula of the table's row `row` (nullptr when it has none).
+  static Formula FormulaOf(size_t row);
 
  private:
   Impl& rt_;

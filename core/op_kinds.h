@@ -7,45 +7,20 @@
 #ifndef TENSORD_CORE_OP_KINDS_H_
 #define TENSORD_CORE_OP_KINDS_H_
 
+#include "core/op_enums.h"  // generated (core/gen_op_table.py)
+
 namespace tensord::core {
 
-// Elementwise binary ops. The comparisons (kEq .. kGe) produce bool.
-enum class BinaryOp : int {
-  kAdd,
-  kSub,
-  kMul,
-  kDiv,
-  kMaximum,
-  kMinimum,
-  kPow,
-  kEq,
-  kNe,
-  kLt,
-  kLe,
-  kGt,
-  kGe,
-};
-
-// Elementwise unary ops; input and output share one dtype (the planner
-// casts integer inputs of the floating ops to float32 first).
-enum class UnaryOp : int {
-  kNeg,
-  kAbs,
-  kExp,
-  kLog,
-  kSqrt,
-  kRelu,
-  kSigmoid,
-  kTanh,
-  kSilu,      // x * sigmoid(x)
-  kGelu,      // x * Phi(x), exact (erf)
-  kGeluTanh,  // gelu's tanh approximation (approximate='tanh')
-};
-
-// Reductions over one axis (or all elements). kArgmax produces int64; the
-// others keep the input dtype (the planner casts integer sums to int64).
-// kNorm is the L2 (Frobenius) norm, sqrt(sum(x^2)).
-enum class ReduceOp : int { kSum, kMean, kMax, kMin, kArgmax, kNorm };
+// BinaryOp, UnaryOp and ReduceOp (and the other op enums) are generated
+// from the op table (proto/tensord/v1/ops.json), one enumerator per row:
+//  - BinaryOp: elementwise; the comparisons (kEq .. kGe) produce bool.
+//  - UnaryOp: elementwise, input and output of one dtype (the planner casts
+//    integer inputs of the floating ops to float32 first). kSilu is
+//    x * sigmoid(x), kGelu x * Phi(x) exact (erf), kGeluTanh gelu's tanh
+//    approximation (approximate='tanh').
+//  - ReduceOp: over one axis, several, or all elements. kArgmax produces
+//    int64; the others keep the input dtype (the planner casts integer sums
+//    to int64). kNorm is the L2 (Frobenius) norm, sqrt(sum(x^2)).
 
 }  // namespace tensord::core
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/absl_compat.h"
+#include "core/op_table.h"
 
 namespace tensord::core {
 
@@ -33,84 +34,10 @@ std::string PythonFloat(double v) {
 }
 
 std::string_view InPlaceOpName(InPlaceOp op) {
-  switch (op) {
-    case InPlaceOp::kAdd:
-      return "add_";
-    case InPlaceOp::kSub:
-      return "sub_";
-    case InPlaceOp::kMul:
-      return "mul_";
-    case InPlaceOp::kDiv:
-      return "div_";
-    case InPlaceOp::kAxpy:
-      return "axpy_";
-  }
-  return "unknown_";
+  return RowOf(OpSpecKind::kInPlace, static_cast<int>(op)).name;
 }
 
-std::string OpName(const OpSpec& op) {
-  switch (op.kind) {
-    case OpSpec::Kind::kBinary:
-      return std::string(BinaryOpName(op.binary));
-    case OpSpec::Kind::kUnary:
-      return std::string(UnaryOpName(op.unary));
-    case OpSpec::Kind::kMatMul:
-      return "matmul";
-    case OpSpec::Kind::kLinear:
-      return "linear";
-    case OpSpec::Kind::kReduce:
-      return std::string(ReduceOpName(op.reduce));
-    case OpSpec::Kind::kPermute:
-      return "permute";
-    case OpSpec::Kind::kTranspose:
-      return "transpose";
-    case OpSpec::Kind::kReshape:
-      return "reshape";
-    case OpSpec::Kind::kNarrow:
-      return "narrow";
-    case OpSpec::Kind::kSelect:
-      return "select";
-    case OpSpec::Kind::kCat:
-      return "cat";
-    case OpSpec::Kind::kCast:
-      return "to";
-    case OpSpec::Kind::kInPlace:
-      return std::string(InPlaceOpName(op.in_place));
-    case OpSpec::Kind::kSoftmax:
-      return op.log ? "log_softmax" : "softmax";
-    case OpSpec::Kind::kClamp:
-      return "clamp";
-    case OpSpec::Kind::kWhere:
-      return "where";
-    case OpSpec::Kind::kConv2d:
-      return "conv2d";
-    case OpSpec::Kind::kMaxPool2d:
-      return "max_pool2d";
-    case OpSpec::Kind::kAvgPool2d:
-      return "avg_pool2d";
-    case OpSpec::Kind::kLoss:
-      return std::string(LossName(op.loss));
-    case OpSpec::Kind::kAdaptiveAvgPool2d:
-      return "adaptive_avg_pool2d";
-    case OpSpec::Kind::kDropout:
-      return "dropout";
-    case OpSpec::Kind::kRequiresGrad:
-      return "requires_grad_";
-    case OpSpec::Kind::kBackward:
-      return "backward";
-    case OpSpec::Kind::kGrad:
-      return "grad";
-    case OpSpec::Kind::kZeroGrad:
-      return "zero_grad";
-    case OpSpec::Kind::kDetach:
-      return "detach";
-    case OpSpec::Kind::kMoveTo:
-      return "to";
-    case OpSpec::Kind::kOptimizerStep:
-      return absl::StrCat(ToAbsl(OptimizerName(op.optimizer.kind)), ".step");
-  }
-  return "unknown";
-}
+std::string OpName(const OpSpec& op) { return std::string(RowOf(op).name); }
 
 std::string_view OptimizerName(OptimizerKind kind) {
   switch (kind) {
@@ -130,15 +57,7 @@ int OptimizerStateCount(const OptimizerArgs& args) {
 }
 
 std::string_view LossName(LossKind kind) {
-  switch (kind) {
-    case LossKind::kNll:
-      return "nll_loss";
-    case LossKind::kCrossEntropy:
-      return "cross_entropy";
-    case LossKind::kMse:
-      return "mse_loss";
-  }
-  return "loss";
+  return RowOf(OpSpecKind::kLoss, static_cast<int>(kind)).name;
 }
 
 BinaryOp InPlaceBinaryOp(InPlaceOp op) {

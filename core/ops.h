@@ -47,13 +47,8 @@ struct Operand {
 // The computed dtype must be castable to self's dtype (PyTorch's rule: no
 // floating into integral, nothing but bool into bool), and the broadcast
 // shape must be self's shape.
-enum class InPlaceOp {
-  kAdd,   // self += other
-  kSub,   // self -= other
-  kMul,   // self *= other
-  kDiv,   // self /= other
-  kAxpy,  // self += alpha * other
-};
+// InPlaceOp (generated from the op table: kAdd, kSub, kMul, kDiv, kAxpy
+// for add_, sub_, mul_, div_ and axpy_, self += alpha * other).
 std::string_view InPlaceOpName(InPlaceOp op);  // "add_", "sub_", ...
 // The elementwise op an in-place op applies to its target: add_ and axpy_
 // (which adds alpha * other) add, sub_ subtracts, ...
@@ -73,11 +68,9 @@ struct WindowArgs {
 };
 
 // The loss functions (torch.nn.functional's) and how they reduce.
-enum class LossKind {
-  kNll,           // nll_loss(log-probabilities, class-index targets)
-  kCrossEntropy,  // nll_loss(log_softmax(logits over the class dim), targets)
-  kMse,           // mse_loss: (input - target)^2
-};
+// LossKind (generated from the op table): kNll, nll_loss(log-probabilities,
+// class-index targets); kCrossEntropy, nll_loss(log_softmax(logits over the
+// class dim), targets); kMse, mse_loss: (input - target)^2.
 enum class LossReduction { kMean, kSum, kNone };
 std::string_view LossName(LossKind kind);  // "nll_loss", ...
 
@@ -86,7 +79,7 @@ std::string_view LossName(LossKind kind);  // "nll_loss", ...
 // op also updates in place: SGD's momentum buffers, Adam's exp_avg and
 // exp_avg_sq. Each parameter's gradient is its grad; a parameter whose
 // grad is None is skipped, as PyTorch skips it.
-enum class OptimizerKind { kSgd, kAdam, kAdamW };
+// OptimizerKind (generated from the op table): kSgd, kAdam, kAdamW.
 std::string_view OptimizerName(OptimizerKind kind);  // "SGD", "Adam", ...
 struct OptimizerArgs {
   OptimizerKind kind = OptimizerKind::kSgd;
@@ -105,44 +98,10 @@ struct OptimizerArgs {
 int OptimizerStateCount(const OptimizerArgs& args);
 
 struct OpSpec {
-  enum class Kind {
-    kBinary,     // inputs[0] (op) inputs[1], or (op) scalar
-    kUnary,      // unary(inputs[0])
-    kMatMul,     // inputs[0] @ inputs[1]
-    kLinear,     // inputs[0] @ inputs[1]^T (+ inputs[2] when present)
-    kReduce,     // reduce(inputs[0]) over `dim` (all when unset)
-    kPermute,    // inputs[0].permute(dims)
-    kTranspose,  // inputs[0].transpose(dim, dim1)
-    kReshape,    // inputs[0].reshape(dims); one dim may be -1
-    kNarrow,     // inputs[0].narrow(dim, start, length)
-    kSelect,     // inputs[0].select(dim, start): the dim is dropped
-    kCat,        // torch.cat(inputs, dim)
-    kCast,       // inputs[0].to(dtype) (always a new tensor)
-    kInPlace,    // in_place(inputs[0], inputs[1] or scalar)
-    kSoftmax,    // softmax (log_softmax when `log`) of inputs[0] over `dim`
-    kClamp,      // clamp(inputs[0], min, max): see `clamp_min`
-    kWhere,      // where(inputs[0], input, other): see `where_input`
-    kConv2d,     // conv2d(inputs[0], weight inputs[1], bias inputs[2]?)
-    kMaxPool2d,  // max_pool2d(inputs[0]) over `window`
-    kAvgPool2d,  // avg_pool2d(inputs[0]) over `window`
-    kLoss,       // loss(input inputs[0], target inputs[1]): see `loss`
-    kAdaptiveAvgPool2d,  // adaptive_avg_pool2d(inputs[0], window.output_size)
-    kDropout,    // dropout(inputs[0], dropout_p, train, seed)
-    // Autograd (core/autograd.h). Each returns inputs[0] (same handle)
-    // but kGrad and kDetach.
-    kRequiresGrad,  // inputs[0].requires_grad_(requires_grad): a leaf
-    kBackward,      // inputs[0].backward(inputs[1]?, retain_graph)
-    kGrad,          // inputs[0].grad: a new handle on the grad's memory
-    kZeroGrad,      // every input's grad set to None
-    kDetach,        // inputs[0].detach(): its memory, no autograd history
-    // optimizer.step(): inputs are the n parameters, then each kind of
-    // state for all of them in turn (Adam: n exp_avg, then n exp_avg_sq);
-    // returns inputs[0].
-    kOptimizerStep,
-    // x.to(device), as the To request records it for autograd (not an op
-    // a client sends: PlanOp refuses it).
-    kMoveTo,
-  };
+  // The op's kind (OpSpecKind, generated: the table's `kinds`, each with
+  // its doc); with binary, unary, reduce, in_place, log, loss or
+  // optimizer.kind it names the op's row (core/op_table.h).
+  using Kind = OpSpecKind;
   Kind kind = Kind::kBinary;
   BinaryOp binary = BinaryOp::kAdd;
   UnaryOp unary = UnaryOp::kNeg;

@@ -37,6 +37,11 @@ import tempfile
 from importlib import metadata
 
 PROTO_FILE = os.path.join("tensord", "v1", "tensord.proto")
+# The op table, beside the proto (an sdist carries both).
+OP_TABLE_FILE = os.path.join("tensord", "v1", "ops.json")
+# What the client's op facts (tensord/_op_table.py) keep of each row.
+OP_FACTS = ("id", "name", "kind", "wire", "arity", "grad_inputs", "grad_fn",
+            "python", "example")
 HERE = os.path.dirname(os.path.abspath(__file__))
 NUMPY_REQUIREMENT = "numpy>=1.21"
 # grpc_python_plugin has no --version: Debian 12's grpcio, the oldest tested.
@@ -91,6 +96,24 @@ class Generator:
                                f"{result.stdout}{result.stderr}")
         package = os.path.join(out_dir, "tensord", "v1")
         open(os.path.join(package, "__init__.py"), "a").close()
+
+
+def write_op_table(proto_root, out_dir):
+    """Writes tensord/_op_table.py under out_dir: the op table's rows (OP_FACTS
+    of each) as Python data, made from OP_TABLE_FILE while the wheel builds."""
+    import json
+    with open(os.path.join(proto_root, OP_TABLE_FILE), encoding="utf-8") as f:
+        table = json.load(f)
+    rows = [{k: row.get(k, row["id"] if k == "name" else None) for k in OP_FACTS}
+            for row in table["ops"]]
+    target = os.path.join(out_dir, "tensord", "_op_table.py")
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target, "w", encoding="utf-8") as f:
+        f.write('"""The op table (proto/tensord/v1/ops.json), generated while the '
+                'package was built: do not edit.\n\n'
+                'OPS: one dict per op, in the table\'s order, with the keys of '
+                'build_stubs.OP_FACTS.\n"""\n')
+        f.write(f"OPS = {rows!r}\n")
 
 
 def _grpc_tools_generator():

@@ -331,6 +331,7 @@ using client::ErrorKind;
 using client::StatusCode;
 using client::Tensor;
 using client::TensorInfo;
+using client::where;
 }  // namespace tensord
 
 #endif  // TENSORD_CLIENT_TENSORD_CLIENT_H_

@@ -2,6 +2,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/absl_compat.h"
+#include "core/op_table.h"
 #include "core/status.h"
 
 namespace tensord::wire {
@@ -40,27 +42,37 @@ v1::DType ToProto(core::DType dtype) {
   return v1::DTYPE_UNSPECIFIED;
 }
 
-absl::StatusOr<core::BinaryOp> FromProto(v1::BinaryOp op) {
-  switch (op) {
-    case v1::ADD: return core::BinaryOp::kAdd;
-    case v1::SUB: return core::BinaryOp::kSub;
-    case v1::MUL: return core::BinaryOp::kMul;
-    case v1::DIV: return core::BinaryOp::kDiv;
-    case v1::MAXIMUM: return core::BinaryOp::kMaximum;
-    case v1::MINIMUM: return core::BinaryOp::kMinimum;
-    case v1::POW: return core::BinaryOp::kPow;
-    case v1::EQ: return core::BinaryOp::kEq;
-    case v1::NE: return core::BinaryOp::kNe;
-    case v1::LT: return core::BinaryOp::kLt;
-    case v1::LE: return core::BinaryOp::kLe;
-    case v1::GT: return core::BinaryOp::kGt;
-    case v1::GE: return core::BinaryOp::kGe;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown binary op ", static_cast<int>(op),
-          "; expected ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, POW, EQ, NE, LT, "
-          "LE, GT or GE"));
+namespace {
+
+#include "proto/op_wire.inc"  // generated: kWire_<field>, kWireNames_<field>
+
+// The op table's row that `value` of a wire enum names, among `values`;
+// INVALID_ARGUMENT "unknown <what> <value>; expected <names>" when none.
+absl::StatusOr<const core::OpRow*> WireRow(std::span<const WireValue> values,
+                                           int value, std::string_view what,
+                                           std::string_view names) {
+  for (const WireValue& v : values) {
+    if (v.value == value) return &core::OpRows()[v.row];
   }
+  return absl::InvalidArgumentError(absl::StrCat("unknown ", core::ToAbsl(what),
+                                                 " ", value, "; expected ",
+                                                 core::ToAbsl(names)));
+}
+
+// The family enum value (core::UnaryOp, ...) of the row `value` names.
+template <typename Enum>
+absl::StatusOr<Enum> WireVariant(std::span<const WireValue> values, int value,
+                                 std::string_view what,
+                                 std::string_view names) {
+  ASSIGN_OR_RETURN(const core::OpRow* row, WireRow(values, value, what, names));
+  return static_cast<Enum>(row->variant);
+}
+
+}  // namespace
+
+absl::StatusOr<core::BinaryOp> FromProto(v1::BinaryOp op) {
+  return WireVariant<core::BinaryOp>(kWire_binary, op, "binary op",
+                                     kWireNames_binary);
 }
 
 core::Scalar FromProto(const v1::Scalar& scalar) {
@@ -73,49 +85,18 @@ core::Scalar FromProto(const v1::Scalar& scalar) {
 namespace {
 
 absl::StatusOr<core::UnaryOp> FromProto(v1::UnaryOp op) {
-  switch (op) {
-    case v1::NEG: return core::UnaryOp::kNeg;
-    case v1::ABS: return core::UnaryOp::kAbs;
-    case v1::EXP: return core::UnaryOp::kExp;
-    case v1::LOG: return core::UnaryOp::kLog;
-    case v1::SQRT: return core::UnaryOp::kSqrt;
-    case v1::RELU: return core::UnaryOp::kRelu;
-    case v1::SIGMOID: return core::UnaryOp::kSigmoid;
-    case v1::TANH: return core::UnaryOp::kTanh;
-    case v1::SILU: return core::UnaryOp::kSilu;
-    case v1::GELU: return core::UnaryOp::kGelu;
-    case v1::GELU_TANH: return core::UnaryOp::kGeluTanh;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown unary op ", static_cast<int>(op)));
-  }
+  return WireVariant<core::UnaryOp>(kWire_unary, op, "unary op",
+                                    kWireNames_unary);
 }
 
 absl::StatusOr<core::ReduceOp> FromProto(v1::ReduceOp op) {
-  switch (op) {
-    case v1::SUM: return core::ReduceOp::kSum;
-    case v1::MEAN: return core::ReduceOp::kMean;
-    case v1::MAX: return core::ReduceOp::kMax;
-    case v1::MIN: return core::ReduceOp::kMin;
-    case v1::ARGMAX: return core::ReduceOp::kArgmax;
-    case v1::NORM: return core::ReduceOp::kNorm;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown reduce op ", static_cast<int>(op)));
-  }
+  return WireVariant<core::ReduceOp>(kWire_reduce, op, "reduce op",
+                                     kWireNames_reduce);
 }
 
 absl::StatusOr<core::InPlaceOp> FromProto(v1::InPlaceOp op) {
-  switch (op) {
-    case v1::ADD_: return core::InPlaceOp::kAdd;
-    case v1::SUB_: return core::InPlaceOp::kSub;
-    case v1::MUL_: return core::InPlaceOp::kMul;
-    case v1::DIV_: return core::InPlaceOp::kDiv;
-    case v1::AXPY_: return core::InPlaceOp::kAxpy;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown in-place op ", static_cast<int>(op)));
-  }
+  return WireVariant<core::InPlaceOp>(kWire_in_place, op, "in-place op",
+                                      kWireNames_in_place);
 }
 
 // Appends `operand` to spec.inputs; `name` is the field for messages.
@@ -229,25 +210,15 @@ absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
     }
     case v1::Op::kPool2D: {
       const v1::Pool2dArgs& a = op.pool2d();
-      switch (a.op()) {
-        case v1::MAX_POOL:
-          spec.kind = Kind::kMaxPool2d;
-          break;
-        case v1::AVG_POOL:
-          spec.kind = Kind::kAvgPool2d;
-          break;
-        case v1::ADAPTIVE_AVG_POOL:
-          spec.kind = Kind::kAdaptiveAvgPool2d;
-          if (!a.kernel_size().empty() || !a.stride().empty() ||
-              !a.padding().empty() || !a.dilation().empty() ||
-              a.exclude_pad()) {
-            return absl::InvalidArgumentError(
-                "adaptive_avg_pool2d takes only output_size");
-          }
-          break;
-        default:
-          return absl::InvalidArgumentError(
-              absl::StrCat("unknown pool op ", static_cast<int>(a.op())));
+      ASSIGN_OR_RETURN(
+          const core::OpRow* row,
+          WireRow(kWire_pool2d, a.op(), "pool op", kWireNames_pool2d));
+      spec.kind = row->kind;
+      if (spec.kind == Kind::kAdaptiveAvgPool2d &&
+          (!a.kernel_size().empty() || !a.stride().empty() ||
+           !a.padding().empty() || !a.dilation().empty() || a.exclude_pad())) {
+        return absl::InvalidArgumentError(
+            "adaptive_avg_pool2d takes only output_size");
       }
       RETURN_IF_ERROR(AddOperand(a.x(), "x", spec));
       spec.window.kernel_size.assign(a.kernel_size().begin(),
@@ -303,21 +274,10 @@ absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
       const v1::OptimizerStepArgs& a = op.optimizer_step();
       spec.kind = Kind::kOptimizerStep;
       core::OptimizerArgs& o = spec.optimizer;
-      switch (a.kind()) {
-        case v1::SGD:
-          o.kind = core::OptimizerKind::kSgd;
-          break;
-        case v1::ADAM:
-          o.kind = core::OptimizerKind::kAdam;
-          break;
-        case v1::ADAMW:
-          o.kind = core::OptimizerKind::kAdamW;
-          break;
-        default:
-          return absl::InvalidArgumentError(absl::StrCat(
-              "optimizer kind is not set or unknown (",
-              static_cast<int>(a.kind()), "); expected SGD, ADAM or ADAMW"));
-      }
+      ASSIGN_OR_RETURN(
+          o.kind, WireVariant<core::OptimizerKind>(kWire_optimizer_step,
+                                                   a.kind(), "optimizer kind",
+                                                   kWireNames_optimizer_step));
       for (const v1::Operand& p : a.params()) {
         RETURN_IF_ERROR(AddOperand(p, "params", spec));
       }
@@ -348,20 +308,9 @@ absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
     case v1::Op::kLoss: {
       const v1::LossArgs& a = op.loss();
       spec.kind = Kind::kLoss;
-      switch (a.op()) {
-        case v1::NLL_LOSS:
-          spec.loss = core::LossKind::kNll;
-          break;
-        case v1::CROSS_ENTROPY:
-          spec.loss = core::LossKind::kCrossEntropy;
-          break;
-        case v1::MSE_LOSS:
-          spec.loss = core::LossKind::kMse;
-          break;
-        default:
-          return absl::InvalidArgumentError(
-              absl::StrCat("unknown loss op ", static_cast<int>(a.op())));
-      }
+      ASSIGN_OR_RETURN(
+          spec.loss, WireVariant<core::LossKind>(kWire_loss, a.op(), "loss op",
+                                                 kWireNames_loss));
       switch (a.reduction()) {
         case v1::REDUCTION_MEAN:
           spec.reduction = core::LossReduction::kMean;
