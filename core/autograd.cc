@@ -247,58 +247,63 @@ absl::Status Runtime::Impl::CheckInPlaceGrad(const OpSpec& op,
   return absl::OkStatus();
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::ApplyAutograd(
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitRequiresGrad(
     const OpSpec& op, std::span<const Value> in) {
-  const TensorPtr& x = in[0].tensor;
-  AutogradMeta& meta = *x->autograd;
-  switch (op.kind) {
-    case Kind::kRequiresGrad: {
-      absl::MutexLock lock(&meta.mu);
-      if (meta.grad_fn != nullptr) {
-        if (op.requires_grad) return in[0];  // it does already
-        return absl::FailedPreconditionError(
-            "you can only change requires_grad flags of leaf variables. If "
-            "you want to use a computed variable in a subgraph that doesn't "
-            "require differentiation use var_no_grad = var.detach().");
-      }
-      meta.requires_grad = op.requires_grad;
-      return in[0];
-    }
-    case Kind::kBackward:
-      RETURN_IF_ERROR(Backward(x, in.size() > 1 ? in[1].tensor.get() : nullptr,
-                               op.retain_graph));
-      return in[0];
-    case Kind::kZeroGrad:
-      for (const Value& v : in) {
-        AutogradMeta& m = *v.tensor->autograd;
-        absl::MutexLock lock(&m.mu);
-        SetGrad(m, nullptr);
-      }
-      return in[0];
-    case Kind::kGrad: {
-      TensorPtr grad;
-      {
-        absl::MutexLock lock(&meta.mu);
-        grad = meta.grad;
-      }
-      if (grad == nullptr) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "the tensor's grad is None: ",
-            meta.GradFn() != nullptr
-                ? "it is not a leaf (grads accumulate in leaves only)"
-            : meta.Tracked() ? "no backward has reached it since it was set"
-                             : "it does not require grad"));
-      }
-      // The grad's memory under a new handle. (A backward gives the leaf a
-      // new grad tensor; this handle keeps the values it had.)
-      return Value{Save(*grad, true).data, std::nullopt};
-    }
-    case Kind::kDetach:
-      return Value{Save(*x, true).data, std::nullopt};
-    default:
-      return absl::InternalError(
-          absl::StrCat("ApplyAutograd: not an autograd op: ", OpName(op)));
+  AutogradMeta& meta = *in[0].tensor->autograd;
+  absl::MutexLock lock(&meta.mu);
+  if (meta.grad_fn != nullptr) {
+    if (op.requires_grad) return in[0];  // it does already
+    return absl::FailedPreconditionError(
+        "you can only change requires_grad flags of leaf variables. If "
+        "you want to use a computed variable in a subgraph that doesn't "
+        "require differentiation use var_no_grad = var.detach().");
   }
+  meta.requires_grad = op.requires_grad;
+  return in[0];
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitBackward(
+    const OpSpec& op, std::span<const Value> in) {
+  RETURN_IF_ERROR(Backward(in[0].tensor,
+                           in.size() > 1 ? in[1].tensor.get() : nullptr,
+                           op.retain_graph));
+  return in[0];
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitZeroGrad(
+    const OpSpec&, std::span<const Value> in) {
+  for (const Value& v : in) {
+    AutogradMeta& m = *v.tensor->autograd;
+    absl::MutexLock lock(&m.mu);
+    SetGrad(m, nullptr);
+  }
+  return in[0];
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitGrad(
+    const OpSpec&, std::span<const Value> in) {
+  const AutogradMeta& meta = *in[0].tensor->autograd;
+  TensorPtr grad;
+  {
+    absl::MutexLock lock(&meta.mu);
+    grad = meta.grad;
+  }
+  if (grad == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the tensor's grad is None: ",
+        meta.GradFn() != nullptr
+            ? "it is not a leaf (grads accumulate in leaves only)"
+        : meta.Tracked() ? "no backward has reached it since it was set"
+                         : "it does not require grad"));
+  }
+  // The grad's memory under a new handle. (A backward gives the leaf a new
+  // grad tensor; this handle keeps the values it had.)
+  return Value{Save(*grad, true).data, std::nullopt};
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitDetach(
+    const OpSpec&, std::span<const Value> in) {
+  return Value{Save(*in[0].tensor, true).data, std::nullopt};
 }
 
 absl::Status Runtime::Impl::Backward(const TensorPtr& root,

@@ -1,4 +1,5 @@
 #include "core/op_plan.h"
+#include "core/op_table.h"
 #include "core/planner.h"
 #include "core/refusal.h"
 #include "core/runtime_impl.h"
@@ -45,127 +46,176 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
       PlanOp(op, inputs,
              in.empty() ? Target{none, ""} : TargetOf(*in[0].tensor->device))
           .status());
-  switch (op.kind) {
-    case OpSpec::Kind::kRequiresGrad:
-    case OpSpec::Kind::kBackward:
-    case OpSpec::Kind::kGrad:
-    case OpSpec::Kind::kZeroGrad:
-    case OpSpec::Kind::kDetach:
-      return ApplyAutograd(op, in);
-    default:
-      break;
+  const Emit emit = EmitOf(RowIndexOf(op));
+  if (emit == nullptr) {
+    return absl::InternalError(absl::StrCat("Apply: ", OpName(op)));
   }
-  const bool with_scalar = op.scalar.has_value();
-  const StoredTensor& x = *in[0].tensor;
-  TensorPtr extra;  // what the op's backward needs besides its operands
-  const StoredTensor* second = in.size() > 1 ? in[1].tensor.get() : nullptr;
-  absl::StatusOr<Output> out;
-  switch (op.kind) {
-    case OpSpec::Kind::kBinary:
-      out = BinaryOut(op.binary, x, second, with_scalar ? &*op.scalar : nullptr,
-                      with_scalar && op.scalar_first, nullptr);
-      break;
-    case OpSpec::Kind::kUnary:
-      out = UnaryOut(op.unary, x);
-      break;
-    case OpSpec::Kind::kMatMul:
-      out = MatMulOut(x, *second);
-      break;
-    case OpSpec::Kind::kLinear:
-      out = LinearOut(x, *second, in.size() > 2 ? in[2].tensor.get() : nullptr);
-      break;
-    case OpSpec::Kind::kReduce:
-      if (!op.reduce_dims.empty()) {
-        out = ReduceOut(op.reduce, x, op.reduce_dims, op.keepdim);
-      } else if (op.dim.has_value()) {
-        out = ReduceOut(op.reduce, x, std::span<const int64_t>(&*op.dim, 1),
-                        op.keepdim);
-      } else {
-        out = ReduceOut(op.reduce, x, std::span<const int64_t>(), op.keepdim);
-      }
-      break;
-    case OpSpec::Kind::kSoftmax:
-      out = SoftmaxOut(x, op.dim.value_or(-1), op.log);
-      break;
-    case OpSpec::Kind::kClamp: {
-      using Kind = OpSpec::Bound::Kind;
-      const bool min_tensor = op.clamp_min.kind == Kind::kTensor;
-      const bool max_tensor = op.clamp_max.kind == Kind::kTensor;
-      const StoredTensor* lo = min_tensor ? second : nullptr;
-      const StoredTensor* hi =
-          max_tensor ? in[min_tensor ? 2 : 1].tensor.get() : nullptr;
-      out = ClampOut(x, op.clamp_min, lo, op.clamp_max, hi);
-      break;
-    }
-    case OpSpec::Kind::kWhere: {
-      using Kind = OpSpec::Bound::Kind;
-      size_t next = 1;
-      const StoredTensor* input = op.where_input.kind == Kind::kTensor
-                                      ? in[next++].tensor.get()
-                                      : nullptr;
-      const StoredTensor* other = op.where_other.kind == Kind::kTensor
-                                      ? in[next++].tensor.get()
-                                      : nullptr;
-      out = WhereOut(x, op.where_input, input, op.where_other, other);
-      break;
-    }
-    case OpSpec::Kind::kPermute:
-      out = PermuteOut(x, op.dims);
-      break;
-    case OpSpec::Kind::kTranspose: {
-      ASSIGN_OR_RETURN(const std::vector<int64_t> perm,
-                       TransposePerm(op, x.shape.rank()));
-      out = PermuteOut(x, perm);
-      break;
-    }
-    case OpSpec::Kind::kReshape:
-      out = ReshapeOut(x, op.dims);
-      break;
-    case OpSpec::Kind::kNarrow:
-    case OpSpec::Kind::kSelect: {
-      ASSIGN_OR_RETURN(SlicePlan plan, PlanSliceOp(op, x.shape));
-      out = SliceOut(x, plan);
-      break;
-    }
-    case OpSpec::Kind::kCat:
-      out = CatOut(in, op.dim.value_or(0));
-      break;
-    case OpSpec::Kind::kCast:
-      out = CastOut(x, op.dtype);
-      break;
-    case OpSpec::Kind::kInPlace:
-      RETURN_IF_ERROR(CheckInPlaceGrad(op, in));
-      RETURN_IF_ERROR(InPlace(op, x, second));
-      x.buffer->BumpVersion();
-      return in[0];
-    case OpSpec::Kind::kConv2d:
-      out = Conv2dOut(x, *second, in.size() > 2 ? in[2].tensor.get() : nullptr,
-                      op.window);
-      break;
-    case OpSpec::Kind::kMaxPool2d:
-    case OpSpec::Kind::kAvgPool2d:
-      out = Pool2dOut(PoolKindOf(op), x, op.window);
-      break;
-    case OpSpec::Kind::kLoss:
-      out = LossOut(op, x, *second);
-      break;
-    case OpSpec::Kind::kAdaptiveAvgPool2d:
-      out = AdaptiveAvgPool2dOut(x, op.window.output_size);
-      break;
-    case OpSpec::Kind::kDropout:
-      out = DropoutOut(x, op.dropout_p, op.train, op.seed,
-                       !op.no_grad && x.autograd->Tracked() ? &extra : nullptr);
-      break;
-    case OpSpec::Kind::kOptimizerStep:
-      RETURN_IF_ERROR(OptimizerStep(op, in));
-      return in[0];
-    default:  // the autograd ops, above
-      return absl::InternalError(absl::StrCat("Apply: ", OpName(op)));
-  }
+  return (this->*emit)(op, in);
+}
+
+Runtime::Impl::Emit Runtime::Impl::EmitOf(size_t row) {
+#include "core/op_emit.inc"  // generated: kEmitOf, one per row
+  static_assert(std::size(kEmitOf) == kOpRowCount);
+  return kEmitOf[row];
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Made(
+    const OpSpec& op, std::span<const Value> in, absl::StatusOr<Output> out,
+    TensorPtr extra) {
   if (!out.ok()) return out.status();
-  TensorPtr result = Stored(SlotOf(x.device), std::move(*out));
+  TensorPtr result = Stored(SlotOf(in[0].tensor->device), std::move(*out));
   RecordGrad(op, in, result, std::move(extra));
   return Value{std::move(result), std::nullopt};
+}
+
+namespace {
+
+// in[i]'s tensor, or nullptr past the end (`in`: the Values of Apply).
+template <typename Values>
+const StoredTensor* Nth(const Values& in, size_t i) {
+  return i < in.size() ? in[i].tensor.get() : nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitBinary(
+    const OpSpec& op, std::span<const Value> in) {
+  const bool with_scalar = op.scalar.has_value();
+  return Made(op, in,
+              BinaryOut(op.binary, *in[0].tensor, Nth(in, 1),
+                        with_scalar ? &*op.scalar : nullptr,
+                        with_scalar && op.scalar_first, nullptr));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitUnary(
+    const OpSpec& op, std::span<const Value> in) {
+  return Made(op, in, UnaryOut(op.unary, *in[0].tensor));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitMatMul(
+    const OpSpec& op, std::span<const Value> in) {
+  return Made(op, in, MatMulOut(*in[0].tensor, *in[1].tensor));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitLinear(
+    const OpSpec& op, std::span<const Value> in) {
+  return Made(op, in, LinearOut(*in[0].tensor, *in[1].tensor, Nth(in, 2)));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitReduce(
+    const OpSpec& op, std::span<const Value> in) {
+  std::span<const int64_t> dims = op.reduce_dims;  // all when empty
+  if (op.reduce_dims.empty() && op.dim.has_value()) dims = {&*op.dim, 1};
+  return Made(op, in, ReduceOut(op.reduce, *in[0].tensor, dims, op.keepdim));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitSoftmax(
+    const OpSpec& op, std::span<const Value> in) {
+  return Made(op, in, SoftmaxOut(*in[0].tensor, op.dim.value_or(-1), op.log));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitClamp(
+    const OpSpec& op, std::span<const Value> in) {
+  using Kind = OpSpec::Bound::Kind;
+  const bool min_tensor = op.clamp_min.kind == Kind::kTensor;
+  const bool max_tensor = op.clamp_max.kind == Kind::kTensor;
+  const StoredTensor* lo = min_tensor ? in[1].tensor.get() : nullptr;
+  const StoredTensor* hi =
+      max_tensor ? in[min_tensor ? 2 : 1].tensor.get() : nullptr;
+  return Made(op, in,
+              ClampOut(*in[0].tensor, op.clamp_min, lo, op.clamp_max, hi));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitWhere(
+    const OpSpec& op, std::span<const Value> in) {
+  using Kind = OpSpec::Bound::Kind;
+  size_t next = 1;
+  const StoredTensor* input =
+      op.where_input.kind == Kind::kTensor ? in[next++].tensor.get() : nullptr;
+  const StoredTensor* other =
+      op.where_other.kind == Kind::kTensor ? in[next++].tensor.get() : nullptr;
+  return Made(
+      op, in,
+      WhereOut(*in[0].tensor, op.where_input, input, op.where_other, other));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitPermute(
+    const OpSpec& op, std::span<const Value> in) {
+  return Made(op, in, PermuteOut(*in[0].tensor, op.dims));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitTranspose(
+    const OpSpec& op, std::span<const Value> in) {
+  ASSIGN_OR_RETURN(const std::vector<int64_t> perm,
+                   TransposePerm(op, in[0].tensor->shape.rank()));
+  return Made(op, in, PermuteOut(*in[0].tensor, perm));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitReshape(
+    const OpSpec& op, std::span<const Value> in) {
+  return Made(op, in, ReshapeOut(*in[0].tensor, op.dims));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitSlice(
+    const OpSpec& op, std::span<const Value> in) {
+  ASSIGN_OR_RETURN(SlicePlan plan, PlanSliceOp(op, in[0].tensor->shape));
+  return Made(op, in, SliceOut(*in[0].tensor, plan));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitCat(
+    const OpSpec& op, std::span<const Value> in) {
+  return Made(op, in, CatOut(in, op.dim.value_or(0)));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitCast(
+    const OpSpec& op, std::span<const Value> in) {
+  return Made(op, in, CastOut(*in[0].tensor, op.dtype));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitInPlace(
+    const OpSpec& op, std::span<const Value> in) {
+  RETURN_IF_ERROR(CheckInPlaceGrad(op, in));
+  RETURN_IF_ERROR(InPlace(op, *in[0].tensor, Nth(in, 1)));
+  in[0].tensor->buffer->BumpVersion();
+  return in[0];
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitConv2d(
+    const OpSpec& op, std::span<const Value> in) {
+  return Made(op, in,
+              Conv2dOut(*in[0].tensor, *in[1].tensor, Nth(in, 2), op.window));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitPool2d(
+    const OpSpec& op, std::span<const Value> in) {
+  return Made(op, in, Pool2dOut(PoolKindOf(op), *in[0].tensor, op.window));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitLoss(
+    const OpSpec& op, std::span<const Value> in) {
+  return Made(op, in, LossOut(op, *in[0].tensor, *in[1].tensor));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitAdaptiveAvgPool2d(
+    const OpSpec& op, std::span<const Value> in) {
+  return Made(op, in,
+              AdaptiveAvgPool2dOut(*in[0].tensor, op.window.output_size));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitDropout(
+    const OpSpec& op, std::span<const Value> in) {
+  const StoredTensor& x = *in[0].tensor;
+  TensorPtr mask;  // the factor each element got, for the backward
+  absl::StatusOr<Output> out =
+      DropoutOut(x, op.dropout_p, op.train, op.seed,
+                 !op.no_grad && x.autograd->Tracked() ? &mask : nullptr);
+  return Made(op, in, std::move(out), std::move(mask));
+}
+
+absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitOptimizerStep(
+    const OpSpec& op, std::span<const Value> in) {
+  RETURN_IF_ERROR(OptimizerStep(op, in));
+  return in[0];
 }
 
 absl::StatusOr<TensorMeta> Runtime::Run(std::string_view session,

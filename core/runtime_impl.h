@@ -200,6 +200,54 @@ class Runtime::Impl {
   // Runs one op on resolved inputs. The result is a new, unregistered
   // tensor, or for an in-place op inputs[0] itself.
   absl::StatusOr<Value> Apply(const OpSpec& op, std::span<const Value> in);
+  // What runs each op: the op table's `emit` of its row (core/op_table.h),
+  // called by Apply once the op is planned. executor.cc's make a new tensor
+  // (through Made) or update inputs[0]; autograd.cc's are the autograd ops.
+  using Emit = absl::StatusOr<Value> (Impl::*)(const OpSpec& op,
+                                               std::span<const Value> in);
+  static Emit EmitOf(size_t row);  // nullptr: not an op Apply runs
+  absl::StatusOr<Value> EmitBinary(const OpSpec& op, std::span<const Value> in);
+  absl::StatusOr<Value> EmitUnary(const OpSpec& op, std::span<const Value> in);
+  absl::StatusOr<Value> EmitMatMul(const OpSpec& op, std::span<const Value> in);
+  absl::StatusOr<Value> EmitLinear(const OpSpec& op, std::span<const Value> in);
+  absl::StatusOr<Value> EmitReduce(const OpSpec& op, std::span<const Value> in);
+  absl::StatusOr<Value> EmitSoftmax(const OpSpec& op,
+                                    std::span<const Value> in);
+  absl::StatusOr<Value> EmitClamp(const OpSpec& op, std::span<const Value> in);
+  absl::StatusOr<Value> EmitWhere(const OpSpec& op, std::span<const Value> in);
+  absl::StatusOr<Value> EmitPermute(const OpSpec& op,
+                                    std::span<const Value> in);
+  absl::StatusOr<Value> EmitTranspose(const OpSpec& op,
+                                      std::span<const Value> in);
+  absl::StatusOr<Value> EmitReshape(const OpSpec& op,
+                                    std::span<const Value> in);
+  absl::StatusOr<Value> EmitSlice(const OpSpec& op, std::span<const Value> in);
+  absl::StatusOr<Value> EmitCat(const OpSpec& op, std::span<const Value> in);
+  absl::StatusOr<Value> EmitCast(const OpSpec& op, std::span<const Value> in);
+  absl::StatusOr<Value> EmitInPlace(const OpSpec& op,
+                                    std::span<const Value> in);
+  absl::StatusOr<Value> EmitConv2d(const OpSpec& op, std::span<const Value> in);
+  absl::StatusOr<Value> EmitPool2d(const OpSpec& op, std::span<const Value> in);
+  absl::StatusOr<Value> EmitLoss(const OpSpec& op, std::span<const Value> in);
+  absl::StatusOr<Value> EmitAdaptiveAvgPool2d(const OpSpec& op,
+                                              std::span<const Value> in);
+  absl::StatusOr<Value> EmitDropout(const OpSpec& op,
+                                    std::span<const Value> in);
+  absl::StatusOr<Value> EmitOptimizerStep(const OpSpec& op,
+                                          std::span<const Value> in);
+  absl::StatusOr<Value> EmitRequiresGrad(const OpSpec& op,
+                                         std::span<const Value> in);
+  absl::StatusOr<Value> EmitBackward(const OpSpec& op,
+                                     std::span<const Value> in);
+  absl::StatusOr<Value> EmitGrad(const OpSpec& op, std::span<const Value> in);
+  absl::StatusOr<Value> EmitZeroGrad(const OpSpec& op,
+                                     std::span<const Value> in);
+  absl::StatusOr<Value> EmitDetach(const OpSpec& op, std::span<const Value> in);
+  // `out` stored on in[0]'s device and recorded for autograd (with
+  // `extra`, what its backward needs besides its operands).
+  absl::StatusOr<Value> Made(const OpSpec& op, std::span<const Value> in,
+                             absl::StatusOr<Output> out,
+                             TensorPtr extra = nullptr);
 
   TensorPtr Stored(DeviceSlot& slot, Output out) const;
   // The number `s` as a 0-d tensor of `dtype` (sent as NumberDType(s),
@@ -290,9 +338,6 @@ class Runtime::Impl {
   // cannot allow: on a leaf that requires grad outside no_grad, or on a
   // tensor that is part of a graph (not recorded yet).
   absl::Status CheckInPlaceGrad(const OpSpec& op, std::span<const Value> in);
-  // The autograd ops (OpSpec::Kind::kRequiresGrad .. kDetach).
-  absl::StatusOr<Value> ApplyAutograd(const OpSpec& op,
-                                      std::span<const Value> in);
   // root.backward(grad): grad null means ones (a scalar root). The leaves'
   // grads accumulate; without retain_graph the saved tensors are freed.
   absl::Status Backward(const TensorPtr& root, const StoredTensor* grad,
