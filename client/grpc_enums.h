@@ -38,16 +38,8 @@ static_assert(Same(BinaryOp::kAdd, v1::ADD) && Same(BinaryOp::kSub, v1::SUB) &&
               Same(BinaryOp::kGe, v1::GE) &&
               Same(BinaryOp::kGe, v1::BinaryOp_MAX));
 
-static_assert(Same(UnaryOp::kNeg, v1::NEG) && Same(UnaryOp::kAbs, v1::ABS) &&
-              Same(UnaryOp::kExp, v1::EXP) && Same(UnaryOp::kLog, v1::LOG) &&
-              Same(UnaryOp::kSqrt, v1::SQRT) &&
-              Same(UnaryOp::kRelu, v1::RELU) &&
-              Same(UnaryOp::kSigmoid, v1::SIGMOID) &&
-              Same(UnaryOp::kTanh, v1::TANH) &&
-              Same(UnaryOp::kSilu, v1::SILU) &&
-              Same(UnaryOp::kGelu, v1::GELU) &&
-              Same(UnaryOp::kGeluTanh, v1::GELU_TANH) &&
-              Same(UnaryOp::kGeluTanh, v1::UnaryOp_MAX));
+#define TENSORD_WIRE_ASSERTS
+#include "tensord/op_methods.inc"  // generated: UnaryOp against the wire
 
 static_assert(Same(ReduceOp::kSum, v1::SUM) &&
               Same(ReduceOp::kMean, v1::MEAN) &&

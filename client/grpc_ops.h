@@ -35,7 +35,8 @@ v1::Op BinaryOpMsg(BinaryOp op, v1::Operand a, const Scalar& b,
 // F.gelu's `approximate` ("none" or "tanh") as the op; INVALID_ARGUMENT
 // (thrown) otherwise.
 UnaryOp GeluOp(std::string_view approximate);
-v1::Op UnaryOpMsg(UnaryOp op, v1::Operand x);
+v1::Op UnaryOpMsg(UnaryOp op, v1::Operand x,
+                  std::initializer_list<double> args = {});
 v1::Op ReduceOpMsg(ReduceOp op, v1::Operand x, std::optional<int64_t> dim,
                    bool keepdim);
 v1::Op ReduceOpMsg(ReduceOp op, v1::Operand x, std::span<const int64_t> dims,

@@ -125,10 +125,12 @@ UnaryOp GeluOp(std::string_view approximate) {
               "approximate argument must be either none or tanh.");
 }
 
-v1::Op UnaryOpMsg(UnaryOp op, v1::Operand x) {
+v1::Op UnaryOpMsg(UnaryOp op, v1::Operand x,
+                  std::initializer_list<double> args) {
   v1::Op m;
   m.mutable_unary()->set_op(ToProto(op));
   *m.mutable_unary()->mutable_x() = std::move(x);
+  m.mutable_unary()->mutable_args()->Add(args.begin(), args.end());
   return m;
 }
 
@@ -476,6 +478,10 @@ Tensor operator/(Scalar a, const Tensor& b) {
                                         /*scalar_first=*/true));
 }
 
+Tensor Tensor::unary(UnaryOp op, std::initializer_list<double> args) const {
+  return RunOp(*this, internal::UnaryOpMsg(op, HandleOperand(*this), args));
+}
+
 Tensor Tensor::unary(UnaryOp op) const {
   return RunOp(*this, internal::UnaryOpMsg(op, HandleOperand(*this)));
 }
@@ -757,6 +763,12 @@ Batch::Value Batch::binary(BinaryOp op, Input a, Input b) {
 
 Batch::Value Batch::binary(BinaryOp op, Input a, Scalar b) {
   const v1::Op m = internal::BinaryOpMsg(op, TENSORD_OPERAND(a), b);
+  return Record(&m);
+}
+
+Batch::Value Batch::unary(UnaryOp op, Input x,
+                          std::initializer_list<double> args) {
+  const v1::Op m = internal::UnaryOpMsg(op, TENSORD_OPERAND(x), args);
   return Record(&m);
 }
 

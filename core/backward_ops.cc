@@ -260,6 +260,33 @@ absl::Status Runtime::Impl::GradMath::UnaryGrads(const GradNode& node,
       ASSIGN_OR_RETURN(d, Bin(BinaryOp::kAdd, left, right));
       break;
     }
+    case UnaryOp::kLeakyRelu: {  // 1 above 0, negative_slope elsewhere
+      const double slope = node.op.args[0];
+      ASSIGN_OR_RETURN(TensorPtr pos, Num(BinaryOp::kGt, x, 0));
+      ASSIGN_OR_RETURN(pos, Mask(pos, g->dtype));
+      ASSIGN_OR_RETURN(d, Num(BinaryOp::kMul, pos, 1 - slope));
+      ASSIGN_OR_RETURN(d, Num(BinaryOp::kAdd, d, slope));
+      break;
+    }
+    case UnaryOp::kElu: {  // 1 above 0, alpha exp(x) elsewhere
+      const double alpha = node.op.args[0];
+      ASSIGN_OR_RETURN(TensorPtr pos, Num(BinaryOp::kGt, x, 0));
+      ASSIGN_OR_RETURN(pos, Mask(pos, g->dtype));
+      ASSIGN_OR_RETURN(TensorPtr e, Un(UnaryOp::kExp, x));
+      ASSIGN_OR_RETURN(e, Num(BinaryOp::kMul, e, alpha));
+      ASSIGN_OR_RETURN(TensorPtr neg, Num(BinaryOp::kSub, pos, 1, true));
+      ASSIGN_OR_RETURN(e, Bin(BinaryOp::kMul, e, neg));
+      ASSIGN_OR_RETURN(d, Bin(BinaryOp::kAdd, pos, e));
+      break;
+    }
+    case UnaryOp::kHardtanh: {  // 1 strictly inside (min_val, max_val)
+      ASSIGN_OR_RETURN(TensorPtr above, Num(BinaryOp::kGt, x, node.op.args[0]));
+      ASSIGN_OR_RETURN(TensorPtr below, Num(BinaryOp::kLt, x, node.op.args[1]));
+      ASSIGN_OR_RETURN(above, Mask(above, g->dtype));
+      ASSIGN_OR_RETURN(below, Mask(below, g->dtype));
+      ASSIGN_OR_RETURN(d, Bin(BinaryOp::kMul, above, below));
+      break;
+    }
   }
   ASSIGN_OR_RETURN(out[0], Bin(BinaryOp::kMul, g, d));
   return absl::OkStatus();

@@ -42,7 +42,8 @@ std::string_view UnaryOpName(UnaryOp op) {
 }
 
 bool IsFloatingUnary(UnaryOp op) {
-  return op != UnaryOp::kNeg && op != UnaryOp::kAbs && op != UnaryOp::kRelu;
+  return RowOf(OpSpecKind::kUnary, static_cast<int>(op)).integers !=
+         UnaryIntegers::kKeep;
 }
 
 std::string_view ReduceOpName(ReduceOp op) {

@@ -169,6 +169,8 @@ struct BinaryArgs {
 // `out` may be `in` (in place).
 struct UnaryArgs {
   UnaryOp op = UnaryOp::kNeg;
+  // The op's numeric arguments (its op table row's `params`, in order).
+  double alpha = 0, beta = 0;
 };
 
 // inputs = {in}: reduces `in`, read as [outer, n, inner] (row-major), over

@@ -89,7 +89,7 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitBinary(
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitUnary(
     const OpSpec& op, std::span<const Value> in) {
-  return Made(op, in, UnaryOut(op.unary, *in[0].tensor));
+  return Made(op, in, UnaryOut(op.unary, *in[0].tensor, op.args));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitMatMul(

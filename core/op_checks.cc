@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/absl_compat.h"
+#include "core/op_table.h"
 
 namespace tensord::core {
 
@@ -36,28 +37,19 @@ absl::Status CheckBinaryOpDType(BinaryOp op, DType dtype) {
 }
 
 absl::Status CheckUnaryOpDType(UnaryOp op, DType dtype) {
-  // PyTorch's activations take floating tensors only (no integer
-  // promotion, unlike exp or sigmoid).
-  const bool activation =
-      op == UnaryOp::kSilu || op == UnaryOp::kGelu || op == UnaryOp::kGeluTanh;
-  if (activation && !IsFloating(dtype)) {
-    // torch's CPU kernels' names.
-    return NotImplementedError(
-        op == UnaryOp::kSilu ? "silu_cpu" : "GeluKernelImpl", dtype);
+  // The op table's rule: PyTorch's activations take floating tensors only
+  // (no integer promotion, unlike exp or sigmoid); the ops that keep an
+  // integer dtype each refuse bool their own way.
+  const OpRow& row = RowOf(OpSpecKind::kUnary, static_cast<int>(op));
+  const bool refused =
+      row.integers == UnaryIntegers::kRefuse ? !IsFloating(dtype)
+      : row.integers == UnaryIntegers::kKeep ? dtype == DType::kBool
+                                             : false;
+  if (!refused) return absl::OkStatus();
+  if (!row.bool_error.empty() && dtype == DType::kBool) {
+    return absl::FailedPreconditionError(ToAbsl(row.bool_error));
   }
-  if (dtype != DType::kBool) return absl::OkStatus();
-  if (op == UnaryOp::kNeg) {
-    return absl::FailedPreconditionError(
-        "Negation, the `-` operator, on a bool tensor is not supported. If "
-        "you are trying to invert a mask, use the `~` or `logical_not()` "
-        "operator instead.");
-  }
-  if (op == UnaryOp::kAbs) return NotImplementedError("abs_cpu", dtype);
-  if (op == UnaryOp::kRelu) {
-    return absl::FailedPreconditionError(
-        "Boolean inputs not supported for relu");
-  }
-  return absl::OkStatus();
+  return NotImplementedError(row.kernel_name, dtype);
 }
 
 absl::Status NotImplementedError(std::string_view op, DType dtype,

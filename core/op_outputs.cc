@@ -150,14 +150,15 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::BinaryOut(
 }
 
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::UnaryOut(
-    UnaryOp op, const StoredTensor& x) {
+    UnaryOp op, const StoredTensor& x, std::array<double, 2> args) {
   DeviceSlot& slot = SlotOf(x.device);
   Device& device = *x.device;
   ASSIGN_OR_RETURN(const DType dtype, PlanUnary(op, x.dtype, TargetOf(device)));
   Output temp;
   ASSIGN_OR_RETURN(TensorRef in, AsDType(slot, x, dtype, temp));
   ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, dtype, x.shape));
-  RETURN_IF_ERROR(device.Launch({UnaryArgs{op}, {in}, out.ref()}));
+  RETURN_IF_ERROR(
+      device.Launch({UnaryArgs{op, args[0], args[1]}, {in}, out.ref()}));
   return out;
 }
 

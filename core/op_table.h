@@ -30,6 +30,10 @@ enum class GradInputs {
   kFirst,        // inputs[0] only (a loss's class targets take none)
   kAllButFirst,  // all but inputs[0] (where's condition takes none)
 };
+// What a unary op does with an integer (or bool) input: compute in
+// float32 (exp), keep its dtype (neg, hardtanh), or refuse it, quoting
+// torch's kernel (silu: "silu_cpu" not implemented for 'Long').
+enum class UnaryIntegers { kPromote, kKeep, kRefuse };
 // Which inputs' values an op's backward reads (the rest keep only their
 // metadata in the graph, and the graph does not hold their memory).
 enum class SavedInputs { kAll, kNone, kFirst };
@@ -53,6 +57,13 @@ struct OpRow {
   std::string_view plan;      // the planner rule (core/planner.h)
   std::string_view cpp;       // the C++ client's spelling, e.g. "x.silu()"
   std::string_view python;    // the Python client's, e.g. "F.silu(x)"
+  // Unary rows: integer inputs; torch's kernel name for a refusal; a bool
+  // input's own message (empty: "<kernel_name>" not implemented for
+  // 'Bool'); the numeric arguments' count and defaults (UnaryArgs.args).
+  UnaryIntegers integers;
+  std::string_view kernel_name, bool_error;
+  int param_count;
+  double param_defaults[2];
 
   bool Differentiable(size_t input) const;
   bool SavesInput(size_t input) const;

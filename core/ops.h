@@ -5,6 +5,7 @@
 #ifndef TENSORD_CORE_OPS_H_
 #define TENSORD_CORE_OPS_H_
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -115,6 +116,9 @@ struct OpSpec {
   // kReduce: several dims at once when not empty (`dim` then unset).
   std::vector<int64_t> reduce_dims;
   bool log = false;               // kSoftmax: log_softmax
+  // kUnary: the op's numeric arguments in its row's `params` order, each
+  // defaulted from the row.
+  std::array<double, 2> args{};
   int64_t dim1 = 0;               // kTranspose
   bool keepdim = false;           // kReduce
   std::vector<int64_t> dims;      // kPermute order, kReshape shape

@@ -261,7 +261,10 @@ class Runtime::Impl {
   absl::StatusOr<Output> BinaryOut(BinaryOp op, const StoredTensor& a,
                                    const StoredTensor* b, const Scalar* scalar,
                                    bool scalar_first, const StoredTensor* into);
-  absl::StatusOr<Output> UnaryOut(UnaryOp op, const StoredTensor& x);
+  // `args`: the op's numeric arguments (OpSpec::args; none for the ops
+  // without any).
+  absl::StatusOr<Output> UnaryOut(UnaryOp op, const StoredTensor& x,
+                                  std::array<double, 2> args = {});
   absl::StatusOr<Output> MatMulOut(const StoredTensor& a,
                                    const StoredTensor& b);
   absl::StatusOr<Output> LinearOut(const StoredTensor& x, const StoredTensor& w,

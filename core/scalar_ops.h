@@ -62,6 +62,8 @@ TENSORD_HOST_DEVICE float Abs(float x) { return fabsf(x); }
 TENSORD_HOST_DEVICE double Abs(double x) { return fabs(x); }
 TENSORD_HOST_DEVICE float Exp(float x) { return expf(x); }
 TENSORD_HOST_DEVICE double Exp(double x) { return exp(x); }
+TENSORD_HOST_DEVICE float Expm1(float x) { return expm1f(x); }
+TENSORD_HOST_DEVICE double Expm1(double x) { return expm1(x); }
 TENSORD_HOST_DEVICE float Log(float x) { return logf(x); }
 TENSORD_HOST_DEVICE double Log(double x) { return log(x); }
 TENSORD_HOST_DEVICE float Sqrt(float x) { return sqrtf(x); }
@@ -369,45 +371,42 @@ TENSORD_FLOATING_UNARY(GeluTanh,
                                         (x + T(0.044715) * x * x * x))))
 #undef TENSORD_FLOATING_UNARY
 
-template <typename F>
-inline bool VisitUnaryOp(UnaryOp op, F&& f) {
-  switch (op) {
-    case UnaryOp::kNeg:
-      f(Neg{});
-      return true;
-    case UnaryOp::kAbs:
-      f(AbsOp{});
-      return true;
-    case UnaryOp::kExp:
-      f(ExpOp{});
-      return true;
-    case UnaryOp::kLog:
-      f(LogOp{});
-      return true;
-    case UnaryOp::kSqrt:
-      f(SqrtOp{});
-      return true;
-    case UnaryOp::kRelu:
-      f(Relu{});
-      return true;
-    case UnaryOp::kSigmoid:
-      f(Sigmoid{});
-      return true;
-    case UnaryOp::kTanh:
-      f(TanhOp{});
-      return true;
-    case UnaryOp::kSilu:
-      f(Silu{});
-      return true;
-    case UnaryOp::kGelu:
-      f(Gelu{});
-      return true;
-    case UnaryOp::kGeluTanh:
-      f(GeluTanh{});
-      return true;
+// F.leaky_relu: x, or x * negative_slope below 0 (NaN stays NaN).
+struct LeakyRelu {
+  double negative_slope;
+  template <typename T>
+  static constexpr bool kDefined = kIsFloat<T>;
+  template <typename T>
+  TENSORD_HOST_DEVICE T operator()(T x) const {
+    return x > T(0) ? x : x * T(negative_slope);
   }
-  return false;
-}
+};
+
+// F.elu: x above 0, alpha * (exp(x) - 1) elsewhere (PyTorch's expm1).
+struct Elu {
+  double alpha;
+  template <typename T>
+  static constexpr bool kDefined = kIsFloat<T>;
+  template <typename T>
+  TENSORD_HOST_DEVICE T operator()(T x) const {
+    return x > T(0) ? x : T(alpha) * Expm1(x);
+  }
+};
+
+// F.hardtanh: x clamped to [min_val, max_val] (NaN stays NaN); integers
+// too.
+struct Hardtanh {
+  double min_val, max_val;
+  template <typename T>
+  static constexpr bool kDefined = !kIsBool<T>;
+  template <typename T>
+  TENSORD_HOST_DEVICE T operator()(T x) const {
+    const T lo = static_cast<T>(min_val), hi = static_cast<T>(max_val);
+    return x < lo ? lo : (x > hi ? hi : x);
+  }
+};
+
+#include "core/op_visit.inc"  // generated: VisitUnaryOp over the rows
 
 // torch.where's element: x where the condition holds, y elsewhere (any
 // type; a pure selection, no arithmetic).

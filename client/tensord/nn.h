@@ -161,6 +161,37 @@ class Tanh : public Module {
  public:
   Tensor forward(const Tensor& x) override { return x.tanh(); }
 };
+// torch.nn.LeakyReLU, ELU and Hardtanh, with torch's defaults.
+class LeakyReLU : public Module {
+ public:
+  explicit LeakyReLU(double negative_slope = 0.01)
+      : negative_slope_(negative_slope) {}
+  Tensor forward(const Tensor& x) override {
+    return x.leaky_relu(negative_slope_);
+  }
+
+ private:
+  double negative_slope_;
+};
+class ELU : public Module {
+ public:
+  explicit ELU(double alpha = 1.0) : alpha_(alpha) {}
+  Tensor forward(const Tensor& x) override { return x.elu(alpha_); }
+
+ private:
+  double alpha_;
+};
+class Hardtanh : public Module {
+ public:
+  explicit Hardtanh(double min_val = -1.0, double max_val = 1.0)
+      : min_val_(min_val), max_val_(max_val) {}
+  Tensor forward(const Tensor& x) override {
+    return x.hardtanh(min_val_, max_val_);
+  }
+
+ private:
+  double min_val_, max_val_;
+};
 
 // torch.flatten(x, start_dim) for start_dim 0 or 1 (the batch kept).
 class Flatten : public Module {

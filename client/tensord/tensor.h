@@ -118,6 +118,12 @@ class Tensor {
   // Elementwise unary ops; exp/log/sqrt/sigmoid/tanh of integers give
   // float32.
   Tensor unary(UnaryOp op) const;
+  // With the op's numeric arguments in its op table row's order.
+  Tensor unary(UnaryOp op, std::initializer_list<double> args) const;
+  // The unary ops with numeric arguments: one method per op table row
+  // marked `method`, its `params` the arguments (with their defaults).
+#define TENSORD_TENSOR_METHODS
+#include "tensord/op_methods.inc"  // generated (core/gen_op_table.py)
   Tensor neg() const { return unary(UnaryOp::kNeg); }
   Tensor abs() const { return unary(UnaryOp::kAbs); }
   Tensor exp() const { return unary(UnaryOp::kExp); }

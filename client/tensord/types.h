@@ -109,10 +109,10 @@ enum class BinaryOp : int {
   kAdd = 1, kSub, kMul, kDiv, kMaximum, kMinimum, kPow,
   kEq, kNe, kLt, kLe, kGt, kGe,
 };
-enum class UnaryOp : int {
-  kNeg = 1, kAbs, kExp, kLog, kSqrt, kRelu, kSigmoid, kTanh,
-  kSilu, kGelu, kGeluTanh,
-};
+// UnaryOp: one per unary row of the op table, generated from it.
+#define TENSORD_OP_ENUMS
+#include "tensord/op_methods.inc"  // generated (core/gen_op_table.py)
+#undef TENSORD_OP_ENUMS
 enum class ReduceOp : int { kSum = 1, kMean, kMax, kMin, kArgmax, kNorm };
 
 // A Python number as an operand (PyTorch's "wrapped number"): it promotes by

@@ -211,8 +211,9 @@ class CpuDevice final : public Device {
 
   static absl::Status Run(const UnaryArgs& args, const KernelCall& call) {
     const TensorRef& in = call.inputs[0];
-    return cpu::UnaryKernel(args.op, in.dtype, in.buffer->data(),
-                            call.out.buffer->data(), in.shape.NumElements());
+    return cpu::UnaryKernel(args.op, args.alpha, args.beta, in.dtype,
+                            in.buffer->data(), call.out.buffer->data(),
+                            in.shape.NumElements());
   }
 
   static absl::Status Run(const ReduceArgs& args, const KernelCall& call) {

@@ -487,12 +487,12 @@ absl::Status Col2ImKernel(DType dtype, const WindowDims& d, const void* cols,
   });
 }
 
-absl::Status UnaryKernel(UnaryOp op, DType dtype, const void* in, void* out,
-                         int64_t numel) {
+absl::Status UnaryKernel(UnaryOp op, double alpha, double beta, DType dtype,
+                         const void* in, void* out, int64_t numel) {
   return DispatchDType(dtype, [&]<typename T>() -> absl::Status {
     using C = Compute<T>;
     bool defined = false;
-    scalar::VisitUnaryOp(op, [&](auto fn) {
+    scalar::VisitUnaryOp(op, alpha, beta, [&](auto fn) {
       if constexpr (decltype(fn)::template kDefined<C>) {
         defined = true;
         const T* src = static_cast<const T*>(in);

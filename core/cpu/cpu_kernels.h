@@ -41,8 +41,8 @@ absl::Status BinaryKernel(BinaryOp op, DType dtype, const void* a,
                           const Shape& out_shape);
 
 // out = op(in) over `numel` elements of `dtype` (out may alias in).
-absl::Status UnaryKernel(UnaryOp op, DType dtype, const void* in, void* out,
-                         int64_t numel);
+absl::Status UnaryKernel(UnaryOp op, double alpha, double beta, DType dtype,
+                         const void* in, void* out, int64_t numel);
 
 // KernelKind::kReduce on host memory. kMax/kMin/kArgmax over n == 0 (which the
 // planner rejects) are INTERNAL.

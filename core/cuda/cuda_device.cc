@@ -387,9 +387,9 @@ class CudaDevice final : public Device {
 
   absl::Status Run(const UnaryArgs& args, const KernelCall& call) {
     const TensorRef& in = call.inputs[0];
-    return Check(LaunchUnary(args.op, ToElem(in.dtype), in.buffer->data(),
-                             call.out.buffer->data(), in.shape.NumElements(),
-                             ctx_->stream),
+    return Check(LaunchUnary(args.op, args.alpha, args.beta, ToElem(in.dtype),
+                             in.buffer->data(), call.out.buffer->data(),
+                             in.shape.NumElements(), ctx_->stream),
                  "unary kernel");
   }
 

@@ -14,12 +14,13 @@ __global__ void UnaryKernel(Fn fn, const T* in, T* out, int64_t numel) {
 
 }  // namespace
 
-cudaError_t LaunchUnary(UnaryOp op, ElemType type, const void* in, void* out,
-                        int64_t numel, cudaStream_t stream) {
+cudaError_t LaunchUnary(UnaryOp op, double alpha, double beta, ElemType type,
+                        const void* in, void* out, int64_t numel,
+                        cudaStream_t stream) {
   bool defined = false;
   const bool known = DispatchElem(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    scalar::VisitUnaryOp(op, [&](auto fn) {
+    scalar::VisitUnaryOp(op, alpha, beta, [&](auto fn) {
       using Fn = decltype(fn);
       if constexpr (Fn::template kDefined<Compute<T>>) {
         defined = true;

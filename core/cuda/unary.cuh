@@ -12,12 +12,14 @@
 namespace tensord::core::cuda {
 
 // out[i] = op(in[i]) for i < numel with core/scalar_ops.h's functor for
-// `op` (the half types compute in float32); `out` may be `in`. An op the
+// `op` with its numeric arguments `alpha`, `beta` (the op table's
+// `params`; the half types compute in float32); `out` may be `in`. An op the
 // functor does not define for `type` (bool, or a floating function of an
 // integer type; the planner never plans either) is cudaErrorInvalidValue.
 // Returns the launch status.
-cudaError_t LaunchUnary(UnaryOp op, ElemType type, const void* in, void* out,
-                        int64_t numel, cudaStream_t stream);
+cudaError_t LaunchUnary(UnaryOp op, double alpha, double beta, ElemType type,
+                        const void* in, void* out, int64_t numel,
+                        cudaStream_t stream);
 
 }  // namespace tensord::core::cuda
 

@@ -159,6 +159,16 @@ absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
       spec.kind = Kind::kUnary;
       ASSIGN_OR_RETURN(spec.unary, FromProto(op.unary().op()));
       RETURN_IF_ERROR(AddOperand(op.unary().x(), "x", spec));
+      const core::OpRow& row = core::RowOf(spec);
+      const auto& args = op.unary().args();
+      if (args.size() > row.param_count) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            core::ToAbsl(row.name), " takes ", row.param_count,
+            " numeric argument(s) in UnaryArgs.args, not ", args.size()));
+      }
+      for (int i = 0; i < row.param_count; ++i) {
+        spec.args[i] = i < args.size() ? args[i] : row.param_defaults[i];
+      }
       break;
     }
     case v1::Op::kMatmul:

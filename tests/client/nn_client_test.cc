@@ -21,6 +21,7 @@ namespace tensord {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::FloatEq;
 using ::testing::HasSubstr;
 
 class NnClientTest : public InProcessClientTest {
@@ -90,6 +91,28 @@ TEST_F(NnClientTest, ParametersAreNamedAsPyTorchNamesThem) {
   nn::manual_seed(9);
   nn::Linear b(c, 4, 4);
   EXPECT_EQ(a.weight.fetch<float>(), b.weight.fetch<float>());
+}
+
+TEST_F(NnClientTest, ActivationsWithArgumentsUseThem) {
+  Client& c = *client_;
+  const Tensor x = c.tensor<float>({-4, -0.5, 0.5, 4});
+  EXPECT_THAT(nn::LeakyReLU(0.25)(x).fetch<float>(),
+              ElementsAre(-1, -0.125, 0.5, 4));
+  EXPECT_THAT(nn::LeakyReLU()(x).fetch<float>(),
+              ElementsAre(-0.04f, -0.005f, 0.5, 4));
+  EXPECT_THAT(nn::Hardtanh(-0.75, 2)(x).fetch<float>(),
+              ElementsAre(-0.75, -0.5, 0.5, 2));
+  EXPECT_THAT(nn::Hardtanh()(x).fetch<float>(), ElementsAre(-1, -0.5, 0.5, 1));
+  const std::vector<float> elu = nn::ELU(2)(x).fetch<float>();
+  EXPECT_FLOAT_EQ(elu[0], 2 * std::expm1(-4.0f));
+  EXPECT_FLOAT_EQ(elu[3], 4);
+  // In a Batch, one Execute.
+  Batch batch = c.batch();
+  const Batch::Value y = batch.hardtanh(batch.elu(x, 0.5), -0.25, 1);
+  batch.keep(y);
+  // elu(-4, 0.5) = -0.49 is clamped; elu(-0.5, 0.5) = -0.197 is not.
+  EXPECT_THAT(batch.run()[y].fetch<float>(),
+              ElementsAre(-0.25, FloatEq(0.5f * std::expm1(-0.5f)), 0.5, 1));
 }
 
 TEST_F(NnClientTest, StateDictSavesAndLoads) {

@@ -27,6 +27,7 @@
 #include "core/device.h"
 #include "core/device_registry.h"
 #include "core/half.h"
+#include "core/op_table.h"
 #include "core/status.h"
 #include "tests/core/device_test_access.h"
 
@@ -41,10 +42,16 @@ constexpr BinaryOp kBinaryOps[] = {
     BinaryOp::kMaximum, BinaryOp::kMinimum, BinaryOp::kPow, BinaryOp::kEq,
     BinaryOp::kNe,      BinaryOp::kLt,      BinaryOp::kLe,  BinaryOp::kGt,
     BinaryOp::kGe};
-constexpr UnaryOp kUnaryOps[] = {
-    UnaryOp::kNeg,  UnaryOp::kAbs,  UnaryOp::kExp,     UnaryOp::kLog,
-    UnaryOp::kSqrt, UnaryOp::kRelu, UnaryOp::kSigmoid, UnaryOp::kTanh,
-    UnaryOp::kSilu, UnaryOp::kGelu, UnaryOp::kGeluTanh};
+// Every unary op of the op table, with its default arguments.
+std::vector<UnaryArgs> UnaryOps() {
+  std::vector<UnaryArgs> ops;
+  for (const OpRow& row : OpRows()) {
+    if (row.kind != OpSpecKind::kUnary) continue;
+    ops.push_back(UnaryArgs{static_cast<UnaryOp>(row.variant),
+                            row.param_defaults[0], row.param_defaults[1]});
+  }
+  return ops;
+}
 constexpr ReduceOp kReduceOps[] = {ReduceOp::kSum,    ReduceOp::kMean,
                                    ReduceOp::kMax,    ReduceOp::kMin,
                                    ReduceOp::kArgmax, ReduceOp::kNorm};
@@ -785,7 +792,8 @@ TEST_P(ConformanceTest, BinarySpecialValuesAndInPlace) {
 TEST_P(ConformanceTest, UnaryEveryOpAndDType) {
   for (DType dtype : kAllDTypes) {
     if (!device_->Supports(OpKind::kUnary, dtype).ok()) continue;
-    for (UnaryOp op : kUnaryOps) {
+    for (const UnaryArgs& args : UnaryOps()) {
+      const UnaryOp op = args.op;
       for (int64_t n : {0, 1, 1000}) {
         const Shape shape = S({n});
         std::vector<uint8_t> in = RandomValues(dtype, n, 7 + n);
@@ -793,8 +801,8 @@ TEST_P(ConformanceTest, UnaryEveryOpAndDType) {
                     std::string(DTypeName(dtype)) + " n=" + std::to_string(n),
                 dtype, {shape}, {in}, dtype, shape,
                 ElementwiseTolerance(dtype, Transcendental(op)),
-                [op](Device& d, std::vector<DevTensor>& x, DevTensor& o) {
-                  return d.Launch({UnaryArgs{op}, {x[0].ref()}, o.ref()});
+                [args](Device& d, std::vector<DevTensor>& x, DevTensor& o) {
+                  return d.Launch({args, {x[0].ref()}, o.ref()});
                 });
       }
     }

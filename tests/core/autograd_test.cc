@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/op_table.h"
 #include "core/runtime.h"
 
 namespace tensord::core {
@@ -264,16 +265,20 @@ TEST_F(AutogradTest, ElementwiseWithBroadcastingAndNumbers) {
 }
 
 TEST_F(AutogradTest, UnaryOps) {
-  for (UnaryOp op : {UnaryOp::kNeg, UnaryOp::kAbs, UnaryOp::kExp, UnaryOp::kLog,
-                     UnaryOp::kSqrt, UnaryOp::kRelu, UnaryOp::kSigmoid,
-                     UnaryOp::kTanh, UnaryOp::kSilu, UnaryOp::kGelu,
-                     UnaryOp::kGeluTanh}) {
-    SCOPED_TRACE(UnaryOpName(op));
+  // Every unary row of the op table, with arguments other than its
+  // defaults where it has some.
+  for (const OpRow& row : OpRows()) {
+    if (row.kind != Kind::kUnary) continue;
+    const UnaryOp op = static_cast<UnaryOp>(row.variant);
+    SCOPED_TRACE(row.id);
     const bool positive = op == UnaryOp::kLog || op == UnaryOp::kSqrt;
+    const std::array<double, 2> args = {row.param_defaults[0] * 1.5 - 0.25,
+                                        row.param_defaults[1] * 1.25};
     GradCheck({positive ? Random({2, 3}, 0.5, 2) : Random({2, 3})},
-              [op](const auto& h) {
+              [op, args](const auto& h) {
                 OpSpec s = OnAll(Kind::kUnary, h);
                 s.unary = op;
+                s.args = args;
                 return s;
               });
   }

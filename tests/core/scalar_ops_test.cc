@@ -388,7 +388,7 @@ TEST(ScalarOpsTest, VisitUnaryOpCallsTheMatchingFunctor) {
       const UnaryOp op = static_cast<UnaryOp>(i);
       double got = kNan;
       bool int_defined = true;
-      EXPECT_TRUE(VisitUnaryOp(op, [&](auto fn) {
+      EXPECT_TRUE(VisitUnaryOp(op, 0, 0, [&](auto fn) {
         got = fn(x);
         int_defined = decltype(fn)::template kDefined<int32_t>;
       }));
@@ -400,10 +400,37 @@ TEST(ScalarOpsTest, VisitUnaryOpCallsTheMatchingFunctor) {
   }
   // Relu and Abs differ on negatives.
   double relu = 1;
-  VisitUnaryOp(UnaryOp::kRelu, [&](auto fn) { relu = fn(-3.0); });
+  VisitUnaryOp(UnaryOp::kRelu, 0, 0, [&](auto fn) { relu = fn(-3.0); });
   EXPECT_EQ(relu, 0.0);
+  // The ops with arguments get them: leaky_relu's negative_slope, elu's
+  // alpha, hardtanh's min_val and max_val (which alone takes integers).
+  auto at = [](UnaryOp op, double a, double b, double x) {
+    double got = kNan;
+    EXPECT_TRUE(VisitUnaryOp(op, a, b, [&](auto fn) { got = fn(x); }));
+    return got;
+  };
+  EXPECT_DOUBLE_EQ(at(UnaryOp::kLeakyRelu, 0.2, 0, -2), -0.4);
+  EXPECT_DOUBLE_EQ(at(UnaryOp::kLeakyRelu, 0.2, 0, 3), 3);
+  EXPECT_DOUBLE_EQ(at(UnaryOp::kElu, 1.5, 0, -1), 1.5 * std::expm1(-1.0));
+  EXPECT_DOUBLE_EQ(at(UnaryOp::kElu, 1.5, 0, 2), 2);
+  EXPECT_DOUBLE_EQ(at(UnaryOp::kHardtanh, -0.5, 1.25, 3), 1.25);
+  EXPECT_DOUBLE_EQ(at(UnaryOp::kHardtanh, -0.5, 1.25, -3), -0.5);
+  EXPECT_DOUBLE_EQ(at(UnaryOp::kHardtanh, -0.5, 1.25, 0.75), 0.75);
+  EXPECT_TRUE(std::isnan(at(UnaryOp::kHardtanh, -1, 1, kNan)));
+  EXPECT_TRUE(std::isnan(at(UnaryOp::kLeakyRelu, 0.1, 0, kNan)));
+  int32_t clamped = 0;
+  VisitUnaryOp(UnaryOp::kHardtanh, -1, 1, [&](auto fn) {
+    if constexpr (decltype(fn)::template kDefined<int32_t>) {
+      clamped = fn(int32_t{-7});
+    }
+  });
+  EXPECT_EQ(clamped, -1);
+  VisitUnaryOp(UnaryOp::kLeakyRelu, 0.1, 0, [&](auto fn) {
+    EXPECT_FALSE(decltype(fn)::template kDefined<int32_t>);
+  });
   int calls = 0;
-  EXPECT_FALSE(VisitUnaryOp(static_cast<UnaryOp>(-1), [&](auto) { ++calls; }));
+  EXPECT_FALSE(
+      VisitUnaryOp(static_cast<UnaryOp>(-1), 0, 0, [&](auto) { ++calls; }));
   EXPECT_EQ(calls, 0);
 }
 

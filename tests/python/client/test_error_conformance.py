@@ -162,6 +162,9 @@ def _cases():
     for dtype in ("int64", "int32", "bool"):
         add(f"silu {dtype}", lambda t, F, d=dtype: F.silu(t.ones(2, dtype=getattr(t, d))))
         add(f"gelu {dtype}", lambda t, F, d=dtype: F.gelu(t.ones(2, dtype=getattr(t, d))))
+        for name in ("leaky_relu", "elu", "hardtanh"):
+            add(f"{name} {dtype}",
+                lambda t, F, d=dtype, n=name: getattr(F, n)(t.ones(2, dtype=getattr(t, d))))
         for dim in (0, 1, -1):
             add(f"softmax {dtype} dim {dim}",
                 lambda t, F, d=dtype, dim=dim: t.ones(2, 3, dtype=getattr(t, d)).softmax(dim))

@@ -125,3 +125,21 @@ def test_row_matches_torch(client, row):
             continue
         np.testing.assert_allclose(got_inputs[name].grad.numpy(), x.grad.numpy(),
                                    rtol=1e-9, atol=1e-12, err_msg=f"{row['id']}: grad of {name}")
+
+
+@pytest.mark.parametrize("name,args", [("LeakyReLU", (0.2,)), ("ELU", ()), ("ELU", (0.5,)),
+                                       ("Hardtanh", (-0.5, 1.25)), ("Hardtanh", ())])
+def test_modules_of_the_ops_with_arguments_are_torchs(client, name, args):
+    values = np.random.default_rng(3).uniform(-2, 2, (3, 4))
+    want_module = getattr(torch.nn, name)(*args)
+    got_module = getattr(tensord.nn, name)(*args)
+    assert repr(got_module) == repr(want_module)
+    np.testing.assert_allclose(got_module(client.tensor(values)).numpy(),
+                               want_module(torch.tensor(values)).numpy(), rtol=1e-12)
+    # Keywords, as torch names them, and what takes none.
+    if args:
+        names = [n for n, _ in next(r["params"] for r in _op_table.OPS
+                                    if r["id"] == got_module._op)]
+        assert repr(getattr(tensord.nn, name)(**dict(zip(names, args)))) == repr(want_module)
+    with pytest.raises(TypeError):
+        getattr(tensord.nn, name)(bogus=1)

@@ -8,6 +8,9 @@ missing option (ceil_mode, return_indices, ...). tensord re-exports the
 torch-level ones; tensord.nn.functional the torch.nn.functional ones.
 Stateless.
 """
+import inspect
+
+from tensord import _op_table
 from tensord._tensor import Tensor, operand, where  # noqa: F401 (where: re-exported)
 from tensord.v1 import tensord_pb2 as pb
 
@@ -187,3 +190,44 @@ def nll_loss(input, target, reduction="mean", ignore_index=-100):
 
 def mse_loss(input, target, reduction="mean"):
     return _loss(pb.MSE_LOSS, input, target, reduction)
+
+
+def _unary_with_args(row):
+    """torch.nn.functional.<row>(input, <params>..., inplace=False) for an op
+    table row of a unary op with numeric arguments (its `params`)."""
+    names = [name for name, _ in row["params"]]
+    defaults = {name: default for name, default in row["params"]}
+    op = getattr(pb, row["wire"].split()[1])
+
+    def function(input, *args, inplace=False, **kwargs):
+        if inplace:
+            raise NotImplementedError(f"tensord's {row['id']} is not in place")
+        if len(args) > len(names):
+            raise TypeError(f"{row['id']}() takes from 1 to {len(names) + 2} positional "
+                            f"arguments but {len(args) + 1} were given")
+        values = dict(defaults, **dict(zip(names, args)))
+        for name, value in kwargs.items():
+            if name not in values:
+                raise TypeError(f"{row['id']}() got an unexpected keyword argument '{name}'")
+            values[name] = value
+        return input._unary(op, [float(values[name]) for name in names])
+
+    function.__name__ = function.__qualname__ = row["id"]
+    function.__signature__ = inspect.Signature(
+        [inspect.Parameter("input", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        + [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                             default=defaults[name]) for name in names]
+        + [inspect.Parameter("inplace", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                             default=False)])
+    function.__doc__ = (f"torch.nn.functional.{row['id']}{function.__signature__}, on the "
+                        "server (from the op table's row).")
+    return function
+
+
+# The unary ops with numeric arguments: one function per op table row marked
+# `method`, with the row's `params` as its arguments.
+UNARY_WITH_ARGS = [row["id"] for row in _op_table.OPS if row.get("method")]
+for _row in _op_table.OPS:
+    if _row.get("method"):
+        globals()[_row["id"]] = _unary_with_args(_row)
+del _row

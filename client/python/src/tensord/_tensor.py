@@ -303,8 +303,8 @@ class Tensor:
     ge = _binary_method(pb.GE)
     del _binary_method
 
-    def _unary(self, op):
-        return self._run(unary=pb.UnaryArgs(op=op, x=operand(self)))
+    def _unary(self, op, args=()):
+        return self._run(unary=pb.UnaryArgs(op=op, x=operand(self), args=args))
 
     def neg(self):
         return self._unary(pb.NEG)

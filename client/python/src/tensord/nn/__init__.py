@@ -20,7 +20,7 @@ the server.
 import collections
 import math
 
-from tensord import _client, _functional
+from tensord import _client, _functional, _op_table
 from tensord._grad_mode import no_grad
 from tensord._tensor import Tensor
 from tensord.nn import functional as F
@@ -282,6 +282,41 @@ class _Elementwise(Module):
 
 class ReLU(_Elementwise):
     _function = staticmethod(F.relu)
+
+
+class _WithArgs(Module):
+    """A module over one op table row with numeric arguments: its `params`
+    (names and defaults, torch's) are the constructor's, then inplace."""
+    _op = None  # the row's id
+
+    def __init__(self, *args, inplace=False, **kwargs):
+        super().__init__()
+        params = next(r["params"] for r in _op_table.OPS if r["id"] == self._op)
+        self._names = [name for name, _ in params]
+        values = dict(params, **dict(zip(self._names, args)), **kwargs)
+        if len(args) > len(params) or set(values) != set(self._names):
+            raise TypeError(f"{type(self).__name__}({', '.join(self._names)}, inplace)")
+        for name in self._names:
+            setattr(self, name, values[name])
+        self.inplace = inplace
+
+    def forward(self, input):
+        return getattr(F, self._op)(input, *(getattr(self, n) for n in self._names))
+
+    def extra_repr(self):
+        return ", ".join(f"{n}={getattr(self, n)}" for n in self._names)
+
+
+class LeakyReLU(_WithArgs):
+    _op = "leaky_relu"
+
+
+class ELU(_WithArgs):
+    _op = "elu"
+
+
+class Hardtanh(_WithArgs):
+    _op = "hardtanh"
 
 
 class Sigmoid(_Elementwise):
