@@ -177,6 +177,11 @@ void ChargeGraph(std::shared_ptr<GradNode> root,
 void Runtime::Impl::RecordGrad(const OpSpec& op, std::span<const Value> in,
                                const TensorPtr& result, TensorPtr extra) {
   if (op.no_grad || !IsFloating(result->dtype)) return;
+  if (std::none_of(in.begin(), in.end(), [](const Value& v) {
+        return v.tensor->autograd->ever_tracked.load(std::memory_order_relaxed);
+      })) {
+    return;  // no input autograd ever saw: nothing to record
+  }
   const OpRow& row = RowOf(op);
   std::vector<GradEdge> next(in.size());
   bool any = false;
@@ -217,6 +222,7 @@ void Runtime::Impl::RecordGrad(const OpSpec& op, std::span<const Value> in,
   AutogradMeta& meta = *result->autograd;
   absl::MutexLock lock(&meta.mu);
   meta.grad_fn = std::move(node);
+  meta.ever_tracked.store(true, std::memory_order_relaxed);
 }
 
 absl::Status Runtime::Impl::CheckInPlaceGrad(const OpSpec& op,
@@ -248,7 +254,7 @@ absl::Status Runtime::Impl::CheckInPlaceGrad(const OpSpec& op,
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitRequiresGrad(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   AutogradMeta& meta = *in[0].tensor->autograd;
   absl::MutexLock lock(&meta.mu);
   if (meta.grad_fn != nullptr) {
@@ -259,11 +265,13 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitRequiresGrad(
         "require differentiation use var_no_grad = var.detach().");
   }
   meta.requires_grad = op.requires_grad;
+  if (op.requires_grad)
+    meta.ever_tracked.store(true, std::memory_order_relaxed);
   return in[0];
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitBackward(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   RETURN_IF_ERROR(Backward(in[0].tensor,
                            in.size() > 1 ? in[1].tensor.get() : nullptr,
                            op.retain_graph));
@@ -271,7 +279,7 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitBackward(
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitZeroGrad(
-    const OpSpec&, std::span<const Value> in) {
+    const OpSpec&, std::span<const Value> in, const OpResult& plan) {
   for (const Value& v : in) {
     AutogradMeta& m = *v.tensor->autograd;
     absl::MutexLock lock(&m.mu);
@@ -281,7 +289,7 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitZeroGrad(
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitGrad(
-    const OpSpec&, std::span<const Value> in) {
+    const OpSpec&, std::span<const Value> in, const OpResult& plan) {
   const AutogradMeta& meta = *in[0].tensor->autograd;
   TensorPtr grad;
   {
@@ -302,7 +310,7 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitGrad(
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitDetach(
-    const OpSpec&, std::span<const Value> in) {
+    const OpSpec&, std::span<const Value> in, const OpResult& plan) {
   return Value{Save(*in[0].tensor, true).data, std::nullopt};
 }
 

@@ -26,6 +26,7 @@
 #ifndef TENSORD_CORE_AUTOGRAD_H_
 #define TENSORD_CORE_AUTOGRAD_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -58,6 +59,10 @@ struct AutogradMeta {
   std::weak_ptr<SessionMemory> owner ABSL_GUARDED_BY(mu);
   uint64_t owner_handle ABSL_GUARDED_BY(mu) = 0;
   std::shared_ptr<const HeldCharge> grad_charge ABSL_GUARDED_BY(mu);
+  // Set (under mu) once requires_grad or grad_fn was ever set, never
+  // cleared: read without the lock, it lets an op on tensors autograd never
+  // saw skip recording without locking each input.
+  std::atomic<bool> ever_tracked{false};
 
   // requires_grad (leaf) or grad_fn set: autograd tracks this tensor.
   bool Tracked() const {

@@ -364,7 +364,7 @@ absl::Status Runtime::Impl::GradMath::ReduceGrads(const GradNode& node,
     for (int i = 0; i < rank; ++i) dims.push_back(i);
   }
   // The result's shape with the reduced dims kept (as 1).
-  std::vector<int64_t> kept = x->shape.dims();
+  std::vector<int64_t> kept = x->shape.DimsVector();
   int64_t count = 1;
   for (int64_t& d : dims) {
     d = Wrap(d, rank);

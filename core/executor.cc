@@ -1,3 +1,5 @@
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "core/op_plan.h"
 #include "core/op_table.h"
 #include "core/planner.h"
@@ -42,15 +44,15 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
         OpInput{v.tensor->dtype, v.tensor->shape, v.tensor->device->name()});
   }
   const Capabilities none;  // no operand: PlanOp reports the arity first
-  RETURN_IF_ERROR(
+  ASSIGN_OR_RETURN(
+      const OpResult plan,
       PlanOp(op, inputs,
-             in.empty() ? Target{none, ""} : TargetOf(*in[0].tensor->device))
-          .status());
+             in.empty() ? Target{none, ""} : TargetOf(*in[0].tensor->device)));
   const Emit emit = EmitOf(RowIndexOf(op));
   if (emit == nullptr) {
     return absl::InternalError(absl::StrCat("Apply: ", OpName(op)));
   }
-  return (this->*emit)(op, in);
+  return (this->*emit)(op, in, plan);
 }
 
 Runtime::Impl::Emit Runtime::Impl::EmitOf(size_t row) {
@@ -79,43 +81,44 @@ const StoredTensor* Nth(const Values& in, size_t i) {
 }  // namespace
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitBinary(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   const bool with_scalar = op.scalar.has_value();
+  // PlanOp's plan: the op is not planned again.
   return Made(op, in,
-              BinaryOut(op.binary, *in[0].tensor, Nth(in, 1),
+              BinaryOut(*plan.binary, op.binary, *in[0].tensor, Nth(in, 1),
                         with_scalar ? &*op.scalar : nullptr,
                         with_scalar && op.scalar_first, nullptr));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitUnary(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   return Made(op, in, UnaryOut(op.unary, *in[0].tensor, op.args));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitMatMul(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   return Made(op, in, MatMulOut(*in[0].tensor, *in[1].tensor));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitLinear(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   return Made(op, in, LinearOut(*in[0].tensor, *in[1].tensor, Nth(in, 2)));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitReduce(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   std::span<const int64_t> dims = op.reduce_dims;  // all when empty
   if (op.reduce_dims.empty() && op.dim.has_value()) dims = {&*op.dim, 1};
   return Made(op, in, ReduceOut(op.reduce, *in[0].tensor, dims, op.keepdim));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitSoftmax(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   return Made(op, in, SoftmaxOut(*in[0].tensor, op.dim.value_or(-1), op.log));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitClamp(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   using Kind = OpSpec::Bound::Kind;
   const bool min_tensor = op.clamp_min.kind == Kind::kTensor;
   const bool max_tensor = op.clamp_max.kind == Kind::kTensor;
@@ -127,7 +130,7 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitClamp(
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitWhere(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   using Kind = OpSpec::Bound::Kind;
   size_t next = 1;
   const StoredTensor* input =
@@ -140,40 +143,40 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitWhere(
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitPermute(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   return Made(op, in, PermuteOut(*in[0].tensor, op.dims));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitTranspose(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   ASSIGN_OR_RETURN(const std::vector<int64_t> perm,
                    TransposePerm(op, in[0].tensor->shape.rank()));
   return Made(op, in, PermuteOut(*in[0].tensor, perm));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitReshape(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   return Made(op, in, ReshapeOut(*in[0].tensor, op.dims));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitSlice(
-    const OpSpec& op, std::span<const Value> in) {
-  ASSIGN_OR_RETURN(SlicePlan plan, PlanSliceOp(op, in[0].tensor->shape));
-  return Made(op, in, SliceOut(*in[0].tensor, plan));
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
+  ASSIGN_OR_RETURN(SlicePlan slice, PlanSliceOp(op, in[0].tensor->shape));
+  return Made(op, in, SliceOut(*in[0].tensor, slice));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitCat(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   return Made(op, in, CatOut(in, op.dim.value_or(0)));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitCast(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   return Made(op, in, CastOut(*in[0].tensor, op.dtype));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitInPlace(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   RETURN_IF_ERROR(CheckInPlaceGrad(op, in));
   RETURN_IF_ERROR(InPlace(op, *in[0].tensor, Nth(in, 1)));
   in[0].tensor->buffer->BumpVersion();
@@ -181,29 +184,29 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitInPlace(
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitConv2d(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   return Made(op, in,
               Conv2dOut(*in[0].tensor, *in[1].tensor, Nth(in, 2), op.window));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitPool2d(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   return Made(op, in, Pool2dOut(PoolKindOf(op), *in[0].tensor, op.window));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitLoss(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   return Made(op, in, LossOut(op, *in[0].tensor, *in[1].tensor));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitAdaptiveAvgPool2d(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   return Made(op, in,
               AdaptiveAvgPool2dOut(*in[0].tensor, op.window.output_size));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitDropout(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   const StoredTensor& x = *in[0].tensor;
   TensorPtr mask;  // the factor each element got, for the backward
   absl::StatusOr<Output> out =
@@ -213,7 +216,7 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitDropout(
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitOptimizerStep(
-    const OpSpec& op, std::span<const Value> in) {
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   RETURN_IF_ERROR(OptimizerStep(op, in));
   return in[0];
 }
@@ -245,7 +248,9 @@ absl::StatusOr<TensorMeta> Runtime::Run(std::string_view session,
 absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
     std::string_view session, std::span<const OpSpec> ops,
     std::span<const uint32_t> keep, const std::function<bool()>& cancelled) {
-  RETURN_IF_ERROR(impl_->table().CheckSession(session));
+  // The session found once for the list's lookups and admissions.
+  ASSIGN_OR_RETURN(std::unique_ptr<HandleTable::SessionPin> pin,
+                   impl_->table().Pin(session));
   // Every buffer an op makes is admitted before it is allocated, against
   // the session's quotas with what the list holds so far (its kept results,
   // intermediates still to be read, what autograd saved): the op that
@@ -270,6 +275,9 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
     }
   }
   std::vector<Impl::Value> values(ops.size());
+  // The session's tensors each op names, looked up once per list (a list
+  // may read one weight a thousand times).
+  absl::flat_hash_map<uint64_t, HandleEntry> looked_up;
   for (size_t i = 0; i < ops.size(); ++i) {
     if (cancelled && cancelled()) {
       // `values` goes with the return: everything made so far is freed.
@@ -278,19 +286,24 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
                        ops.size()));
     }
     const OpSpec& op = ops[i];
-    std::vector<Impl::Value> in;
+    absl::InlinedVector<Impl::Value, 4> in;
     in.reserve(op.inputs.size());
     absl::Status status;
     for (size_t j = 0; j < op.inputs.size() && status.ok(); ++j) {
       const Operand& operand = op.inputs[j];
       if (!operand.is_result) {
-        absl::StatusOr<HandleEntry> entry =
-            impl_->table().Lookup(session, operand.handle);
-        if (entry.ok()) {
-          in.push_back(Impl::Value{entry->tensor, *entry});
-        } else {
-          status = entry.status();
+        auto it = looked_up.find(operand.handle);
+        if (it == looked_up.end()) {
+          absl::StatusOr<HandleEntry> entry =
+              impl_->table().Lookup(session, operand.handle);
+          if (entry.ok()) {
+            it = looked_up.emplace(operand.handle, *std::move(entry)).first;
+          } else {
+            status = entry.status();
+            continue;
+          }
         }
+        in.push_back(Impl::Value{it->second.tensor, it->second});
       } else if (operand.result_of >= i) {
         status = absl::InvalidArgumentError(
             absl::StrCat("operand ", j, " is the result of op #",
@@ -303,7 +316,7 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
       status = absl::InvalidArgumentError("the op has no tensor operand");
     }
     absl::StatusOr<Impl::Value> result =
-        status.ok() ? impl_->Apply(op, in)
+        status.ok() ? impl_->Apply(op, {in.data(), in.size()})
                     : absl::StatusOr<Impl::Value>(status);
     if (!result.ok()) {
       // At most kDescribed operands: a cat of a thousand tensors must not

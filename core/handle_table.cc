@@ -95,8 +95,34 @@ absl::StatusOr<std::string> HandleTable::OpenSession(
   return AddSession(std::move(session));
 }
 
+namespace {
+// This thread's innermost SessionPin (HandleTable::Pin).
+thread_local const HandleTable::SessionPin* current_pin = nullptr;
+}  // namespace
+
+HandleTable::SessionPin::SessionPin(const HandleTable* table, std::string id,
+                                    std::shared_ptr<Session> session)
+    : table_(table),
+      id_(std::move(id)),
+      session_(std::move(session)),
+      outer_(current_pin) {
+  current_pin = this;
+}
+
+HandleTable::SessionPin::~SessionPin() { current_pin = outer_; }
+
+absl::StatusOr<std::unique_ptr<HandleTable::SessionPin>> HandleTable::Pin(
+    std::string_view session) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));
+  return std::unique_ptr<SessionPin>(
+      new SessionPin(this, std::string(session), std::move(s)));
+}
+
 absl::StatusOr<std::shared_ptr<HandleTable::Session>> HandleTable::FindSession(
     std::string_view session) const {
+  for (const SessionPin* pin = current_pin; pin != nullptr; pin = pin->outer_) {
+    if (pin->table_ == this && pin->id_ == session) return pin->session_;
+  }
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(ToAbsl(session));
   if (it == sessions_.end()) return UnknownSession(session);

@@ -184,6 +184,30 @@ class HandleTable {
                   const std::string* response);
   // OK if `session` is open; NOT_FOUND "unknown session '<id>'" otherwise.
   absl::Status CheckSession(std::string_view session) const;
+
+  // While a SessionPin lives, this thread's calls naming its session find
+  // it without the table's lock and lease renewal (which the Pin did once):
+  // an Execute pins its session for its thousands of lookups and
+  // admissions. A session closed meanwhile still refuses what checks
+  // `closed` (admission) and finds no entries. Pins nest; a pin belongs to
+  // the thread that made it.
+  class SessionPin {
+   public:
+    SessionPin(const SessionPin&) = delete;
+    SessionPin& operator=(const SessionPin&) = delete;
+    ~SessionPin();
+
+   private:
+    friend class HandleTable;
+    SessionPin(const HandleTable* table, std::string id,
+               std::shared_ptr<Session> session);
+    const HandleTable* table_;
+    std::string id_;
+    std::shared_ptr<Session> session_;
+    const SessionPin* outer_;
+  };
+  // NOT_FOUND as CheckSession.
+  absl::StatusOr<std::unique_ptr<SessionPin>> Pin(std::string_view session);
   // The session's memory account (core/session_memory.h). NOT_FOUND as
   // CheckSession.
   absl::StatusOr<std::shared_ptr<SessionMemory>> MemoryOf(

@@ -43,7 +43,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::MatMulOut(
         *stride = 0;
         return RefOf(t);
       }
-      std::vector<int64_t> dims = batch->dims();
+      std::vector<int64_t> dims = batch->DimsVector();
       if (ones.buffer == nullptr) {
         dims.insert(dims.end(), {1, 1});
         ASSIGN_OR_RETURN(Shape ones_shape, Shape::Make(dims));
@@ -51,7 +51,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::MatMulOut(
         FillSpec fill;
         fill.kind = FillSpec::Kind::kOnes;
         RETURN_IF_ERROR(device.Launch({fill, {}, ones.ref()}));
-        dims = batch->dims();
+        dims = batch->DimsVector();
       }
       dims.insert(dims.end(), {rows, cols});
       ASSIGN_OR_RETURN(Shape shape, Shape::Make(dims));
@@ -111,16 +111,23 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ScalarTensor(
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::BinaryOut(
     BinaryOp op, const StoredTensor& a, const StoredTensor* b,
     const Scalar* scalar, bool scalar_first, const StoredTensor* into) {
-  DeviceSlot& slot = SlotOf(a.device);
-  Device& device = *a.device;
   const OperandDesc a_desc{a.dtype, a.shape};
   std::optional<OperandDesc> b_desc, into_desc;
   if (b != nullptr) b_desc.emplace(OperandDesc{b->dtype, b->shape});
   if (into != nullptr) into_desc.emplace(OperandDesc{into->dtype, into->shape});
   ASSIGN_OR_RETURN(
-      BinaryPlan plan,
+      const BinaryPlan plan,
       PlanBinary(op, a_desc, b_desc ? &*b_desc : nullptr, scalar,
-                 into_desc ? &*into_desc : nullptr, TargetOf(device)));
+                 into_desc ? &*into_desc : nullptr, TargetOf(*a.device)));
+  return BinaryOut(plan, op, a, b, scalar, scalar_first, into);
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::BinaryOut(
+    const BinaryPlan& plan, BinaryOp op, const StoredTensor& a,
+    const StoredTensor* b, const Scalar* scalar, bool scalar_first,
+    const StoredTensor* into) {
+  DeviceSlot& slot = SlotOf(a.device);
+  Device& device = *a.device;
   const DType dtype = plan.compute;
   const DType out_dtype = plan.out_dtype;
 
@@ -139,8 +146,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::BinaryOut(
         device.Launch({BinaryArgs{op}, {a_ref, b_ref}, RefOf(*into)}));
     return Output{};
   }
-  ASSIGN_OR_RETURN(Output out,
-                   AllocateOutput(slot, out_dtype, std::move(plan.out)));
+  ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, out_dtype, plan.out));
   RETURN_IF_ERROR(device.Launch({BinaryArgs{op}, {a_ref, b_ref}, out.ref()}));
   if (into != nullptr) {
     RETURN_IF_ERROR(device.Launch({CastArgs{}, {out.ref()}, RefOf(*into)}));

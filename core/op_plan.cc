@@ -332,7 +332,9 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
           BinaryPlan plan,
           PlanBinary(op.binary, Desc(x), b ? &*b : nullptr,
                      b ? nullptr : &*op.scalar, nullptr, target));
-      return Result(plan.out_dtype, std::move(plan.out));
+      OpResult result{plan.out_dtype, plan.out};
+      result.binary = std::move(plan);
+      return result;
     }
     case OpSpec::Kind::kInPlace:
       return PlanInPlace(op, in, target);

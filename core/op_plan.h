@@ -16,6 +16,7 @@
 #ifndef TENSORD_CORE_OP_PLAN_H_
 #define TENSORD_CORE_OP_PLAN_H_
 
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,9 @@ struct OpResult {
   Shape shape;
   // The op updates inputs[0] in place (kInPlace): the result is that tensor.
   bool in_place = false;
+  // kBinary: the whole plan (compute dtype, output), which the executor
+  // runs without planning the op again.
+  std::optional<BinaryPlan> binary = std::nullopt;
 };
 
 // INVALID_ARGUMENT "<op> takes 2 tensor operands, got 1" for a wrong

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "core/device.h"
 #include "core/dtype.h"
 
@@ -108,7 +109,8 @@ struct OpSpec {
   UnaryOp unary = UnaryOp::kNeg;
   ReduceOp reduce = ReduceOp::kSum;
   InPlaceOp in_place = InPlaceOp::kAdd;
-  std::vector<Operand> inputs;
+  // Inline for the usual one to three operands (no allocation per op).
+  absl::InlinedVector<Operand, 3> inputs;
   // kBinary / kInPlace: the second operand as a number (inputs has one).
   std::optional<Scalar> scalar;
   bool scalar_first = false;      // kBinary: scalar (op) tensor, e.g. 2 - x

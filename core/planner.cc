@@ -1,6 +1,7 @@
 #include "core/planner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -83,11 +84,18 @@ DType NumberDType(const Scalar& s) {
   return s.is_integral ? DType::kInt64 : DType::kFloat64;
 }
 
+namespace {
+std::atomic<uint64_t> plan_binary_calls{0};
+}  // namespace
+
+uint64_t PlanBinaryCalls() { return plan_binary_calls.load(); }
+
 absl::StatusOr<BinaryPlan> PlanBinary(BinaryOp op, const OperandDesc& a,
                                       const OperandDesc* b,
                                       const Scalar* scalar,
                                       const OperandDesc* into,
                                       const Target& target) {
+  plan_binary_calls.fetch_add(1, std::memory_order_relaxed);
   BinaryPlan plan;
   plan.out = a.shape;
   if (b != nullptr) {
@@ -200,7 +208,7 @@ absl::StatusOr<CatPlan> PlanCat(std::span<const OperandDesc> xs, int64_t dim,
     plan.dtype = PromoteTypes(plan.dtype, xs[i].dtype);
     total += t.dim(plan.axis);
   }
-  std::vector<int64_t> out_dims = first.dims();
+  std::vector<int64_t> out_dims = first.DimsVector();
   out_dims[plan.axis] = total;
   ASSIGN_OR_RETURN(plan.out, Shape::Make(out_dims));
   for (const OperandDesc& x : xs) {
@@ -334,8 +342,8 @@ absl::StatusOr<MatMulPlan> PlanMatMul(DType a_dtype, const Shape& a,
   RETURN_IF_ERROR(MatMulError(a_dtype, a, b_dtype, b, target));
   MatMulPlan plan;
   plan.dtype = a_dtype;
-  const std::vector<int64_t>& ad = a.dims();
-  const std::vector<int64_t>& bd = b.dims();
+  const std::span<const int64_t> ad = a.dims();
+  const std::span<const int64_t> bd = b.dims();
   const bool a_vector = ad.size() == 1, b_vector = bd.size() == 1;
   plan.m = a_vector ? 1 : ad[ad.size() - 2];
   plan.k = ad.back();
@@ -349,7 +357,7 @@ absl::StatusOr<MatMulPlan> PlanMatMul(DType a_dtype, const Shape& a,
   // MatMulError has checked that the batch dims broadcast.
   ASSIGN_OR_RETURN(Shape batch, BroadcastShapes(plan.a_batch, plan.b_batch));
   plan.batch = std::move(batch);
-  std::vector<int64_t> out_dims = plan.batch.dims();
+  std::vector<int64_t> out_dims = plan.batch.DimsVector();
   if (!a_vector) out_dims.push_back(plan.m);
   if (!b_vector) out_dims.push_back(plan.n);
   ASSIGN_OR_RETURN(plan.out, Shape::Make(out_dims));
@@ -557,7 +565,7 @@ absl::StatusOr<SlicePlan> SliceOf(const Shape& x, int axis, int64_t start,
   plan.axis = axis;
   plan.start = start;
   plan.length = length;
-  std::vector<int64_t> dims = x.dims();
+  std::vector<int64_t> dims = x.DimsVector();
   if (drop_axis) {
     dims.erase(dims.begin() + axis);
   } else {

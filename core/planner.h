@@ -83,6 +83,9 @@ absl::StatusOr<BinaryPlan> PlanBinary(BinaryOp op, const OperandDesc& a,
                                       const Scalar* scalar,
                                       const OperandDesc* into,
                                       const Target& target);
+// How many times this process has run PlanBinary: a test's proof that the
+// executor plans a binary op once (PlanOp's plan is the one it runs).
+uint64_t PlanBinaryCalls();
 
 // neg/abs/exp/.../tanh of x: the dtype it computes (and returns) in.
 // Floating functions of an integer or bool tensor compute in float32; relu,

@@ -39,6 +39,7 @@
 #include "core/cpu/cpu_device.h"
 #include "core/handle_table.h"
 #include "core/op_checks.h"
+#include "core/op_plan.h"
 #include "core/planner.h"
 #include "core/runtime.h"
 #include "core/shared_memory.h"
@@ -176,8 +177,8 @@ class Runtime::Impl {
   // Admits and allocates an output tensor of `dtype`/`shape` on `slot`.
   struct Output {
     Shape shape;
-    DType dtype;
-    uint64_t nbytes;
+    DType dtype = DType::kFloat32;
+    uint64_t nbytes = 0;
     std::shared_ptr<Buffer> buffer;
     TensorRef ref() const { return TensorRef{buffer.get(), dtype, shape}; }
   };
@@ -203,46 +204,69 @@ class Runtime::Impl {
   // What runs each op: the op table's `emit` of its row (core/op_table.h),
   // called by Apply once the op is planned. executor.cc's make a new tensor
   // (through Made) or update inputs[0]; autograd.cc's are the autograd ops.
+  // `plan`: PlanOp's, the op planned once for the executor.
   using Emit = absl::StatusOr<Value> (Impl::*)(const OpSpec& op,
-                                               std::span<const Value> in);
+                                               std::span<const Value> in,
+                                               const OpResult& plan);
   static Emit EmitOf(size_t row);  // nullptr: not an op Apply runs
-  absl::StatusOr<Value> EmitBinary(const OpSpec& op, std::span<const Value> in);
-  absl::StatusOr<Value> EmitUnary(const OpSpec& op, std::span<const Value> in);
-  absl::StatusOr<Value> EmitMatMul(const OpSpec& op, std::span<const Value> in);
-  absl::StatusOr<Value> EmitLinear(const OpSpec& op, std::span<const Value> in);
-  absl::StatusOr<Value> EmitReduce(const OpSpec& op, std::span<const Value> in);
-  absl::StatusOr<Value> EmitSoftmax(const OpSpec& op,
-                                    std::span<const Value> in);
-  absl::StatusOr<Value> EmitClamp(const OpSpec& op, std::span<const Value> in);
-  absl::StatusOr<Value> EmitWhere(const OpSpec& op, std::span<const Value> in);
-  absl::StatusOr<Value> EmitPermute(const OpSpec& op,
-                                    std::span<const Value> in);
+  absl::StatusOr<Value> EmitBinary(const OpSpec& op, std::span<const Value> in,
+                                   const OpResult& plan);
+  absl::StatusOr<Value> EmitUnary(const OpSpec& op, std::span<const Value> in,
+                                  const OpResult& plan);
+  absl::StatusOr<Value> EmitMatMul(const OpSpec& op, std::span<const Value> in,
+                                   const OpResult& plan);
+  absl::StatusOr<Value> EmitLinear(const OpSpec& op, std::span<const Value> in,
+                                   const OpResult& plan);
+  absl::StatusOr<Value> EmitReduce(const OpSpec& op, std::span<const Value> in,
+                                   const OpResult& plan);
+  absl::StatusOr<Value> EmitSoftmax(const OpSpec& op, std::span<const Value> in,
+                                    const OpResult& plan);
+  absl::StatusOr<Value> EmitClamp(const OpSpec& op, std::span<const Value> in,
+                                  const OpResult& plan);
+  absl::StatusOr<Value> EmitWhere(const OpSpec& op, std::span<const Value> in,
+                                  const OpResult& plan);
+  absl::StatusOr<Value> EmitPermute(const OpSpec& op, std::span<const Value> in,
+                                    const OpResult& plan);
   absl::StatusOr<Value> EmitTranspose(const OpSpec& op,
-                                      std::span<const Value> in);
-  absl::StatusOr<Value> EmitReshape(const OpSpec& op,
-                                    std::span<const Value> in);
-  absl::StatusOr<Value> EmitSlice(const OpSpec& op, std::span<const Value> in);
-  absl::StatusOr<Value> EmitCat(const OpSpec& op, std::span<const Value> in);
-  absl::StatusOr<Value> EmitCast(const OpSpec& op, std::span<const Value> in);
-  absl::StatusOr<Value> EmitInPlace(const OpSpec& op,
-                                    std::span<const Value> in);
-  absl::StatusOr<Value> EmitConv2d(const OpSpec& op, std::span<const Value> in);
-  absl::StatusOr<Value> EmitPool2d(const OpSpec& op, std::span<const Value> in);
-  absl::StatusOr<Value> EmitLoss(const OpSpec& op, std::span<const Value> in);
+                                      std::span<const Value> in,
+                                      const OpResult& plan);
+  absl::StatusOr<Value> EmitReshape(const OpSpec& op, std::span<const Value> in,
+                                    const OpResult& plan);
+  absl::StatusOr<Value> EmitSlice(const OpSpec& op, std::span<const Value> in,
+                                  const OpResult& plan);
+  absl::StatusOr<Value> EmitCat(const OpSpec& op, std::span<const Value> in,
+                                const OpResult& plan);
+  absl::StatusOr<Value> EmitCast(const OpSpec& op, std::span<const Value> in,
+                                 const OpResult& plan);
+  absl::StatusOr<Value> EmitInPlace(const OpSpec& op, std::span<const Value> in,
+                                    const OpResult& plan);
+  absl::StatusOr<Value> EmitConv2d(const OpSpec& op, std::span<const Value> in,
+                                   const OpResult& plan);
+  absl::StatusOr<Value> EmitPool2d(const OpSpec& op, std::span<const Value> in,
+                                   const OpResult& plan);
+  absl::StatusOr<Value> EmitLoss(const OpSpec& op, std::span<const Value> in,
+                                 const OpResult& plan);
   absl::StatusOr<Value> EmitAdaptiveAvgPool2d(const OpSpec& op,
-                                              std::span<const Value> in);
-  absl::StatusOr<Value> EmitDropout(const OpSpec& op,
-                                    std::span<const Value> in);
+                                              std::span<const Value> in,
+                                              const OpResult& plan);
+  absl::StatusOr<Value> EmitDropout(const OpSpec& op, std::span<const Value> in,
+                                    const OpResult& plan);
   absl::StatusOr<Value> EmitOptimizerStep(const OpSpec& op,
-                                          std::span<const Value> in);
+                                          std::span<const Value> in,
+                                          const OpResult& plan);
   absl::StatusOr<Value> EmitRequiresGrad(const OpSpec& op,
-                                         std::span<const Value> in);
+                                         std::span<const Value> in,
+                                         const OpResult& plan);
   absl::StatusOr<Value> EmitBackward(const OpSpec& op,
-                                     std::span<const Value> in);
-  absl::StatusOr<Value> EmitGrad(const OpSpec& op, std::span<const Value> in);
+                                     std::span<const Value> in,
+                                     const OpResult& plan);
+  absl::StatusOr<Value> EmitGrad(const OpSpec& op, std::span<const Value> in,
+                                 const OpResult& plan);
   absl::StatusOr<Value> EmitZeroGrad(const OpSpec& op,
-                                     std::span<const Value> in);
-  absl::StatusOr<Value> EmitDetach(const OpSpec& op, std::span<const Value> in);
+                                     std::span<const Value> in,
+                                     const OpResult& plan);
+  absl::StatusOr<Value> EmitDetach(const OpSpec& op, std::span<const Value> in,
+                                   const OpResult& plan);
   // `out` stored on in[0]'s device and recorded for autograd (with
   // `extra`, what its backward needs besides its operands).
   absl::StatusOr<Value> Made(const OpSpec& op, std::span<const Value> in,
@@ -258,6 +282,12 @@ class Runtime::Impl {
   // `into`, the result is written into that tensor (in-place ops): its
   // shape must be the broadcast shape and the result dtype castable to its
   // dtype; the returned Output is then empty.
+  // With the op's plan (PlanBinary's for these operands), not planned
+  // again.
+  absl::StatusOr<Output> BinaryOut(const BinaryPlan& plan, BinaryOp op,
+                                   const StoredTensor& a, const StoredTensor* b,
+                                   const Scalar* scalar, bool scalar_first,
+                                   const StoredTensor* into);
   absl::StatusOr<Output> BinaryOut(BinaryOp op, const StoredTensor& a,
                                    const StoredTensor* b, const Scalar* scalar,
                                    bool scalar_first, const StoredTensor* into);

@@ -47,7 +47,8 @@ absl::StatusOr<Shape> Shape::Make(std::span<const int64_t> dims) {
                      "a 64-bit integer"));
   }
   Shape shape;
-  shape.dims_.assign(dims.begin(), dims.end());
+  std::copy(dims.begin(), dims.end(), shape.dims_.begin());
+  shape.rank_ = static_cast<int>(dims.size());
   shape.num_elements_ = numel;
   return shape;
 }
@@ -65,7 +66,7 @@ absl::StatusOr<uint64_t> Shape::ByteSize(DType dtype) const {
   return bytes;
 }
 
-std::string Shape::ToString() const { return DimsToString(dims_); }
+std::string Shape::ToString() const { return DimsToString(dims()); }
 
 absl::StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b) {
   const int rank = std::max(a.rank(), b.rank());

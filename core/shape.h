@@ -6,6 +6,8 @@
 #ifndef TENSORD_CORE_SHAPE_H_
 #define TENSORD_CORE_SHAPE_H_
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -29,9 +31,16 @@ class Shape {
   // does not overflow. INVALID_ARGUMENT naming the offending dim otherwise.
   static absl::StatusOr<Shape> Make(std::span<const int64_t> dims);
 
-  int rank() const { return static_cast<int>(dims_.size()); }
+  int rank() const { return rank_; }
   int64_t dim(int i) const { return dims_[i]; }
-  const std::vector<int64_t>& dims() const { return dims_; }
+  // The dims, stored inline (a Shape never allocates: ops copy shapes
+  // freely).
+  std::span<const int64_t> dims() const {
+    return {dims_.data(), static_cast<size_t>(rank_)};
+  }
+  std::vector<int64_t> DimsVector() const {
+    return {dims_.begin(), dims_.begin() + rank_};
+  }
   int64_t NumElements() const { return num_elements_; }
   // The product of dims [begin, end): the elements of a block of those dims
   // (1 for an empty range; 0 when one of them is 0). A shape with a zero dim
@@ -46,11 +55,16 @@ class Shape {
   // "[2, 3]"; "[]" for 0-d.
   std::string ToString() const;
 
-  bool operator==(const Shape& other) const { return dims_ == other.dims_; }
+  bool operator==(const Shape& other) const {
+    return rank_ == other.rank_ &&
+           std::equal(dims_.begin(), dims_.begin() + rank_,
+                      other.dims_.begin());
+  }
   bool operator!=(const Shape& other) const { return !(*this == other); }
 
  private:
-  std::vector<int64_t> dims_;
+  std::array<int64_t, kMaxRank> dims_{};
+  int rank_ = 0;
   int64_t num_elements_ = 1;
 };
 

@@ -136,7 +136,7 @@ class AutogradTest : public ::testing::Test {
     ASSERT_TRUE(shape.ok()) << shape.status();
     std::vector<double> w(shape->shape.NumElements());
     for (double& v : w) v = Uniform(-1, 1);
-    const uint64_t weight = MakeF64(shape->shape.dims(), w);
+    const uint64_t weight = MakeF64(shape->shape.DimsVector(), w);
     ASSERT_TRUE(rt_->Release(session_, shape->handle).ok());
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (inputs[i].grad) {

@@ -66,7 +66,8 @@ class CpuDeviceTest : public ::testing::Test {
     return t;
   }
   HostTensor Bin(BinaryOp op, const HostTensor& a, const HostTensor& b) {
-    HostTensor out = Empty(a.dtype, BroadcastShapes(a.shape, b.shape)->dims());
+    HostTensor out =
+        Empty(a.dtype, BroadcastShapes(a.shape, b.shape)->DimsVector());
     absl::Status s =
         device_->Launch({BinaryArgs{op}, {a.ref(), b.ref()}, out.ref()});
     EXPECT_TRUE(s.ok()) << s;

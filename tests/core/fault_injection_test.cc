@@ -504,7 +504,7 @@ std::vector<OpCase> OpCases() {
   auto op = [](K kind, std::vector<Operand> inputs) {
     OpSpec spec;
     spec.kind = kind;
-    spec.inputs = std::move(inputs);
+    spec.inputs.assign(inputs.begin(), inputs.end());
     return spec;
   };
   std::vector<OpCase> cases;
@@ -889,7 +889,7 @@ TEST_F(FaultInjectionTest, BackwardFailsCleanlyAtEveryStepThenWorks) {
     auto op = [](K kind, std::vector<Operand> in) {
       OpSpec s;
       s.kind = kind;
-      s.inputs = std::move(in);
+      s.inputs.assign(in.begin(), in.end());
       return s;
     };
     using O = Operand;

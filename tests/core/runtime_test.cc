@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/planner.h"
+
 namespace tensord::core {
 namespace {
 
@@ -182,6 +184,28 @@ TEST(RuntimeNodeTest, NodeNamesAreChecked) {
   auto rt = Runtime::Create(std::move(options));
   EXPECT_EQ(rt.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(rt.status().message(), HasSubstr("may hold only letters"));
+}
+
+// Issue 32: the executor runs PlanOp's plan; a binary op is planned once
+// per op of an Execute (it was twice: PlanOp, then BinaryOut).
+TEST_F(RuntimeTest, AnExecuteOfBinaryOpsPlansEachOnce) {
+  const TensorMeta x = Make<float>({4}, {1, 2, 3, 4});
+  const TensorMeta y = Make<float>({4}, {1, 1, 1, 1});
+  std::vector<OpSpec> ops(100);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ops[i].kind = OpSpec::Kind::kBinary;
+    ops[i].binary = BinaryOp::kAdd;
+    ops[i].inputs = {i == 0 ? Operand::Handle(x.handle)
+                            : Operand::Result(static_cast<uint32_t>(i - 1)),
+                     Operand::Handle(y.handle)};
+  }
+  const uint32_t keep[] = {99};
+  const uint64_t before = PlanBinaryCalls();
+  auto kept = rt_->Execute(session_, ops, keep);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(PlanBinaryCalls() - before, ops.size());
+  EXPECT_EQ(Fetch<float>((*kept)[0].handle),
+            (std::vector<float>{101, 102, 103, 104}));
 }
 
 TEST_F(RuntimeTest, CreateFromDataAndRead) {
