@@ -31,3 +31,13 @@ def client(daemon, pipeline_mode):
     assert c.pipelined == pipeline_mode
     yield c
     c.close()
+
+
+@pytest.fixture(scope="module")
+def torch_one_thread():
+    """torch at one thread for a module's tests (the comparisons with torch)."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -292,12 +292,7 @@ def _outcome(fn, t, F, sync=None):
         return (type(e).__name__, str(e))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def torch_threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def test_there_are_enough_cases():

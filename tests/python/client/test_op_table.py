@@ -82,12 +82,7 @@ def _numpy(value):
     return value.detach().numpy()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def torch_threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
