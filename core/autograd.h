@@ -1,6 +1,8 @@
-// Autograd's data: what a stored tensor knows about its gradient, and the
-// graph nodes that ops record. Autograd lives in the server, next to the
-// tensors, so every client language gets it through the proto.
+// Autograd's graph: the nodes that ops record, and the engine's entry
+// points (what a stored tensor knows about its gradient is
+// core/autograd_meta.h, which the handle table stores without this). Autograd
+// lives in the server, next to the tensors, so every client language gets it
+// through the proto.
 //
 // A tensor requires grad when it is a leaf the client marked
 // (requires_grad_) or the result of an op recorded with an input that
@@ -26,7 +28,6 @@
 #ifndef TENSORD_CORE_AUTOGRAD_H_
 #define TENSORD_CORE_AUTOGRAD_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -34,46 +35,14 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "core/autograd_meta.h"
 #include "core/ops.h"
 
 namespace tensord::core {
 
 struct StoredTensor;  // core/handle_table.h
-struct GradNode;
 class HeldCharge;     // core/session_memory.h
 class SessionMemory;  // core/session_memory.h
-
-// What a tensor knows about its gradient. Every stored tensor has one.
-struct AutogradMeta {
-  mutable absl::Mutex mu;
-  // A leaf the client asked gradients for.
-  bool requires_grad ABSL_GUARDED_BY(mu) = false;
-  // The op that made the tensor, when recorded (then it is not a leaf).
-  std::shared_ptr<GradNode> grad_fn ABSL_GUARDED_BY(mu);
-  // The accumulated gradient of a leaf (null: None).
-  std::shared_ptr<const StoredTensor> grad ABSL_GUARDED_BY(mu);
-  // The session whose handle names this tensor (set when it is
-  // registered), and that handle: a leaf's grad counts as that session's
-  // memory (core/session_memory.h) through grad_charge, declared after
-  // grad so that it goes first.
-  std::weak_ptr<SessionMemory> owner ABSL_GUARDED_BY(mu);
-  uint64_t owner_handle ABSL_GUARDED_BY(mu) = 0;
-  std::shared_ptr<const HeldCharge> grad_charge ABSL_GUARDED_BY(mu);
-  // Set (under mu) once requires_grad or grad_fn was ever set, never
-  // cleared: read without the lock, it lets an op on tensors autograd never
-  // saw skip recording without locking each input.
-  std::atomic<bool> ever_tracked{false};
-
-  // requires_grad (leaf) or grad_fn set: autograd tracks this tensor.
-  bool Tracked() const {
-    absl::MutexLock lock(&mu);
-    return requires_grad || grad_fn != nullptr;
-  }
-  std::shared_ptr<GradNode> GradFn() const {
-    absl::MutexLock lock(&mu);
-    return grad_fn;
-  }
-};
 
 // A tensor a node keeps for its backward: a copy of its metadata sharing
 // its memory (buffer null when the backward needs only the metadata), and

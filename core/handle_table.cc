@@ -443,7 +443,9 @@ absl::StatusOr<HandleEntry> HandleTable::Insert(
     (*s)->entries.emplace(entry.handle, entry);
     (*s)->memory->AddEntry(*entry.tensor);
   }
-  ChargeToSession(*entry.tensor, (*s)->memory, entry.handle);
+  if (options_.on_registered) {
+    options_.on_registered(*entry.tensor, (*s)->memory, entry.handle);
+  }
   return entry;
 }
 
@@ -516,7 +518,9 @@ absl::Status HandleTable::Rename(std::string_view session, uint64_t from,
   std::shared_ptr<const StoredTensor> tensor = entry.tensor;
   s->entries.emplace(to, std::move(entry));
   lock.Release();
-  ChargeToSession(*tensor, s->memory, to);  // grads now name `to`
+  if (options_.on_registered) {
+    options_.on_registered(*tensor, s->memory, to);  // grads now name `to`
+  }
   return absl::OkStatus();
 }
 

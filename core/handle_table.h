@@ -32,6 +32,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,7 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "core/autograd.h"
+#include "core/autograd_meta.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/session_bound.h"
@@ -63,7 +64,7 @@ struct StoredTensor {
   Shape shape;
   uint64_t nbytes = 0;
   std::shared_ptr<Buffer> buffer;  // destroying it returns the budget bytes
-  // requires_grad, grad_fn, grad (core/autograd.h). A copy of the struct
+  // requires_grad, grad_fn, grad (core/autograd_meta.h). A copy of the struct
   // shares it: it is the same tensor read another way.
   std::shared_ptr<AutogradMeta> autograd = std::make_shared<AutogradMeta>();
 };
@@ -106,6 +107,14 @@ struct HandleTableOptions {
   // Shared-memory regions one session may hold registered at once.
   size_t session_max_regions = 16;
   std::chrono::milliseconds dedupe_max_age = std::chrono::minutes(5);
+  // Called once a tensor has handle `handle` in a session (Insert, Rename),
+  // outside the table's locks: charges what autograd holds for the tensor
+  // to the session's memory. The runtime sets autograd's ChargeToSession
+  // (core/autograd.h); the table itself knows nothing of autograd.
+  std::function<void(const StoredTensor& tensor,
+                     const std::shared_ptr<SessionMemory>& memory,
+                     uint64_t handle)>
+      on_registered;
 };
 
 // A session removed because its lease ran out.

@@ -14,6 +14,7 @@ HandleTableOptions TableOptions(const RuntimeOptions& o) {
   t.max_sessions = o.max_sessions;
   t.session_max_bytes = o.session_max_bytes;
   t.session_max_tensors = o.session_max_tensors;
+  t.on_registered = ChargeToSession;
   return t;
 }
 

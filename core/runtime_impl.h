@@ -36,6 +36,7 @@
 #include "absl/time/time.h"
 #include "core/absl_compat.h"
 #include "core/admission.h"
+#include "core/autograd.h"
 #include "core/cpu/cpu_device.h"
 #include "core/handle_table.h"
 #include "core/op_checks.h"
