@@ -128,6 +128,14 @@ void Session::CheckAlive(uint64_t handle) const {
 }
 
 uint64_t Session::SendCommand(v1::Command cmd, bool want_reply) const {
+  if (cmd.has_create() || cmd.has_to() || cmd.has_run()) {
+    // Releases another thread has taken but not sent yet (the background
+    // flush) go first: the memory they free may be what this command needs,
+    // and it has nothing of theirs to carry. A stream flush ends its carry
+    // as soon as it is sent, so the wait is short.
+    std::unique_lock<std::mutex> lock(release_mu_);
+    release_cv_.wait(lock, [this] { return pending_releases_ == 0; });
+  }
   DroppedHandles carried(*this);
   if (cmd.has_create()) carried.TakeInto(cmd.mutable_create()->mutable_release());
   if (cmd.has_to()) carried.TakeInto(cmd.mutable_to()->mutable_release());
