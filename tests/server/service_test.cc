@@ -132,13 +132,17 @@ class ServiceTest : public ::testing::Test {
     return reader->Finish();
   }
 
-  std::vector<int64_t> FetchInt64(uint64_t handle) {
+  template <typename T>
+  std::vector<T> FetchAs(uint64_t handle) {
     std::string data;
     grpc::Status s = Fetch(handle, &data);
     EXPECT_TRUE(s.ok()) << s.error_message();
-    std::vector<int64_t> out(data.size() / sizeof(int64_t));
+    std::vector<T> out(data.size() / sizeof(T));
     std::memcpy(out.data(), data.data(), data.size());
     return out;
+  }
+  std::vector<int64_t> FetchInt64(uint64_t handle) {
+    return FetchAs<int64_t>(handle);
   }
 
   uint64_t HeldBytes(const std::string& device) {
@@ -643,6 +647,47 @@ TEST_F(ServiceTest, UnknownBinaryOpIsInvalid) {
   grpc::Status s = Binary(static_cast<v1::BinaryOp>(77), a.handle(), a.handle());
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("77"));
+}
+
+// A unary op's numeric arguments (UnaryArgs.args): the op table's defaults
+// where absent, its count at most (more is INVALID_ARGUMENT naming the op),
+// none for an op without any.
+TEST_F(ServiceTest, UnaryArgumentsAreDefaultedAndBounded) {
+  v1::CreateRequest c;
+  c.set_dtype(v1::FLOAT64);
+  c.add_shape(2);
+  c.mutable_fill()->set_kind(v1::Fill::FULL);
+  c.mutable_fill()->set_value(-2);
+  v1::TensorInfo x;
+  ASSERT_TRUE(Create(c, &x).ok());
+  auto run = [&](v1::UnaryOp op, std::vector<double> args,
+                 v1::TensorResponse* resp) {
+    grpc::ClientContext ctx;
+    v1::RunRequest req;
+    req.set_session(session_);
+    v1::UnaryArgs* u = req.mutable_op()->mutable_unary();
+    u->set_op(op);
+    u->mutable_x()->set_handle(x.handle());
+    u->mutable_args()->Add(args.begin(), args.end());
+    return stub_->Run(&ctx, req, resp);
+  };
+  v1::TensorResponse resp;
+  ASSERT_TRUE(run(v1::HARDTANH, {}, &resp).ok());  // min_val -1
+  EXPECT_EQ(FetchAs<double>(resp.tensor().handle()),
+            (std::vector<double>{-1, -1}));
+  ASSERT_TRUE(run(v1::HARDTANH, {-1.5}, &resp).ok());  // max_val 1
+  EXPECT_EQ(FetchAs<double>(resp.tensor().handle()),
+            (std::vector<double>{-1.5, -1.5}));
+  ASSERT_TRUE(run(v1::LEAKY_RELU, {0.25}, &resp).ok());
+  EXPECT_EQ(FetchAs<double>(resp.tensor().handle()),
+            (std::vector<double>{-0.5, -0.5}));
+  grpc::Status s = run(v1::HARDTANH, {-1, 1, 2}, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "hardtanh takes 2 numeric argument(s) in UnaryArgs.args, not 3");
+  s = run(v1::RELU, {0.5}, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("relu takes 0 numeric"));
 }
 
 // where's input and other must each be a tensor or a number; clamp's
