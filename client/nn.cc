@@ -65,23 +65,33 @@ void manual_seed(uint64_t seed) { next_seed = seed; }
 
 void Module::register_parameter(std::string name, Tensor* t) {
   t->requires_grad_();
-  params_.emplace_back(std::move(name), t);
+  // Parameters before buffers, as PyTorch's state_dict lists them.
+  auto first_buffer = std::find_if(state_.begin(), state_.end(),
+                                   [](const State& s) { return !s.parameter; });
+  state_.insert(first_buffer, State{std::move(name), t, true});
 }
 
-void Module::CollectInto(
-    const std::string& prefix,
-    std::vector<std::pair<std::string, Tensor*>>* out) const {
-  for (const auto& [name, t] : params_) out->emplace_back(prefix + name, t);
+void Module::register_buffer(std::string name, Tensor* t) {
+  state_.push_back(State{std::move(name), t, false});
+}
+
+void Module::CollectInto(const std::string& prefix,
+                         std::vector<State>* out) const {
+  for (const State& s : state_) {
+    out->push_back(State{prefix + s.name, s.tensor, s.parameter});
+  }
   for (const auto& [name, child] : children_) {
     child->CollectInto(prefix + name + ".", out);
   }
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
-  std::vector<std::pair<std::string, Tensor*>> all;
+  std::vector<State> all;
   CollectInto("", &all);
   std::vector<std::pair<std::string, Tensor>> out;
-  for (const auto& [name, t] : all) out.emplace_back(name, *t);
+  for (const State& s : all) {
+    if (s.parameter) out.emplace_back(s.name, *s.tensor);
+  }
   return out;
 }
 
@@ -92,14 +102,14 @@ std::vector<Tensor> Module::parameters() const {
 }
 
 Module& Module::to(const Device& device) {
-  std::vector<std::pair<std::string, Tensor*>> all;
+  std::vector<State> all;
   CollectInto("", &all);
-  for (auto& [name, t] : all) {
-    if (t->device() == device) continue;
+  for (const State& s : all) {
+    if (s.tensor->device() == device) continue;
     // The move's result has a grad_fn (gradients flow back across moves);
     // a parameter is a leaf, as PyTorch's module.to keeps it.
-    *t = t->to(device).detach();
-    t->requires_grad_();
+    *s.tensor = s.tensor->to(device).detach();
+    if (s.parameter) s.tensor->requires_grad_();
   }
   return *this;
 }
@@ -110,13 +120,16 @@ void Module::train(bool on) {
 }
 
 void Module::save(const std::filesystem::path& path) const {
-  std::vector<std::pair<std::string, Tensor*>> all;
+  std::vector<State> all;
   CollectInto("", &all);
-  std::sort(all.begin(), all.end());
+  std::sort(all.begin(), all.end(),
+            [](const State& a, const State& b) { return a.name < b.name; });
   std::string header = "{";
   std::vector<std::string> data;
   uint64_t offset = 0;
-  for (const auto& [name, t] : all) {
+  for (const State& s : all) {
+    const std::string& name = s.name;
+    const Tensor* t = s.tensor;
     data.push_back(t->fetch_bytes());
     std::string shape;
     for (int64_t d : t->shape()) {
@@ -161,9 +174,11 @@ void Module::load(const std::filesystem::path& path) {
     throw FileError(path, "the header is not JSON");
   }
   const std::string_view body(file.data() + 8 + n, file.size() - 8 - n);
-  std::vector<std::pair<std::string, Tensor*>> all;
+  std::vector<State> all;
   CollectInto("", &all);
-  for (auto& [name, t] : all) {
+  for (const State& s : all) {
+    const std::string& name = s.name;
+    Tensor* t = s.tensor;
     auto it = header.fields().find(name);
     if (it == header.fields().end() || !it->second.has_struct_value()) {
       throw Error(
@@ -199,7 +214,7 @@ void Module::load(const std::filesystem::path& path) {
     const Tensor loaded =
         internal::FromBytesLike(*t, body.substr(begin, end - begin));
     *t = loaded;
-    t->requires_grad_();
+    if (s.parameter) t->requires_grad_();
   }
 }
 
@@ -282,6 +297,58 @@ Tensor Flatten::forward(const Tensor& x) {
 
 Tensor Dropout::forward(const Tensor& x) {
   return dropout(x, p_, is_training(), NextSeed());
+}
+
+BatchNorm2d::BatchNorm2d(const Client& client, int64_t num_features, double eps,
+                         double momentum, bool affine, bool track_running_stats,
+                         const Device& device)
+    : eps_(eps), momentum_(momentum) {
+  if (affine) {
+    weight = client.ones({num_features}, DType::kFloat32, device);
+    register_parameter("weight", &*weight);
+    bias = client.zeros({num_features}, DType::kFloat32, device);
+    register_parameter("bias", &*bias);
+  }
+  if (track_running_stats) {
+    running_mean = client.zeros({num_features}, DType::kFloat32, device);
+    register_buffer("running_mean", &*running_mean);
+    running_var = client.ones({num_features}, DType::kFloat32, device);
+    register_buffer("running_var", &*running_var);
+    num_batches_tracked = client.zeros({}, DType::kInt64, device);
+    register_buffer("num_batches_tracked", &*num_batches_tracked);
+  }
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  if (x.dim() != 4) {
+    throw Error(
+        StatusCode::INVALID_ARGUMENT,
+        "expected 4D input (got " + std::to_string(x.dim()) + "D input)",
+        ErrorKind::kValueError);
+  }
+  if (is_training() && num_batches_tracked.has_value()) {
+    num_batches_tracked->add_(1);
+  }
+  return batch_norm(x, running_mean, running_var, weight, bias,
+                    {.training = is_training() || !running_mean.has_value(),
+                     .momentum = momentum_,
+                     .eps = eps_});
+}
+
+LayerNorm::LayerNorm(const Client& client,
+                     std::vector<int64_t> normalized_shape, double eps,
+                     bool elementwise_affine, const Device& device)
+    : normalized_shape_(std::move(normalized_shape)), eps_(eps) {
+  if (elementwise_affine) {
+    weight = client.ones(normalized_shape_, DType::kFloat32, device);
+    register_parameter("weight", &*weight);
+    bias = client.zeros(normalized_shape_, DType::kFloat32, device);
+    register_parameter("bias", &*bias);
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  return layer_norm(x, normalized_shape_, weight, bias, eps_);
 }
 
 Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> modules) {

@@ -66,7 +66,7 @@ struct GradNode {
   OpSpec op;                        // the forward op (operands cleared)
   std::vector<SavedTensor> inputs;  // one per forward input
   SavedTensor output;               // data only for ops that read it
-  SavedTensor extra;                // dropout: the mask it applied
+  SavedTensor extra;  // dropout: the mask it applied; a norm: invstd
   std::vector<GradEdge> next;       // one per forward input
 
   // PyTorch's name for the node: "MulBackward0", "ConvolutionBackward0".

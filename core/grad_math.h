@@ -1,10 +1,10 @@
 // Internal: whole-tensor arithmetic for the backward formulas
-// (core/backward_ops.cc, window_ops.cc, loss_ops.cc) and the autograd engine
-// (core/autograd.cc). Each call runs the forward ops' own planned kernels
-// on one device, so a backward runs wherever its forward did, and returns
-// a new stored tensor (or, for Reshape, the same memory read with another
-// shape). Included only by those files.
-// Thread-safety: one GradMath per backward step; not shared.
+// (core/backward_ops.cc, window_ops.cc, loss_ops.cc, norm_ops.cc) and the
+// autograd engine (core/autograd.cc). Each call runs the forward ops' own
+// planned kernels on one device, so a backward runs wherever its forward did,
+// and returns a new stored tensor (or, for Reshape, the same memory read with
+// another shape). Included only by those files. Thread-safety: one GradMath per
+// backward step; not shared.
 #ifndef TENSORD_CORE_GRAD_MATH_H_
 #define TENSORD_CORE_GRAD_MATH_H_
 
@@ -70,6 +70,17 @@ class Runtime::Impl::GradMath {
   absl::StatusOr<TensorPtr> Sum(const TensorPtr& a,
                                 std::span<const int64_t> dims, bool keepdim) {
     return Keep(rt_.ReduceOut(ReduceOp::kSum, *a, dims, keepdim));
+  }
+  // Mean over `dims`, kept as 1s.
+  absl::StatusOr<TensorPtr> Mean(const TensorPtr& a,
+                                 std::span<const int64_t> dims) {
+    return Keep(rt_.ReduceOut(ReduceOp::kMean, *a, dims, true));
+  }
+  // 1 / sqrt(a + eps).
+  absl::StatusOr<TensorPtr> InvSqrt(const TensorPtr& a, double eps) {
+    ASSIGN_OR_RETURN(TensorPtr shifted, Num(BinaryOp::kAdd, a, eps));
+    ASSIGN_OR_RETURN(TensorPtr root, Un(UnaryOp::kSqrt, shifted));
+    return Num(BinaryOp::kDiv, root, 1.0, /*first=*/true);
   }
   absl::StatusOr<TensorPtr> Zeros(const Shape& shape, DType dtype) {
     ASSIGN_OR_RETURN(Output out, rt_.AllocateOutput(slot_, dtype, shape));
@@ -156,6 +167,8 @@ class Runtime::Impl::GradMath {
   absl::Status Pool2dGrads(const GradNode& node, const TensorPtr& g,
                            Grads& out);
   absl::Status LossGrads(const GradNode& node, const TensorPtr& g, Grads& out);
+  // The normalisations' (norm_ops.cc).
+  absl::Status NormGrads(const GradNode& node, const TensorPtr& g, Grads& out);
   absl::Status MoveToGrads(const GradNode& node, const TensorPtr& g,
                            Grads& out);
   // What each row of the op table names as its `backward`

@@ -9,9 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/absl_compat.h"
+#include "core/loss_plan.h"
+#include "core/norm_plan.h"
 #include "core/op_checks.h"
 #include "core/status.h"
-#include "core/loss_plan.h"
 #include "core/window_plan.h"
 
 namespace tensord::core {
@@ -40,6 +41,9 @@ absl::Status CheckArity(const OpSpec& op, size_t n) {
     case OpSpec::Kind::kCat:
     case OpSpec::Kind::kZeroGrad:
       hi = 1024;
+      break;
+    case OpSpec::Kind::kNorm:
+      lo = hi = static_cast<size_t>(NormSlotsOf(op.norm).count);
       break;
     case OpSpec::Kind::kOptimizerStep:
       hi = 3 * 1024;
@@ -414,6 +418,15 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
     case OpSpec::Kind::kDropout:
       RETURN_IF_ERROR(PlanDropout(x.dtype, op.dropout_p, op.train, target));
       return Result(x.dtype, x.shape);
+    case OpSpec::Kind::kNorm: {
+      absl::InlinedVector<OperandDesc, 5> descs;
+      for (const OpInput& t : in) descs.push_back(Desc(t));
+      ASSIGN_OR_RETURN(NormPlan plan,
+                       PlanNorm(op.norm, op.train, descs, target));
+      OpResult result{plan.dtype, plan.out, false};
+      result.norm.emplace(std::move(plan));
+      return result;
+    }
     case OpSpec::Kind::kLoss: {
       ASSIGN_OR_RETURN(LossPlan plan, PlanLoss(op.loss, op.reduction, Desc(x),
                                                Desc(in[1]), target));

@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
+#include "core/norm_plan.h"
 #include "core/ops.h"
 #include "core/planner.h"
 #include "core/shape.h"
@@ -46,6 +47,8 @@ struct OpResult {
   // kBinary: the whole plan (compute dtype, output), which the executor
   // runs without planning the op again.
   std::optional<BinaryPlan> binary = std::nullopt;
+  // kNorm: the layout and what the statistics are, for the executor.
+  std::optional<NormPlan> norm = std::nullopt;
 };
 
 // INVALID_ARGUMENT "<op> takes 2 tensor operands, got 1" for a wrong

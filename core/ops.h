@@ -76,6 +76,19 @@ struct WindowArgs {
 enum class LossReduction { kMean, kSum, kNone };
 std::string_view LossName(LossKind kind);  // "nll_loss", ...
 
+// The normalisations (the op table's Norm rows; NormKind is generated from
+// them). OpSpec::inputs holds x, then weight, bias, running_mean and
+// running_var, each when present (core/norm_plan.h's NormSlots says
+// where); running statistics come as a pair. OpSpec::train selects the
+// batch's statistics over the running ones where the kind has both.
+struct NormArgs {
+  NormKind kind{};
+  bool weight = false, bias = false, running_stats = false;
+  double eps = 1e-5;
+  double momentum = 0.1;                  // the running statistics' update
+  std::vector<int64_t> normalized_shape;  // the dims of a last-dims norm
+};
+
 // An optimizer's step (torch.optim's update rules, in PyTorch 1.13's order
 // of operations), fused over a list of parameters whose state tensors the
 // op also updates in place: SGD's momentum buffers, Adam's exp_avg and
@@ -153,6 +166,7 @@ struct OpSpec {
   // kBackward: keep the graph's saved tensors for another backward.
   bool retain_graph = false;
   OptimizerArgs optimizer;  // kOptimizerStep
+  NormArgs norm;            // kNorm (with `train`)
   // Any op: do not record it for autograd (torch.no_grad()), which is also
   // what lets an in-place op update a leaf that requires grad.
   bool no_grad = false;

@@ -252,6 +252,9 @@ class Runtime::Impl {
                                               const OpResult& plan);
   absl::StatusOr<Value> EmitDropout(const OpSpec& op, std::span<const Value> in,
                                     const OpResult& plan);
+  // The normalisations (norm_ops.cc).
+  absl::StatusOr<Value> EmitNorm(const OpSpec& op, std::span<const Value> in,
+                                 const OpResult& plan);
   absl::StatusOr<Value> EmitOptimizerStep(const OpSpec& op,
                                           std::span<const Value> in,
                                           const OpResult& plan);
@@ -365,7 +368,8 @@ class Runtime::Impl {
   // Records `op`, run on `in` with the result `result`, as the result's
   // grad_fn when an input requires grad (and the op is not no_grad, is
   // differentiable and its result floating). `extra`: what the op's
-  // backward needs beyond its inputs and output (dropout's mask).
+  // backward needs beyond its inputs and output (dropout's mask, a norm's
+  // invstd).
   void RecordGrad(const OpSpec& op, std::span<const Value> in,
                   const TensorPtr& result, TensorPtr extra);
   // FAILED_PRECONDITION (PyTorch's messages) for an in-place op autograd

@@ -142,6 +142,14 @@ class Batch {
   Value zero_grad(std::span<const Input> tensors);
   Value dropout(Input x, double p = 0.5, bool training = true,
                 std::optional<uint64_t> seed = std::nullopt);
+  Value batch_norm(Input x, std::optional<Input> running_mean,
+                   std::optional<Input> running_var,
+                   std::optional<Input> weight = std::nullopt,
+                   std::optional<Input> bias = std::nullopt,
+                   const BatchNormOptions& options = {});
+  Value layer_norm(Input x, const std::vector<int64_t>& normalized_shape,
+                   std::optional<Input> weight = std::nullopt,
+                   std::optional<Input> bias = std::nullopt, double eps = 1e-5);
   Value nll_loss(Input input, Input target,
                  Reduction reduction = Reduction::kMean,
                  int64_t ignore_index = -100);

@@ -297,30 +297,19 @@ class Client {
 }  // namespace tensord::client
 
 namespace tensord {
-using client::Batch;
-using client::BatchResults;
-using client::BinaryOp;
 using client::adaptive_avg_pool2d;
 using client::avg_pool2d;
+using client::Batch;
+using client::batch_norm;
+using client::BatchNormOptions;
+using client::BatchResults;
+using client::BinaryOp;
 using client::cat;
-using client::flatten;
-using client::max;
-using client::min;
-using client::cross_entropy;
-using client::conv2d;
-using client::Conv2dOptions;
 using client::Client;
 using client::ClientOptions;
-using client::linear;
-using client::max_pool2d;
-using client::mse_loss;
-using client::nll_loss;
-using client::Pool2dOptions;
-using client::ReduceOp;
-using client::Reduction;
-using client::Scalar;
-using client::SharedMemoryRegion;
-using client::UnaryOp;
+using client::conv2d;
+using client::Conv2dOptions;
+using client::cross_entropy;
 using client::Device;
 using client::DeviceInfo;
 using client::dropout;
@@ -328,9 +317,23 @@ using client::DType;
 using client::DTypeName;
 using client::Error;
 using client::ErrorKind;
+using client::flatten;
+using client::layer_norm;
+using client::linear;
+using client::max;
+using client::max_pool2d;
+using client::min;
+using client::mse_loss;
+using client::nll_loss;
+using client::Pool2dOptions;
+using client::ReduceOp;
+using client::Reduction;
+using client::Scalar;
+using client::SharedMemoryRegion;
 using client::StatusCode;
 using client::Tensor;
 using client::TensorInfo;
+using client::UnaryOp;
 using client::where;
 }  // namespace tensord
 

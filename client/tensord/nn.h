@@ -60,7 +60,7 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<Tensor> parameters() const;
   // module.to(device): each parameter moved there, a leaf that requires
-  // grad (as PyTorch's module.to keeps parameters leaves).
+  // grad (as PyTorch's module.to keeps parameters leaves), and each buffer.
   Module& to(const Device& device);
   // train(true) / eval(): the mode of this module and every child (dropout
   // drops only in training).
@@ -68,11 +68,12 @@ class Module {
   void eval() { train(false); }
   bool is_training() const { return training_; }
 
-  // The state_dict as a safetensors file (little-endian, PyTorch's key
-  // names), and back: load replaces each parameter by the file's tensor of
-  // its name, on the parameter's device. INVALID_ARGUMENT naming the key
-  // for a missing tensor or one of another shape or dtype; UNKNOWN for I/O
-  // failures or a file that is not safetensors.
+  // The state_dict (parameters and buffers) as a safetensors file
+  // (little-endian, PyTorch's key names), and back: load replaces each
+  // parameter and buffer by the file's tensor of its name, on the parameter's
+  // device. INVALID_ARGUMENT naming the key for a missing tensor or one of
+  // another shape or dtype; UNKNOWN for I/O failures or a file that is not
+  // safetensors.
   void save(const std::filesystem::path& path) const;
   void load(const std::filesystem::path& path);
 
@@ -80,6 +81,9 @@ class Module {
   // Registers `*t` (a member of the derived module) as parameter `name`
   // and makes it require grad.
   void register_parameter(std::string name, Tensor* t);
+  // Registers `*t` as buffer `name`: state the module keeps that is not
+  // trained (BatchNorm2d's running statistics), saved, loaded and moved.
+  void register_buffer(std::string name, Tensor* t);
   template <typename M>
   std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> m) {
     children_.emplace_back(std::move(name), m);
@@ -92,9 +96,15 @@ class Module {
   }
 
  private:
-  void CollectInto(const std::string& prefix,
-                   std::vector<std::pair<std::string, Tensor*>>* out) const;
-  std::vector<std::pair<std::string, Tensor*>> params_;
+  struct State {
+    std::string name;
+    Tensor* tensor;
+    bool parameter;  // else a buffer
+  };
+  // PyTorch's state_dict order: each module's parameters, its buffers, then
+  // its children's.
+  void CollectInto(const std::string& prefix, std::vector<State>* out) const;
+  std::vector<State> state_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 };
@@ -212,6 +222,39 @@ class Dropout : public Module {
 
  private:
   double p_;
+};
+
+// nn.BatchNorm2d over x [N, C, H, W]: weight (ones) and bias (zeros) [C]
+// when affine; running_mean (zeros), running_var (ones) and
+// num_batches_tracked (int64 0) when tracking, which training updates
+// (batch_norm's rule) and eval uses. INVALID_ARGUMENT (ValueError)
+// "expected 4D input (got 3D input)" for another rank.
+class BatchNorm2d : public Module {
+ public:
+  BatchNorm2d(const Client& client, int64_t num_features, double eps = 1e-5,
+              double momentum = 0.1, bool affine = true,
+              bool track_running_stats = true, const Device& device = "cpu");
+  Tensor forward(const Tensor& x) override;
+  std::optional<Tensor> weight, bias;
+  std::optional<Tensor> running_mean, running_var, num_batches_tracked;
+
+ private:
+  double eps_, momentum_;
+};
+
+// nn.LayerNorm over x's last dims (normalized_shape): weight (ones) and
+// bias (zeros) of that shape when elementwise_affine.
+class LayerNorm : public Module {
+ public:
+  LayerNorm(const Client& client, std::vector<int64_t> normalized_shape,
+            double eps = 1e-5, bool elementwise_affine = true,
+            const Device& device = "cpu");
+  Tensor forward(const Tensor& x) override;
+  std::optional<Tensor> weight, bias;
+
+ private:
+  std::vector<int64_t> normalized_shape_;
+  double eps_;
 };
 
 // The modules in order; net[0] is the first. Children are named "0", "1".

@@ -315,6 +315,34 @@ absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
       if (a.has_seed()) spec.seed = a.seed();
       break;
     }
+    case v1::Op::kNorm: {
+      const v1::NormArgs& a = op.norm();
+      spec.kind = Kind::kNorm;
+      core::NormArgs& n = spec.norm;
+      ASSIGN_OR_RETURN(
+          n.kind, WireVariant<core::NormKind>(kWire_norm, a.op(), "norm op",
+                                              kWireNames_norm));
+      RETURN_IF_ERROR(AddOperand(a.input(), "input", spec));
+      n.weight = a.has_weight();
+      if (n.weight) RETURN_IF_ERROR(AddOperand(a.weight(), "weight", spec));
+      n.bias = a.has_bias();
+      if (n.bias) RETURN_IF_ERROR(AddOperand(a.bias(), "bias", spec));
+      if (a.has_running_mean() != a.has_running_var()) {
+        return absl::InvalidArgumentError(
+            "running_mean and running_var are given together or not at all");
+      }
+      n.running_stats = a.has_running_mean();
+      if (n.running_stats) {
+        RETURN_IF_ERROR(AddOperand(a.running_mean(), "running_mean", spec));
+        RETURN_IF_ERROR(AddOperand(a.running_var(), "running_var", spec));
+      }
+      spec.train = a.has_training() && a.training();
+      if (a.has_momentum()) n.momentum = a.momentum();
+      if (a.has_eps()) n.eps = a.eps();
+      n.normalized_shape.assign(a.normalized_shape().begin(),
+                                a.normalized_shape().end());
+      break;
+    }
     case v1::Op::kLoss: {
       const v1::LossArgs& a = op.loss();
       spec.kind = Kind::kLoss;

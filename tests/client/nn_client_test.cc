@@ -115,6 +115,55 @@ TEST_F(NnClientTest, ActivationsWithArgumentsUseThem) {
               ElementsAre(-0.25, FloatEq(0.5f * std::expm1(-0.5f)), 0.5, 1));
 }
 
+// BatchNorm2d over x [2, 1, 1, 2] = {1, 3, 5, 7} (one channel): the batch's
+// mean 4 and biased variance 5 in training, the running statistics moved
+// by momentum 0.5 toward 4 and the unbiased variance 20/3; eval uses them.
+TEST_F(NnClientTest, BatchNorm2dKeepsRunningStatisticsAsBuffers) {
+  Client& c = *client_;
+  nn::BatchNorm2d bn(c, 1, /*eps=*/0, /*momentum=*/0.5);
+  const Tensor x = c.tensor<float>({1, 3, 5, 7}, {2, 1, 1, 2});
+  const float s = std::sqrt(5.0f);
+  EXPECT_THAT(bn(x).fetch<float>(),
+              ElementsAre(FloatEq(-3 / s), FloatEq(-1 / s), FloatEq(1 / s),
+                          FloatEq(3 / s)));
+  EXPECT_THAT(bn.running_mean->fetch<float>(), ElementsAre(2));
+  EXPECT_THAT(bn.running_var->fetch<float>(),
+              ElementsAre(FloatEq(0.5f + 10.0f / 3)));
+  EXPECT_THAT(bn.num_batches_tracked->fetch<int64_t>(), ElementsAre(1));
+  bn.eval();
+  const float v = std::sqrt(0.5f + 10.0f / 3);
+  EXPECT_THAT(bn(x).fetch<float>(),
+              ElementsAre(FloatEq(-1 / v), FloatEq(1 / v), FloatEq(3 / v),
+                          FloatEq(5 / v)));
+  EXPECT_THAT(bn.num_batches_tracked->fetch<int64_t>(), ElementsAre(1));
+  // Parameters are trained; buffers are state, saved and loaded with them.
+  std::vector<std::string> names;
+  for (const auto& [name, p] : bn.named_parameters()) names.push_back(name);
+  EXPECT_THAT(names, ElementsAre("weight", "bias"));
+  bn.save(dir_ / "bn.safetensors");
+  nn::BatchNorm2d other(c, 1);
+  other.load(dir_ / "bn.safetensors");
+  EXPECT_THAT(other.running_mean->fetch<float>(), ElementsAre(2));
+  EXPECT_FALSE(other.running_mean->requires_grad());
+  EXPECT_TRUE(other.weight->requires_grad());
+  try {
+    bn(c.tensor<float>({1, 2}, {1, 1, 2}));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kValueError);
+    EXPECT_EQ(e.message(), "expected 4D input (got 3D input)");
+  }
+  // LayerNorm over the last dim, in a Batch too.
+  nn::LayerNorm ln(c, {2}, /*eps=*/0);
+  EXPECT_THAT(ln(c.tensor<float>({1, 3, 5, 9}, {2, 2})).fetch<float>(),
+              ElementsAre(-1, 1, -1, 1));
+  Batch batch = c.batch();
+  const Batch::Value y =
+      batch.layer_norm(x, {1, 2}, std::nullopt, std::nullopt, 0);
+  batch.keep(y);
+  EXPECT_THAT(batch.run()[y].fetch<float>(), ElementsAre(-1, 1, -1, 1));
+}
+
 TEST_F(NnClientTest, StateDictSavesAndLoads) {
   Client& c = *client_;
   Small small(c);

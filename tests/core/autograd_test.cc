@@ -442,6 +442,46 @@ TEST_F(AutogradTest, Conv2dEveryArgument) {
   }
 }
 
+TEST_F(AutogradTest, NormsEveryArgument) {
+  struct Case {
+    NormKind kind;
+    std::vector<int64_t> x, param;  // param: weight's and bias's shape
+    bool weight, bias, running, train;
+  };
+  const std::vector<Case> cases = {
+      {NormKind::kBatchNorm, {3, 2, 3, 2}, {2}, true, true, true, true},
+      {NormKind::kBatchNorm, {4, 3}, {3}, false, false, false, true},
+      {NormKind::kBatchNorm, {3, 2, 4}, {2}, true, false, true, false},
+      {NormKind::kBatchNorm, {2, 3, 2, 2}, {3}, false, true, true, false},
+      {NormKind::kLayerNorm, {2, 3, 4}, {3, 4}, true, true, false, false},
+      {NormKind::kLayerNorm, {5, 4}, {4}, false, false, false, false},
+      {NormKind::kLayerNorm, {2, 3, 4}, {4}, true, false, false, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "case with x of rank " << c.x.size());
+    std::vector<Input> in = {Random(c.x)};
+    if (c.weight) in.push_back(Random(c.param));
+    if (c.bias) in.push_back(Random(c.param));
+    if (c.running) {
+      Input mean = Random(c.param), var = Random(c.param, 0.5, 2);
+      mean.grad = var.grad = false;
+      in.push_back(mean);
+      in.push_back(var);
+    }
+    GradCheck(in, [&](const auto& h) {
+      OpSpec s = OnAll(Kind::kNorm, h);
+      s.norm.kind = c.kind;
+      s.norm.weight = c.weight;
+      s.norm.bias = c.bias;
+      s.norm.running_stats = c.running;
+      s.norm.eps = 1e-3;
+      if (c.kind == NormKind::kLayerNorm) s.norm.normalized_shape = c.param;
+      s.train = c.train;
+      return s;
+    });
+  }
+}
+
 TEST_F(AutogradTest, Pooling) {
   struct Case {
     Kind kind;

@@ -79,19 +79,25 @@ def _run(row, t, F, make):
 def _numpy(value):
     if value is None or isinstance(value, (bool, int, float)):
         return value
-    return value.detach().numpy()
+    return value.detach().cpu().numpy()
 
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda:0"])
 @pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
-def test_row_matches_torch(client, row):
+def test_row_matches_torch(client, row, device):
+    """On the CPU device, and on the daemon's first GPU where it has one (the
+    GPU issue's machines): the same rows, against torch on the CPU."""
+    if device != "cpu" and not client.cuda.is_available():
+        pytest.skip("the daemon has no GPU")
+
     def torch_make(values, grad):
         return torch.tensor(values, requires_grad=grad)
 
     def tensord_make(values, grad):
-        return client.tensor(values, requires_grad=grad)
+        return client.tensor(values, device=device, requires_grad=grad)
 
     want_inputs, want = _run(row, torch, torch_F, torch_make)
     got_inputs, got = _run(row, tensord, tensord_F, tensord_make)
@@ -114,11 +120,11 @@ def test_row_matches_torch(client, row):
         assert got.grad_fn.name() == want.grad_fn.name(), row["id"]
     weight = np.random.default_rng(1).uniform(-1, 1, tuple(want.shape))
     (want * torch.tensor(weight)).sum().backward()
-    (got * client.tensor(weight)).sum().backward()
+    (got * client.tensor(weight, device=device)).sum().backward()
     for name, x in want_inputs.items():
         if x.grad is None:
             continue
-        np.testing.assert_allclose(got_inputs[name].grad.numpy(), x.grad.numpy(),
+        np.testing.assert_allclose(_numpy(got_inputs[name].grad), x.grad.numpy(),
                                    rtol=1e-9, atol=1e-12, err_msg=f"{row['id']}: grad of {name}")
 
 

@@ -167,6 +167,34 @@ def dropout(input, p=0.5, training=True, inplace=False, seed=None):
     return input._run(dropout=args)
 
 
+def _norm(op, input, weight, bias, **fields):
+    args = pb.NormArgs(op=op, input=operand(input), **fields)
+    for name, value in (("weight", weight), ("bias", bias)):
+        if value is not None:
+            getattr(args, name).CopyFrom(input._same_client(value))
+    return args
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-05):
+    args = _norm(pb.BATCH_NORM, input, weight, bias, training=training, momentum=momentum,
+                 eps=eps)
+    if (running_mean is None) != (running_var is None):
+        raise NotImplementedError("tensord's batch_norm takes running_mean and running_var "
+                                  "together or neither")
+    if running_mean is not None:
+        args.running_mean.CopyFrom(input._same_client(running_mean))
+        args.running_var.CopyFrom(input._same_client(running_var))
+    return input._run(norm=args)
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-05):
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    return input._run(norm=_norm(pb.LAYER_NORM, input, weight, bias, eps=eps,
+                                 normalized_shape=list(normalized_shape)))
+
+
 _REDUCTIONS = {"mean": pb.REDUCTION_MEAN, "sum": pb.REDUCTION_SUM, "none": pb.REDUCTION_NONE}
 
 

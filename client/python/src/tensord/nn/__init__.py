@@ -8,8 +8,10 @@ move every parameter, keeping each a leaf that requires grad; train()/eval()
 set `training` recursively; zero_grad() sets every grad to None;
 state_dict() maps names to the parameter tensors; load_state_dict(d)
 replaces them by copies of d's (tensord.save/load write and read them as
-safetensors, with these names). Layers (Linear, Conv2d,
-ReLU, Sigmoid, Tanh, Flatten, MaxPool2d, AvgPool2d, Dropout, Sequential,
+safetensors, with these names), buffers (register_buffer: BatchNorm's
+running statistics) included in torch's order. Layers (Linear, Conv2d,
+ReLU, Sigmoid, Tanh, Flatten, MaxPool2d, AvgPool2d, Dropout, BatchNorm1d,
+BatchNorm2d, LayerNorm, Sequential,
 CrossEntropyLoss, MSELoss, NLLLoss) take torch's arguments plus device=,
 dtype= and client= (default: tensord's default client) and initialise
 their parameters as torch does in distribution (uniform in
@@ -40,6 +42,7 @@ class Module:
     def __init__(self):
         object.__setattr__(self, "_parameters", collections.OrderedDict())
         object.__setattr__(self, "_modules", collections.OrderedDict())
+        object.__setattr__(self, "_buffers", collections.OrderedDict())
         object.__setattr__(self, "training", True)
 
     def __setattr__(self, name, value):
@@ -47,6 +50,8 @@ class Module:
             raise AttributeError("call Module.__init__() before assigning attributes")
         if isinstance(value, Module):
             self._modules[name] = value
+        elif name in self._buffers:
+            self._buffers[name] = value
         elif isinstance(value, Tensor) and value.requires_grad and value.is_leaf:
             self._parameters[name] = value
         elif name in self._parameters and value is None:
@@ -55,7 +60,7 @@ class Module:
             object.__setattr__(self, name, value)
 
     def __getattr__(self, name):
-        for table in ("_parameters", "_modules"):
+        for table in ("_parameters", "_buffers", "_modules"):
             entries = self.__dict__.get(table, {})
             if name in entries:
                 return entries[name]
@@ -65,6 +70,33 @@ class Module:
         if tensor is not None and not tensor.requires_grad:
             tensor.requires_grad_()
         self._parameters[name] = tensor
+
+    def register_buffer(self, name, tensor, persistent=True):
+        """A tensor of the module's state that is not a parameter (BatchNorm's
+        running statistics): in state_dict() and moved by to(), never trained."""
+        if not persistent:
+            raise NotImplementedError("tensord's modules keep persistent buffers only")
+        self._buffers[name] = tensor
+
+    def named_buffers(self, prefix=""):
+        for name, b in self._buffers.items():
+            if b is not None:
+                yield prefix + name, b
+        for name, child in self._modules.items():
+            yield from child.named_buffers(prefix + name + ".")
+
+    def buffers(self):
+        return [b for _, b in self.named_buffers()]
+
+    def _named_state(self, prefix=""):
+        """torch's state_dict order: each module's parameters, its buffers, then
+        its children's."""
+        for table in (self._parameters, self._buffers):
+            for name, t in table.items():
+                if t is not None:
+                    yield prefix + name, t
+        for name, child in self._modules.items():
+            yield from child._named_state(prefix + name + ".")
 
     def forward(self, *args):
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
@@ -86,7 +118,7 @@ class Module:
         return iter(self._modules.values())
 
     def state_dict(self):
-        return collections.OrderedDict(self.named_parameters())
+        return collections.OrderedDict(self._named_state())
 
     def load_state_dict(self, state_dict, strict=True):
         """Replaces each parameter named in `state_dict` by a copy of its value, on the
@@ -95,7 +127,7 @@ class Module:
         torch tensors or numpy arrays. Returns torch's
         (missing_keys, unexpected_keys); with strict, either being non-empty raises
         torch's RuntimeError, as does a shape that differs, and nothing is replaced."""
-        own = dict(self.named_parameters())
+        own = dict(self._named_state())
         missing = [name for name in own if name not in state_dict]
         unexpected = [name for name in state_dict if name not in own]
         errors = []
@@ -127,7 +159,10 @@ class Module:
                     copy = value.detach().to(target.device, target.dtype, copy=True)
                 else:  # a torch tensor or numpy array
                     copy = target._client.tensor(value, target.dtype, target.device)
-            module._parameters[leaf] = copy.requires_grad_()
+            if leaf in module._parameters:
+                module._parameters[leaf] = copy.requires_grad_()
+            else:
+                module._buffers[leaf] = copy
         return _IncompatibleKeys(missing, unexpected)
 
     def train(self, mode=True):
@@ -152,6 +187,13 @@ class Module:
             if moved is not p:
                 # A move has a grad_fn: a parameter stays a leaf, as torch keeps it.
                 self._parameters[name] = moved.detach().requires_grad_()
+        for name, b in list(self._buffers.items()):
+            if b is None:
+                continue
+            # torch casts floating buffers only (num_batches_tracked stays int64).
+            cast = dtype if dtype is not None and b.dtype.is_floating_point else None
+            self._buffers[name] = b.to(device, cast) if cast else (
+                b.to(device) if device is not None else b)
         for child in self._modules.values():
             child.to(device, dtype)
         return self
@@ -337,6 +379,81 @@ class Dropout(Module):
 
     def extra_repr(self):
         return f"p={self.p}, inplace=False"
+
+
+class _BatchNorm(Module):
+    """torch's _BatchNorm: weight (ones) and bias (zeros) when affine; running_mean
+    (zeros), running_var (ones) and num_batches_tracked (0, int64) when tracking,
+    updated by the server's batch_norm in training."""
+    _dims = ()  # the input ranks the module takes
+
+    def __init__(self, num_features, eps=1e-05, momentum=0.1, affine=True,
+                 track_running_stats=True, device=None, dtype=None, client=None):
+        super().__init__()
+        if momentum is None:
+            raise NotImplementedError("tensord's BatchNorm takes a numeric momentum "
+                                      "(a cumulative average, momentum=None, is not served)")
+        client = _client_of(client)
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        made = dict(dtype=dtype, device=device)
+        self.register_parameter(
+            "weight", client.ones(num_features, **made, requires_grad=True) if affine else None)
+        self.register_parameter(
+            "bias", client.zeros(num_features, **made, requires_grad=True) if affine else None)
+        for name, value in (("running_mean", client.zeros(num_features, **made)),
+                            ("running_var", client.ones(num_features, **made)),
+                            ("num_batches_tracked",
+                             client.tensor(0, device=device))):
+            self.register_buffer(name, value if track_running_stats else None)
+
+    def forward(self, input):
+        if input.dim() not in type(self)._dims:
+            ranks = " or ".join(f"{d}D" for d in type(self)._dims)
+            raise ValueError(f"expected {ranks} input (got {input.dim()}D input)")
+        if self.training and self.track_running_stats:
+            self.num_batches_tracked.add_(1)
+        training = self.training or self.running_mean is None
+        return F.batch_norm(input, self.running_mean, self.running_var, self.weight,
+                            self.bias, training, self.momentum, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+                f"affine={self.affine}, track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    _dims = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    _dims = (4,)
+
+
+class LayerNorm(Module):
+    """torch's LayerNorm over the last dims: weight (ones) and bias (zeros) of
+    normalized_shape when elementwise_affine."""
+
+    def __init__(self, normalized_shape, eps=1e-05, elementwise_affine=True, device=None,
+                 dtype=None, client=None):
+        super().__init__()
+        client = _client_of(client)
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        made = dict(dtype=dtype, device=device, requires_grad=True)
+        self.register_parameter(
+            "weight", client.ones(*self.normalized_shape, **made) if elementwise_affine else None)
+        self.register_parameter(
+            "bias", client.zeros(*self.normalized_shape, **made) if elementwise_affine else None)
+
+    def forward(self, input):
+        return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}")
 
 
 class Sequential(Module):
