@@ -85,36 +85,41 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitBinary(
   const bool with_scalar = op.scalar.has_value();
   // PlanOp's plan: the op is not planned again.
   return Made(op, in,
-              BinaryOut(*plan.binary, op.binary, *in[0].tensor, Nth(in, 1),
-                        with_scalar ? &*op.scalar : nullptr,
+              BinaryOut(plan.Plan<BinaryPlan>(), op.binary, *in[0].tensor,
+                        Nth(in, 1), with_scalar ? &*op.scalar : nullptr,
                         with_scalar && op.scalar_first, nullptr));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitUnary(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
-  return Made(op, in, UnaryOut(op.unary, *in[0].tensor, op.args));
+  return Made(
+      op, in,
+      UnaryOut(plan.Plan<UnaryPlan>(), op.unary, *in[0].tensor, op.args));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitMatMul(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
-  return Made(op, in, MatMulOut(*in[0].tensor, *in[1].tensor));
+  return Made(op, in,
+              MatMulOut(plan.Plan<MatMulPlan>(), *in[0].tensor, *in[1].tensor));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitLinear(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
-  return Made(op, in, LinearOut(*in[0].tensor, *in[1].tensor, Nth(in, 2)));
+  return Made(op, in,
+              LinearOut(plan.Plan<MatMulPlan>(), *in[0].tensor, *in[1].tensor,
+                        Nth(in, 2)));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitReduce(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
-  std::span<const int64_t> dims = op.reduce_dims;  // all when empty
-  if (op.reduce_dims.empty() && op.dim.has_value()) dims = {&*op.dim, 1};
-  return Made(op, in, ReduceOut(op.reduce, *in[0].tensor, dims, op.keepdim));
+  return Made(op, in,
+              ReduceOut(plan.Plan<ReducePlan>(), op.reduce, *in[0].tensor));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitSoftmax(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
-  return Made(op, in, SoftmaxOut(*in[0].tensor, op.dim.value_or(-1), op.log));
+  return Made(op, in,
+              SoftmaxOut(plan.Plan<SoftmaxPlan>(), *in[0].tensor, op.log));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitClamp(
@@ -144,14 +149,12 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitWhere(
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitPermute(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
-  return Made(op, in, PermuteOut(*in[0].tensor, op.dims));
+  return Made(op, in, PermuteOut(plan.Plan<PermutePlan>(), *in[0].tensor));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitTranspose(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
-  ASSIGN_OR_RETURN(const std::vector<int64_t> perm,
-                   TransposePerm(op, in[0].tensor->shape.rank()));
-  return Made(op, in, PermuteOut(*in[0].tensor, perm));
+  return Made(op, in, PermuteOut(plan.Plan<PermutePlan>(), *in[0].tensor));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitReshape(
@@ -161,8 +164,7 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitReshape(
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitSlice(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
-  ASSIGN_OR_RETURN(SlicePlan slice, PlanSliceOp(op, in[0].tensor->shape));
-  return Made(op, in, SliceOut(*in[0].tensor, slice));
+  return Made(op, in, SliceOut(*in[0].tensor, plan.Plan<SlicePlan>()));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitCat(
@@ -186,23 +188,28 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitInPlace(
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitConv2d(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   return Made(op, in,
-              Conv2dOut(*in[0].tensor, *in[1].tensor, Nth(in, 2), op.window));
+              Conv2dOut(plan.Plan<Conv2dPlan>(), *in[0].tensor, *in[1].tensor,
+                        Nth(in, 2)));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitPool2d(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
-  return Made(op, in, Pool2dOut(PoolKindOf(op), *in[0].tensor, op.window));
+  return Made(op, in,
+              Pool2dOut(plan.Plan<Pool2dPlan>(), PoolKindOf(op), *in[0].tensor,
+                        op.window));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitLoss(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
-  return Made(op, in, LossOut(op, *in[0].tensor, *in[1].tensor));
+  return Made(op, in,
+              LossOut(plan.Plan<LossPlan>(), op, *in[0].tensor, *in[1].tensor));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitAdaptiveAvgPool2d(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
-  return Made(op, in,
-              AdaptiveAvgPool2dOut(*in[0].tensor, op.window.output_size));
+  return Made(
+      op, in,
+      AdaptiveAvgPool2dOut(plan.Plan<AdaptivePoolPlan>(), *in[0].tensor));
 }
 
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitDropout(

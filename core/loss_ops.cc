@@ -16,14 +16,10 @@
 
 namespace tensord::core {
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::LossOut(
-    const OpSpec& op, const StoredTensor& input, const StoredTensor& target) {
+    const LossPlan& plan, const OpSpec& op, const StoredTensor& input,
+    const StoredTensor& target) {
   DeviceSlot& slot = SlotOf(input.device);
   Device& device = *input.device;
-  ASSIGN_OR_RETURN(LossPlan plan,
-                   PlanLoss(op.loss, op.reduction,
-                            OperandDesc{input.dtype, input.shape},
-                            OperandDesc{target.dtype, target.shape},
-                            TargetOf(device)));
   auto stored = [&](absl::StatusOr<Output> out) -> absl::StatusOr<TensorPtr> {
     if (!out.ok()) return out.status();
     return Stored(slot, std::move(*out));

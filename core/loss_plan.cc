@@ -14,6 +14,7 @@ absl::StatusOr<LossPlan> PlanLoss(LossKind kind, LossReduction reduction,
                                   const OperandDesc& input,
                                   const OperandDesc& target,
                                   const Target& device) {
+  CountPlan(Planner::kLoss);
   const std::string name(LossName(kind));
   LossPlan plan;
   if (kind == LossKind::kMse) {

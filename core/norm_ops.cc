@@ -22,7 +22,7 @@
 namespace tensord::core {
 absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitNorm(
     const OpSpec& op, std::span<const Value> in, const OpResult& result) {
-  const NormPlan& plan = *result.norm;
+  const NormPlan& plan = result.Plan<NormPlan>();
   const NormLayout& layout = plan.layout;
   const NormSlots& slots = plan.slots;
   GradMath m(*this, in[0].tensor->device);

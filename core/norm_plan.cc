@@ -128,6 +128,7 @@ NormLayout NormLayoutOf(const NormArgs& args, const Shape& x) {
 absl::StatusOr<NormPlan> PlanNorm(const NormArgs& args, bool training,
                                   std::span<const OperandDesc> in,
                                   const Target& target) {
+  CountPlan(Planner::kNorm);
   NormPlan plan;
   plan.slots = NormSlotsOf(args);
   const OperandDesc& x = in[0];

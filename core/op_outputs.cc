@@ -9,10 +9,15 @@
 namespace tensord::core {
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::MatMulOut(
     const StoredTensor& a, const StoredTensor& b) {
+  ASSIGN_OR_RETURN(MatMulPlan plan, PlanMatMul(a.dtype, a.shape, b.dtype,
+                                               b.shape, TargetOf(*a.device)));
+  return MatMulOut(std::move(plan), a, b);
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::MatMulOut(
+    MatMulPlan plan, const StoredTensor& a, const StoredTensor& b) {
   DeviceSlot& slot = SlotOf(a.device);
   Device& device = *a.device;
-  ASSIGN_OR_RETURN(MatMulPlan plan, PlanMatMul(a.dtype, a.shape, b.dtype,
-                                               b.shape, TargetOf(device)));
   const DType dtype = plan.dtype;
   const int64_t m = plan.m, n = plan.n, k = plan.k;
   const Shape& a_batch = plan.a_batch;
@@ -157,9 +162,17 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::BinaryOut(
 
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::UnaryOut(
     UnaryOp op, const StoredTensor& x, std::array<double, 2> args) {
+  ASSIGN_OR_RETURN(const DType dtype,
+                   PlanUnary(op, x.dtype, TargetOf(*x.device)));
+  return UnaryOut(UnaryPlan{dtype}, op, x, args);
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::UnaryOut(
+    const UnaryPlan& plan, UnaryOp op, const StoredTensor& x,
+    std::array<double, 2> args) {
   DeviceSlot& slot = SlotOf(x.device);
   Device& device = *x.device;
-  ASSIGN_OR_RETURN(const DType dtype, PlanUnary(op, x.dtype, TargetOf(device)));
+  const DType dtype = plan.dtype;
   Output temp;
   ASSIGN_OR_RETURN(TensorRef in, AsDType(slot, x, dtype, temp));
   ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, dtype, x.shape));
@@ -169,13 +182,13 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::UnaryOut(
 }
 
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::LinearOut(
-    const StoredTensor& x, const StoredTensor& w, const StoredTensor* bias) {
-  RETURN_IF_ERROR(CheckLinearShapes(x.shape, w.shape));
+    MatMulPlan plan, const StoredTensor& x, const StoredTensor& w,
+    const StoredTensor* bias) {
   DeviceSlot& slot = SlotOf(x.device);
   const int64_t perm[] = {1, 0};
   ASSIGN_OR_RETURN(Output wt, PermuteOut(w, perm));
   const TensorPtr wt_stored = Stored(slot, std::move(wt));
-  ASSIGN_OR_RETURN(Output y, MatMulOut(x, *wt_stored));
+  ASSIGN_OR_RETURN(Output y, MatMulOut(std::move(plan), x, *wt_stored));
   if (bias == nullptr) return y;
   const TensorPtr y_stored = Stored(slot, std::move(y));
   return BinaryOut(BinaryOp::kAdd, *y_stored, bias, nullptr, false, nullptr);
@@ -184,10 +197,15 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::LinearOut(
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ReduceOut(
     ReduceOp op, const StoredTensor& x, std::span<const int64_t> dims,
     bool keepdim) {
+  ASSIGN_OR_RETURN(ReducePlan plan, PlanReduce(op, x.dtype, x.shape, dims,
+                                               keepdim, TargetOf(*x.device)));
+  return ReduceOut(std::move(plan), op, x);
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ReduceOut(
+    ReducePlan plan, ReduceOp op, const StoredTensor& x) {
   DeviceSlot& slot = SlotOf(x.device);
   Device& device = *x.device;
-  ASSIGN_OR_RETURN(ReducePlan plan, PlanReduce(op, x.dtype, x.shape, dims,
-                                               keepdim, TargetOf(device)));
   const StoredTensor* src = &x;
   TensorPtr permuted;  // reduced dims moved to the end, freed on return
   if (!plan.perm.empty()) {
@@ -207,6 +225,11 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::SoftmaxOut(
     const StoredTensor& x, int64_t dim, bool log) {
   ASSIGN_OR_RETURN(const SoftmaxPlan plan,
                    PlanSoftmax(x.dtype, x.shape, dim, log));
+  return SoftmaxOut(plan, x, log);
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::SoftmaxOut(
+    const SoftmaxPlan& plan, const StoredTensor& x, bool log) {
   DeviceSlot& slot = SlotOf(x.device);
   if (x.shape.NumElements() == 0) return AllocateOutput(slot, x.dtype, x.shape);
   // Each step's result is kept only as long as a later step reads it.
@@ -367,6 +390,11 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ClampOut(
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::PermuteOut(
     const StoredTensor& x, std::span<const int64_t> dims) {
   ASSIGN_OR_RETURN(PermutePlan plan, PlanPermute(x.shape, dims));
+  return PermuteOut(std::move(plan), x);
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::PermuteOut(
+    PermutePlan plan, const StoredTensor& x) {
   DeviceSlot& slot = SlotOf(x.device);
   ASSIGN_OR_RETURN(Output out,
                    AllocateOutput(slot, x.dtype, std::move(plan.out)));

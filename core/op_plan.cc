@@ -85,6 +85,20 @@ absl::StatusOr<OpResult> Result(DType dtype, Shape shape) {
   return OpResult{dtype, std::move(shape), false};
 }
 
+// A result with its family's plan for the executor, shaped `shape` (the
+// plan's own `out` when it has one).
+template <typename P>
+OpResult WithPlan(DType dtype, Shape shape, P plan) {
+  OpResult result{dtype, std::move(shape), false};
+  result.plan = std::move(plan);
+  return result;
+}
+template <typename P>
+OpResult WithPlan(DType dtype, P plan) {
+  Shape shape = plan.out;
+  return WithPlan(dtype, std::move(shape), std::move(plan));
+}
+
 absl::StatusOr<OpResult> PlanInPlace(const OpSpec& op,
                                      std::span<const OpInput> in,
                                      const Target& target) {
@@ -210,7 +224,7 @@ absl::StatusOr<OpResult> PlanLinear(std::span<const OpInput> in,
   ASSIGN_OR_RETURN(Shape wt, Shape::Make(wt_dims));
   ASSIGN_OR_RETURN(MatMulPlan y,
                    PlanMatMul(x.dtype, x.shape, w.dtype, wt, target));
-  if (in.size() < 3) return Result(y.dtype, std::move(y.out));
+  if (in.size() < 3) return WithPlan(y.dtype, std::move(y));
   const OperandDesc bias = Desc(in[2]);
   const OperandDesc out{y.dtype, y.out};
   if (x.shape.rank() == 2 || x.shape.rank() == 3) {
@@ -223,7 +237,7 @@ absl::StatusOr<OpResult> PlanLinear(std::span<const OpInput> in,
   }
   ASSIGN_OR_RETURN(BinaryPlan sum, PlanBinary(BinaryOp::kAdd, out, &bias,
                                               nullptr, &out, target));
-  return Result(sum.out_dtype, std::move(sum.out));
+  return WithPlan(sum.out_dtype, std::move(sum.out), std::move(y));
 }
 
 absl::StatusOr<OpResult> PlanClampOp(const OpSpec& op,
@@ -286,7 +300,7 @@ absl::StatusOr<OpResult> PlanReduceOp(const OpSpec& op, const OpInput& x,
   if (dims.empty() && op.dim.has_value()) dims = std::span(&*op.dim, 1);
   ASSIGN_OR_RETURN(ReducePlan plan, PlanReduce(op.reduce, x.dtype, x.shape,
                                                dims, op.keepdim, target));
-  return Result(plan.out_dtype, std::move(plan.out));
+  return WithPlan(plan.out_dtype, std::move(plan));
 }
 
 }  // namespace
@@ -336,42 +350,42 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
           BinaryPlan plan,
           PlanBinary(op.binary, Desc(x), b ? &*b : nullptr,
                      b ? nullptr : &*op.scalar, nullptr, target));
-      OpResult result{plan.out_dtype, plan.out};
-      result.binary = std::move(plan);
-      return result;
+      return WithPlan(plan.out_dtype, std::move(plan));
     }
     case OpSpec::Kind::kInPlace:
       return PlanInPlace(op, in, target);
     case OpSpec::Kind::kUnary: {
       ASSIGN_OR_RETURN(const DType dtype, PlanUnary(op.unary, x.dtype, target));
-      return Result(dtype, x.shape);
+      return WithPlan(dtype, x.shape, UnaryPlan{dtype});
     }
     case OpSpec::Kind::kMatMul: {
       ASSIGN_OR_RETURN(MatMulPlan plan, PlanMatMul(x.dtype, x.shape, in[1].dtype,
                                                    in[1].shape, target));
-      return Result(plan.dtype, std::move(plan.out));
+      return WithPlan(plan.dtype, std::move(plan));
     }
     case OpSpec::Kind::kLinear:
       return PlanLinear(in, target);
     case OpSpec::Kind::kReduce:
       return PlanReduceOp(op, x, target);
-    case OpSpec::Kind::kSoftmax:
-      RETURN_IF_ERROR(
-          PlanSoftmax(x.dtype, x.shape, op.dim.value_or(-1), op.log).status());
-      return Result(x.dtype, x.shape);
+    case OpSpec::Kind::kSoftmax: {
+      ASSIGN_OR_RETURN(
+          SoftmaxPlan plan,
+          PlanSoftmax(x.dtype, x.shape, op.dim.value_or(-1), op.log));
+      return WithPlan(x.dtype, x.shape, plan);
+    }
     case OpSpec::Kind::kClamp:
       return PlanClampOp(op, in, target);
     case OpSpec::Kind::kWhere:
       return PlanWhereOp(op, in, target);
     case OpSpec::Kind::kPermute: {
       ASSIGN_OR_RETURN(PermutePlan plan, PlanPermute(x.shape, op.dims));
-      return Result(x.dtype, std::move(plan.out));
+      return WithPlan(x.dtype, std::move(plan));
     }
     case OpSpec::Kind::kTranspose: {
       ASSIGN_OR_RETURN(const std::vector<int64_t> perm,
                        TransposePerm(op, x.shape.rank()));
       ASSIGN_OR_RETURN(PermutePlan plan, PlanPermute(x.shape, perm));
-      return Result(x.dtype, std::move(plan.out));
+      return WithPlan(x.dtype, std::move(plan));
     }
     case OpSpec::Kind::kReshape: {
       ASSIGN_OR_RETURN(Shape shape, PlanReshape(x.shape, op.dims));
@@ -380,7 +394,7 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
     case OpSpec::Kind::kNarrow:
     case OpSpec::Kind::kSelect: {
       ASSIGN_OR_RETURN(SlicePlan plan, PlanSliceOp(op, x.shape));
-      return Result(x.dtype, std::move(plan.out));
+      return WithPlan(x.dtype, std::move(plan));
     }
     case OpSpec::Kind::kCat: {
       std::vector<OperandDesc> descs;
@@ -400,20 +414,20 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
       ASSIGN_OR_RETURN(Conv2dPlan plan,
                        PlanConv2d(Desc(x), Desc(in[1]), bias ? &*bias : nullptr,
                                   op.window, target));
-      return Result(plan.dtype, std::move(plan.out));
+      return WithPlan(plan.dtype, std::move(plan));
     }
     case OpSpec::Kind::kMaxPool2d:
     case OpSpec::Kind::kAvgPool2d: {
       ASSIGN_OR_RETURN(Pool2dPlan plan,
                        PlanPool2d(PoolKindOf(op), x.dtype, x.shape, op.window,
                                   target));
-      return Result(x.dtype, std::move(plan.out));
+      return WithPlan(x.dtype, std::move(plan));
     }
     case OpSpec::Kind::kAdaptiveAvgPool2d: {
       ASSIGN_OR_RETURN(AdaptivePoolPlan plan,
                        PlanAdaptiveAvgPool2d(x.dtype, x.shape,
                                              op.window.output_size, target));
-      return Result(x.dtype, std::move(plan.out));
+      return WithPlan(x.dtype, std::move(plan));
     }
     case OpSpec::Kind::kDropout:
       RETURN_IF_ERROR(PlanDropout(x.dtype, op.dropout_p, op.train, target));
@@ -423,14 +437,12 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
       for (const OpInput& t : in) descs.push_back(Desc(t));
       ASSIGN_OR_RETURN(NormPlan plan,
                        PlanNorm(op.norm, op.train, descs, target));
-      OpResult result{plan.dtype, plan.out, false};
-      result.norm.emplace(std::move(plan));
-      return result;
+      return WithPlan(plan.dtype, std::move(plan));
     }
     case OpSpec::Kind::kLoss: {
       ASSIGN_OR_RETURN(LossPlan plan, PlanLoss(op.loss, op.reduction, Desc(x),
                                                Desc(in[1]), target));
-      return Result(plan.dtype, std::move(plan.out));
+      return WithPlan(plan.dtype, std::move(plan));
     }
     case OpSpec::Kind::kRequiresGrad:
       RETURN_IF_ERROR(CheckRequiresGrad(op.requires_grad, x.dtype));

@@ -19,10 +19,12 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
+#include "core/loss_plan.h"
 #include "core/norm_plan.h"
 #include "core/ops.h"
 #include "core/planner.h"
@@ -39,16 +41,30 @@ struct OpInput {
   std::string_view device;
 };
 
+// A unary op's plan: the dtype it computes in (and returns).
+struct UnaryPlan {
+  DType dtype = DType::kFloat32;
+};
+// The plan of the op's family as PlanOp made it, which the executor runs
+// without planning the op again (monostate for the families with nothing
+// to carry: casts, reshapes, cat, where, clamp, dropout, the autograd ops,
+// optimizer steps, in-place ops). Linear carries its product's.
+using FamilyPlan =
+    std::variant<std::monostate, BinaryPlan, UnaryPlan, MatMulPlan, ReducePlan,
+                 SoftmaxPlan, PermutePlan, SlicePlan, Conv2dPlan, Pool2dPlan,
+                 AdaptivePoolPlan, LossPlan, NormPlan>;
+
 struct OpResult {
   DType dtype = DType::kFloat32;
   Shape shape;
   // The op updates inputs[0] in place (kInPlace): the result is that tensor.
   bool in_place = false;
-  // kBinary: the whole plan (compute dtype, output), which the executor
-  // runs without planning the op again.
-  std::optional<BinaryPlan> binary = std::nullopt;
-  // kNorm: the layout and what the statistics are, for the executor.
-  std::optional<NormPlan> norm = std::nullopt;
+  FamilyPlan plan = std::monostate{};
+  // The plan of family P (precondition: the op's family is P).
+  template <typename P>
+  const P& Plan() const {
+    return std::get<P>(plan);
+  }
 };
 
 // INVALID_ARGUMENT "<op> takes 2 tensor operands, got 1" for a wrong

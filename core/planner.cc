@@ -85,17 +85,23 @@ DType NumberDType(const Scalar& s) {
 }
 
 namespace {
-std::atomic<uint64_t> plan_binary_calls{0};
+std::atomic<uint64_t> plan_calls[static_cast<int>(Planner::kCount)];
 }  // namespace
 
-uint64_t PlanBinaryCalls() { return plan_binary_calls.load(); }
+void CountPlan(Planner family) {
+  plan_calls[static_cast<int>(family)].fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t PlanCalls(Planner family) {
+  return plan_calls[static_cast<int>(family)].load(std::memory_order_relaxed);
+}
 
 absl::StatusOr<BinaryPlan> PlanBinary(BinaryOp op, const OperandDesc& a,
                                       const OperandDesc* b,
                                       const Scalar* scalar,
                                       const OperandDesc* into,
                                       const Target& target) {
-  plan_binary_calls.fetch_add(1, std::memory_order_relaxed);
+  CountPlan(Planner::kBinary);
   BinaryPlan plan;
   plan.out = a.shape;
   if (b != nullptr) {
@@ -141,6 +147,7 @@ absl::StatusOr<BinaryPlan> PlanBinary(BinaryOp op, const OperandDesc& a,
 }
 
 absl::StatusOr<DType> PlanUnary(UnaryOp op, DType x, const Target& target) {
+  CountPlan(Planner::kUnary);
   RETURN_IF_ERROR(CheckUnaryOpDType(op, x));
   const DType compute =
       IsFloatingUnary(op) && !IsFloating(x) ? DType::kFloat32 : x;
@@ -339,6 +346,7 @@ absl::Status MatMulError(DType a_dtype, const Shape& a, DType b_dtype,
 absl::StatusOr<MatMulPlan> PlanMatMul(DType a_dtype, const Shape& a,
                                       DType b_dtype, const Shape& b,
                                       const Target& target) {
+  CountPlan(Planner::kMatMul);
   RETURN_IF_ERROR(MatMulError(a_dtype, a, b_dtype, b, target));
   MatMulPlan plan;
   plan.dtype = a_dtype;
@@ -378,6 +386,7 @@ absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
 absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
                                       std::span<const int64_t> dims,
                                       bool keepdim, const Target& target) {
+  CountPlan(Planner::kReduce);
   ReducePlan plan;
   plan.compute = dtype;
   if (op == ReduceOp::kSum && !IsFloating(dtype)) plan.compute = DType::kInt64;
@@ -518,6 +527,7 @@ absl::StatusOr<DType> PlanClamp(const OperandDesc& x, const OperandDesc* min,
 
 absl::StatusOr<SoftmaxPlan> PlanSoftmax(DType dtype, const Shape& x,
                                         int64_t dim, bool log) {
+  CountPlan(Planner::kSoftmax);
   // torch wraps the dim first, then names the kernel for the dim it runs
   // on (the last one, or any other).
   ASSIGN_OR_RETURN(const int axis, WrapDim(dim, x.rank()));
@@ -588,6 +598,7 @@ absl::Status CheckNot0d(const Shape& x, std::string_view op) {
 
 absl::StatusOr<SlicePlan> PlanNarrow(const Shape& x, int64_t dim, int64_t start,
                                      int64_t length) {
+  CountPlan(Planner::kSlice);
   RETURN_IF_ERROR(CheckNot0d(x, "narrow"));
   ASSIGN_OR_RETURN(const int axis, WrapDim(dim, x.rank()));
   const int64_t size = x.dim(axis);
@@ -607,6 +618,7 @@ absl::StatusOr<SlicePlan> PlanNarrow(const Shape& x, int64_t dim, int64_t start,
 
 absl::StatusOr<SlicePlan> PlanSelect(const Shape& x, int64_t dim,
                                      int64_t index) {
+  CountPlan(Planner::kSlice);
   RETURN_IF_ERROR(CheckNot0d(x, "select"));
   ASSIGN_OR_RETURN(const int axis, WrapDim(dim, x.rank()));
   const int64_t size = x.dim(axis);
@@ -629,6 +641,7 @@ absl::Status CheckAxpyAlpha(DType other, const Scalar& alpha) {
 
 absl::StatusOr<PermutePlan> PlanPermute(const Shape& x,
                                         std::span<const int64_t> dims) {
+  CountPlan(Planner::kPermute);
   const int rank = x.rank();
   if (static_cast<int>(dims.size()) != rank) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -83,9 +83,28 @@ absl::StatusOr<BinaryPlan> PlanBinary(BinaryOp op, const OperandDesc& a,
                                       const Scalar* scalar,
                                       const OperandDesc* into,
                                       const Target& target);
-// How many times this process has run PlanBinary: a test's proof that the
-// executor plans a binary op once (PlanOp's plan is the one it runs).
-uint64_t PlanBinaryCalls();
+// The families whose plans an op carries (core/op_plan.h's FamilyPlan).
+// Each family's planner counts its calls: a test's proof that the executor
+// plans each op once (PlanOp's plan is the one it runs; a composite op's
+// steps plan their own, other, families).
+enum class Planner {
+  kBinary,
+  kUnary,
+  kMatMul,
+  kReduce,
+  kSoftmax,
+  kPermute,
+  kSlice,
+  kConv2d,
+  kPool2d,
+  kAdaptiveAvgPool2d,
+  kLoss,
+  kNorm,
+  kCount
+};
+void CountPlan(Planner family);
+// How many times this process has run `family`'s planner.
+uint64_t PlanCalls(Planner family);
 
 // neg/abs/exp/.../tanh of x: the dtype it computes (and returns) in.
 // Floating functions of an integer or bool tensor compute in float32; relu,

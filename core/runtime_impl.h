@@ -299,17 +299,31 @@ class Runtime::Impl {
   // without any).
   absl::StatusOr<Output> UnaryOut(UnaryOp op, const StoredTensor& x,
                                   std::array<double, 2> args = {});
+  // Each family's Out with its plan (PlanOp's, carried in OpResult) runs
+  // the op without planning it again; the overloads without one plan first
+  // (the composite ops' steps).
+  absl::StatusOr<Output> UnaryOut(const UnaryPlan& plan, UnaryOp op,
+                                  const StoredTensor& x,
+                                  std::array<double, 2> args);
+  absl::StatusOr<Output> MatMulOut(MatMulPlan plan, const StoredTensor& a,
+                                   const StoredTensor& b);
   absl::StatusOr<Output> MatMulOut(const StoredTensor& a,
                                    const StoredTensor& b);
-  absl::StatusOr<Output> LinearOut(const StoredTensor& x, const StoredTensor& w,
+  // `plan`: the product's, x @ w^T.
+  absl::StatusOr<Output> LinearOut(MatMulPlan plan, const StoredTensor& x,
+                                   const StoredTensor& w,
                                    const StoredTensor* bias);
   // Over every dim of `dims` (all elements when empty).
   absl::StatusOr<Output> ReduceOut(ReduceOp op, const StoredTensor& x,
                                    std::span<const int64_t> dims, bool keepdim);
+  absl::StatusOr<Output> ReduceOut(ReducePlan plan, ReduceOp op,
+                                   const StoredTensor& x);
   // Composite ops: planned once, run as device kernels of the families
   // above (no kernel of their own).
   absl::StatusOr<Output> SoftmaxOut(const StoredTensor& x, int64_t dim,
                                     bool log);
+  absl::StatusOr<Output> SoftmaxOut(const SoftmaxPlan& plan,
+                                    const StoredTensor& x, bool log);
   // minimum(maximum(x, min), max), each bound optional (not both): a number
   // or a tensor.
   // where(cond, x, y): x and y each a number or a tensor (as in `x_arg`,
@@ -330,6 +344,15 @@ class Runtime::Impl {
                                    const StoredTensor& weight,
                                    const StoredTensor* bias,
                                    const WindowArgs& args);
+  absl::StatusOr<Output> Conv2dOut(const Conv2dPlan& plan,
+                                   const StoredTensor& x,
+                                   const StoredTensor& weight,
+                                   const StoredTensor* bias);
+  absl::StatusOr<Output> Pool2dOut(const Pool2dPlan& plan, PoolKind kind,
+                                   const StoredTensor& x,
+                                   const WindowArgs& args);
+  absl::StatusOr<Output> AdaptiveAvgPool2dOut(AdaptivePoolPlan plan,
+                                              const StoredTensor& x);
   absl::StatusOr<Output> Pool2dOut(PoolKind kind, const StoredTensor& x,
                                    const WindowArgs& args);
   // Two products with averaging matrices (window_ops.cc).
@@ -351,8 +374,10 @@ class Runtime::Impl {
                                     std::optional<uint64_t> seed,
                                     TensorPtr* mask = nullptr);
   // nll_loss, cross_entropy, mse_loss (loss_ops.cc).
-  absl::StatusOr<Output> LossOut(const OpSpec& op, const StoredTensor& input,
+  absl::StatusOr<Output> LossOut(const LossPlan& plan, const OpSpec& op,
+                                 const StoredTensor& input,
                                  const StoredTensor& target);
+  absl::StatusOr<Output> PermuteOut(PermutePlan plan, const StoredTensor& x);
   absl::StatusOr<Output> PermuteOut(const StoredTensor& x,
                                     std::span<const int64_t> dims);
   absl::StatusOr<Output> ReshapeOut(const StoredTensor& x,

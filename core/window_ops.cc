@@ -44,15 +44,21 @@ uint64_t NegativeInfinityBits(DType dtype) {
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::Conv2dOut(
     const StoredTensor& x, const StoredTensor& weight, const StoredTensor* bias,
     const WindowArgs& args) {
-  DeviceSlot& slot = SlotOf(x.device);
-  Device& device = *x.device;
   std::optional<OperandDesc> bias_desc;
   if (bias != nullptr) bias_desc.emplace(OperandDesc{bias->dtype, bias->shape});
-  ASSIGN_OR_RETURN(Conv2dPlan plan,
-                   PlanConv2d(OperandDesc{x.dtype, x.shape},
-                              OperandDesc{weight.dtype, weight.shape},
-                              bias_desc ? &*bias_desc : nullptr, args,
-                              TargetOf(device)));
+  ASSIGN_OR_RETURN(
+      Conv2dPlan plan,
+      PlanConv2d(OperandDesc{x.dtype, x.shape},
+                 OperandDesc{weight.dtype, weight.shape},
+                 bias_desc ? &*bias_desc : nullptr, args, TargetOf(*x.device)));
+  return Conv2dOut(plan, x, weight, bias);
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::Conv2dOut(
+    const Conv2dPlan& plan, const StoredTensor& x, const StoredTensor& weight,
+    const StoredTensor* bias) {
+  DeviceSlot& slot = SlotOf(x.device);
+  Device& device = *x.device;
   const WindowDims& win = plan.window;
   const DType dtype = plan.dtype;
   const int64_t g = plan.groups, oc = plan.out_channels, oc_g = oc / g;
@@ -101,10 +107,16 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::Conv2dOut(
 
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::Pool2dOut(
     PoolKind kind, const StoredTensor& x, const WindowArgs& args) {
+  ASSIGN_OR_RETURN(Pool2dPlan plan, PlanPool2d(kind, x.dtype, x.shape, args,
+                                               TargetOf(*x.device)));
+  return Pool2dOut(plan, kind, x, args);
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::Pool2dOut(
+    const Pool2dPlan& plan, PoolKind kind, const StoredTensor& x,
+    const WindowArgs& args) {
   DeviceSlot& slot = SlotOf(x.device);
   Device& device = *x.device;
-  ASSIGN_OR_RETURN(Pool2dPlan plan, PlanPool2d(kind, x.dtype, x.shape, args,
-                                               TargetOf(device)));
   const WindowDims& win = plan.window;
   const int64_t plane = win.oh * win.ow, cols = win.n * plane;
   const int64_t window = win.kh * win.kw;
@@ -201,11 +213,15 @@ absl::StatusOr<Runtime::Impl::TensorPtr> Runtime::Impl::AveragingMatrix(
 
 absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::AdaptiveAvgPool2dOut(
     const StoredTensor& x, const std::vector<int64_t>& output_size) {
-  DeviceSlot& slot = SlotOf(x.device);
-  Device& device = *x.device;
   ASSIGN_OR_RETURN(AdaptivePoolPlan plan,
                    PlanAdaptiveAvgPool2d(x.dtype, x.shape, output_size,
-                                         TargetOf(device)));
+                                         TargetOf(*x.device)));
+  return AdaptiveAvgPool2dOut(std::move(plan), x);
+}
+
+absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::AdaptiveAvgPool2dOut(
+    AdaptivePoolPlan plan, const StoredTensor& x) {
+  DeviceSlot& slot = SlotOf(x.device);
   if (plan.out.NumElements() == 0) {
     return AllocateOutput(slot, x.dtype, std::move(plan.out));
   }

@@ -88,6 +88,7 @@ absl::StatusOr<Conv2dPlan> PlanConv2d(const OperandDesc& x,
                                       const OperandDesc* bias,
                                       const WindowArgs& args,
                                       const Target& target) {
+  CountPlan(Planner::kConv2d);
   const Shape& xs = x.shape;
   const Shape& ws = weight.shape;
   if (xs.rank() != 3 && xs.rank() != 4) {
@@ -216,6 +217,7 @@ absl::StatusOr<Conv2dPlan> PlanConv2d(const OperandDesc& x,
 absl::StatusOr<Pool2dPlan> PlanPool2d(PoolKind kind, DType dtype,
                                       const Shape& x, const WindowArgs& args,
                                       const Target& target) {
+  CountPlan(Planner::kPool2d);
   const std::string name(PoolName(kind));
   const bool empty_plane =
       x.rank() >= 3 && (x.dim(x.rank() - 1) == 0 || x.dim(x.rank() - 2) == 0 ||
@@ -320,6 +322,7 @@ absl::StatusOr<Pool2dPlan> PlanPool2d(PoolKind kind, DType dtype,
 absl::StatusOr<AdaptivePoolPlan> PlanAdaptiveAvgPool2d(
     DType dtype, const Shape& x, const std::vector<int64_t>& output_size,
     const Target& target) {
+  CountPlan(Planner::kAdaptiveAvgPool2d);
   if (x.rank() != 3 && x.rank() != 4) {
     return absl::InvalidArgumentError(absl::StrCat(
         "adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got ",

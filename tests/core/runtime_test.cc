@@ -186,26 +186,72 @@ TEST(RuntimeNodeTest, NodeNamesAreChecked) {
   EXPECT_THAT(rt.status().message(), HasSubstr("may hold only letters"));
 }
 
-// Issue 32: the executor runs PlanOp's plan; a binary op is planned once
-// per op of an Execute (it was twice: PlanOp, then BinaryOut).
-TEST_F(RuntimeTest, AnExecuteOfBinaryOpsPlansEachOnce) {
-  const TensorMeta x = Make<float>({4}, {1, 2, 3, 4});
-  const TensorMeta y = Make<float>({4}, {1, 1, 1, 1});
-  std::vector<OpSpec> ops(100);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    ops[i].kind = OpSpec::Kind::kBinary;
-    ops[i].binary = BinaryOp::kAdd;
-    ops[i].inputs = {i == 0 ? Operand::Handle(x.handle)
-                            : Operand::Result(static_cast<uint32_t>(i - 1)),
-                     Operand::Handle(y.handle)};
+// Issue 32: the executor runs PlanOp's plan: each op of an Execute is
+// planned once by its family's planner (a binary op was twice: PlanOp,
+// then BinaryOut; a conv2d twice, a loss twice, ...). Each family runs as
+// a list of two ops; a composite's steps plan other families.
+TEST_F(RuntimeTest, AnExecutePlansEachOpOnce) {
+  const TensorMeta x = Make<float>({1, 2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  const TensorMeta w = Make<float>({2, 2, 1, 1}, {1, 0, 0, 1});
+  const TensorMeta m = Make<float>({2, 2}, {1, 2, 3, 4});
+  const TensorMeta t = Make<int64_t>({2}, {0, 1});
+  auto op = [](OpSpec::Kind kind, std::vector<uint64_t> handles) {
+    OpSpec s;
+    s.kind = kind;
+    for (uint64_t h : handles) s.inputs.push_back(Operand::Handle(h));
+    return s;
+  };
+  OpSpec binary = op(OpSpec::Kind::kBinary, {x.handle, x.handle});
+  OpSpec unary = op(OpSpec::Kind::kUnary, {x.handle});
+  unary.unary = UnaryOp::kExp;
+  OpSpec reduce = op(OpSpec::Kind::kReduce, {x.handle});
+  reduce.dim = 1;
+  OpSpec softmax = op(OpSpec::Kind::kSoftmax, {x.handle});
+  OpSpec permute = op(OpSpec::Kind::kPermute, {x.handle});
+  permute.dims = {3, 2, 1, 0};
+  OpSpec transpose = op(OpSpec::Kind::kTranspose, {x.handle});
+  transpose.dim = 0;
+  transpose.dim1 = 1;
+  OpSpec narrow = op(OpSpec::Kind::kNarrow, {x.handle});
+  narrow.dim = 1;
+  narrow.length = 1;
+  OpSpec conv = op(OpSpec::Kind::kConv2d, {x.handle, w.handle});
+  OpSpec pool = op(OpSpec::Kind::kMaxPool2d, {x.handle});
+  pool.window.kernel_size = {2};
+  OpSpec adaptive = op(OpSpec::Kind::kAdaptiveAvgPool2d, {x.handle});
+  adaptive.window.output_size = {1};
+  OpSpec loss = op(OpSpec::Kind::kLoss, {m.handle, t.handle});
+  loss.loss = LossKind::kCrossEntropy;
+  OpSpec norm = op(OpSpec::Kind::kNorm, {x.handle});
+  norm.train = true;
+  const std::vector<std::pair<Planner, std::vector<OpSpec>>> families = {
+      {Planner::kBinary, {binary}},
+      {Planner::kUnary, {unary}},
+      {Planner::kMatMul,
+       {op(OpSpec::Kind::kMatMul, {m.handle, m.handle}),
+        op(OpSpec::Kind::kLinear, {m.handle, m.handle})}},
+      {Planner::kReduce, {reduce}},
+      {Planner::kSoftmax, {softmax}},
+      {Planner::kPermute, {permute, transpose}},
+      {Planner::kSlice, {narrow}},
+      {Planner::kConv2d, {conv}},
+      {Planner::kPool2d, {pool}},
+      {Planner::kAdaptiveAvgPool2d, {adaptive}},
+      {Planner::kLoss, {loss}},
+      {Planner::kNorm, {norm}},
+  };
+  for (const auto& [family, ops] : families) {
+    SCOPED_TRACE(::testing::Message()
+                 << "planner " << static_cast<int>(family));
+    std::vector<OpSpec> list = ops;
+    list.insert(list.end(), ops.begin(), ops.end());  // each twice
+    const uint32_t keep[] = {static_cast<uint32_t>(list.size() - 1)};
+    const uint64_t before = PlanCalls(family);
+    auto kept = rt_->Execute(session_, list, keep);
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    EXPECT_EQ(PlanCalls(family) - before, list.size());
+    ASSERT_TRUE(rt_->Release(session_, (*kept)[0].handle).ok());
   }
-  const uint32_t keep[] = {99};
-  const uint64_t before = PlanBinaryCalls();
-  auto kept = rt_->Execute(session_, ops, keep);
-  ASSERT_TRUE(kept.ok()) << kept.status();
-  EXPECT_EQ(PlanBinaryCalls() - before, ops.size());
-  EXPECT_EQ(Fetch<float>((*kept)[0].handle),
-            (std::vector<float>{101, 102, 103, 104}));
 }
 
 TEST_F(RuntimeTest, CreateFromDataAndRead) {
