@@ -37,8 +37,7 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
   // Arity, the same-device rule and the op's own rules, in one place with
   // the eager client (core/op_plan.h); the *Out methods below then plan
   // their kernels.
-  std::vector<OpInput> inputs;
-  inputs.reserve(in.size());
+  absl::InlinedVector<OpInput, 4> inputs;  // no allocation per op
   for (const Value& v : in) {
     inputs.push_back(
         OpInput{v.tensor->dtype, v.tensor->shape, v.tensor->device->name()});
@@ -46,7 +45,7 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
   const Capabilities none;  // no operand: PlanOp reports the arity first
   ASSIGN_OR_RETURN(
       const OpResult plan,
-      PlanOp(op, inputs,
+      PlanOp(op, {inputs.data(), inputs.size()},
              in.empty() ? Target{none, ""} : TargetOf(*in[0].tensor->device)));
   const Emit emit = EmitOf(RowIndexOf(op));
   if (emit == nullptr) {

@@ -668,16 +668,12 @@ absl::Status TensorServiceImpl::RunImpl(grpc::CallbackServerContext* ctx,
 absl::Status TensorServiceImpl::ExecuteImpl(grpc::CallbackServerContext* ctx,
                                             const v1::ExecuteRequest& req,
                                             v1::ExecuteResponse* resp) {
-  std::vector<core::OpSpec> ops;
-  ops.reserve(req.ops_size());
+  std::vector<core::OpSpec> ops(static_cast<size_t>(req.ops_size()));
   for (int i = 0; i < req.ops_size(); ++i) {
-    absl::StatusOr<core::OpSpec> spec = FromProto(req.ops(i));
-    if (!spec.ok()) {
-      return absl::Status(
-          spec.status().code(),
-          absl::StrCat("op #", i, ": ", spec.status().message()));
+    if (absl::Status s = FromProto(req.ops(i), ops[i]); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("op #", i, ": ", s.message()));
     }
-    ops.push_back(*std::move(spec));
   }
   // The client's cancellation, asked every 32 ops: asking gRPC costs as
   // much as a tiny op.

@@ -139,8 +139,13 @@ absl::Status AddBound(bool has_tensor, const v1::Operand& tensor,
 }  // namespace
 
 absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
-  using Kind = core::OpSpec::Kind;
   core::OpSpec spec;
+  RETURN_IF_ERROR(FromProto(op, spec));
+  return spec;
+}
+
+absl::Status FromProto(const v1::Op& op, core::OpSpec& spec) {
+  using Kind = core::OpSpec::Kind;
   switch (op.kind_case()) {
     case v1::Op::kBinary: {
       const v1::BinaryArgs& a = op.binary();
@@ -462,7 +467,7 @@ absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op) {
                        static_cast<int>(op.kind_case()), ")"));
   }
   spec.no_grad = op.no_grad();
-  return spec;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<core::FillSpec> FromProto(const v1::Fill& fill) {

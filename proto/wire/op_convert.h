@@ -30,6 +30,9 @@ absl::StatusOr<core::BinaryOp> FromProto(v1::BinaryOp op);
 // Op -> OpSpec: INVALID_ARGUMENT for an unset oneof, an unset operand or
 // an unknown enum value. Shapes, dtypes and handles are core's business.
 absl::StatusOr<core::OpSpec> FromProto(const v1::Op& op);
+// The same into `spec`, a default OpSpec (an Execute's list converts each
+// op in place: no OpSpec moved per op).
+absl::Status FromProto(const v1::Op& op, core::OpSpec& spec);
 core::Scalar FromProto(const v1::Scalar& scalar);
 
 // Fill -> FillSpec (defaults for zero-valued fields as the proto documents).
