@@ -8,9 +8,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_join.h"
+#include "core/executor.h"
 #include "core/grad_math.h"
 #include "core/op_table.h"
-#include "core/runtime_impl.h"
 #include "core/session_memory.h"
 
 namespace tensord::core {
@@ -174,8 +175,8 @@ void ChargeGraph(std::shared_ptr<GradNode> root,
   }
 }
 
-void Runtime::Impl::RecordGrad(const OpSpec& op, std::span<const Value> in,
-                               const TensorPtr& result, TensorPtr extra) {
+void Executor::RecordGrad(const OpSpec& op, std::span<const Value> in,
+                          const TensorPtr& result, TensorPtr extra) {
   if (op.no_grad || !IsFloating(result->dtype)) return;
   if (std::none_of(in.begin(), in.end(), [](const Value& v) {
         return v.tensor->autograd->ever_tracked.load(std::memory_order_relaxed);
@@ -225,8 +226,8 @@ void Runtime::Impl::RecordGrad(const OpSpec& op, std::span<const Value> in,
   meta.ever_tracked.store(true, std::memory_order_relaxed);
 }
 
-absl::Status Runtime::Impl::CheckInPlaceGrad(const OpSpec& op,
-                                             std::span<const Value> in) {
+absl::Status Executor::CheckInPlaceGrad(const OpSpec& op,
+                                        std::span<const Value> in) {
   if (op.no_grad) return absl::OkStatus();
   const AutogradMeta& self = *in[0].tensor->autograd;
   bool leaf = false, in_graph = false;
@@ -253,7 +254,7 @@ absl::Status Runtime::Impl::CheckInPlaceGrad(const OpSpec& op,
   return absl::OkStatus();
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitRequiresGrad(
+absl::StatusOr<Executor::Value> Executor::EmitRequiresGrad(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   AutogradMeta& meta = *in[0].tensor->autograd;
   absl::MutexLock lock(&meta.mu);
@@ -270,7 +271,7 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitRequiresGrad(
   return in[0];
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitBackward(
+absl::StatusOr<Executor::Value> Executor::EmitBackward(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   RETURN_IF_ERROR(Backward(in[0].tensor,
                            in.size() > 1 ? in[1].tensor.get() : nullptr,
@@ -278,7 +279,7 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitBackward(
   return in[0];
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitZeroGrad(
+absl::StatusOr<Executor::Value> Executor::EmitZeroGrad(
     const OpSpec&, std::span<const Value> in, const OpResult& plan) {
   for (const Value& v : in) {
     AutogradMeta& m = *v.tensor->autograd;
@@ -288,8 +289,9 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitZeroGrad(
   return in[0];
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitGrad(
-    const OpSpec&, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitGrad(const OpSpec&,
+                                                   std::span<const Value> in,
+                                                   const OpResult& plan) {
   const AutogradMeta& meta = *in[0].tensor->autograd;
   TensorPtr grad;
   {
@@ -309,14 +311,14 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitGrad(
   return Value{Save(*grad, true).data, std::nullopt};
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitDetach(
-    const OpSpec&, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitDetach(const OpSpec&,
+                                                     std::span<const Value> in,
+                                                     const OpResult& plan) {
   return Value{Save(*in[0].tensor, true).data, std::nullopt};
 }
 
-absl::Status Runtime::Impl::Backward(const TensorPtr& root,
-                                     const StoredTensor* grad,
-                                     bool retain_graph) {
+absl::Status Executor::Backward(const TensorPtr& root, const StoredTensor* grad,
+                                bool retain_graph) {
   std::shared_ptr<GradNode> fn;
   bool leaf = false;
   {

@@ -6,7 +6,7 @@
 //
 // A tensor requires grad when it is a leaf the client marked
 // (requires_grad_) or the result of an op recorded with an input that
-// requires grad (it then has a grad_fn). Recording (Runtime::Impl::Apply,
+// requires grad (it then has a grad_fn). Recording (Executor::Apply,
 // core/autograd.cc) happens for every op on such inputs unless the op is
 // sent with no_grad; a node keeps the forward op, the data of the inputs
 // (and output) its backward reads, each with its memory's version at the

@@ -7,10 +7,10 @@
 #include <numbers>
 
 #include "core/autograd.h"
+#include "core/executor.h"
 #include "core/grad_math.h"
 #include "core/op_plan.h"
 #include "core/op_table.h"
-#include "core/runtime_impl.h"
 
 namespace tensord::core {
 namespace {
@@ -39,9 +39,8 @@ absl::Status Unimplemented(const GradNode& node, std::string_view what) {
 
 }  // namespace
 
-absl::Status Runtime::Impl::GradMath::BinaryGrads(const GradNode& node,
-                                                  const TensorPtr& g,
-                                                  Grads& out) {
+absl::Status Executor::GradMath::BinaryGrads(const GradNode& node,
+                                             const TensorPtr& g, Grads& out) {
   const OpSpec& op = node.op;
   const TensorPtr& a = node.inputs[0].data;
   const TensorPtr b = node.inputs.size() > 1 ? node.inputs[1].data : nullptr;
@@ -164,9 +163,8 @@ absl::Status Runtime::Impl::GradMath::BinaryGrads(const GradNode& node,
   return absl::OkStatus();
 }
 
-absl::Status Runtime::Impl::GradMath::UnaryGrads(const GradNode& node,
-                                                 const TensorPtr& g,
-                                                 Grads& out) {
+absl::Status Executor::GradMath::UnaryGrads(const GradNode& node,
+                                            const TensorPtr& g, Grads& out) {
   const TensorPtr& x = node.inputs[0].data;
   const TensorPtr& y = node.output.data;
   TensorPtr d;  // dy/dx, or the gradient itself where noted
@@ -292,9 +290,8 @@ absl::Status Runtime::Impl::GradMath::UnaryGrads(const GradNode& node,
   return absl::OkStatus();
 }
 
-absl::Status Runtime::Impl::GradMath::MatMulGrads(const GradNode& node,
-                                                  const TensorPtr& g,
-                                                  Grads& out) {
+absl::Status Executor::GradMath::MatMulGrads(const GradNode& node,
+                                             const TensorPtr& g, Grads& out) {
   const TensorPtr& a = node.inputs[0].data;
   const TensorPtr& b = node.inputs[1].data;
   // Vectors as matrices: a [k] as [1, k], b [k] as [k, 1]; g with the
@@ -329,9 +326,8 @@ absl::Status Runtime::Impl::GradMath::MatMulGrads(const GradNode& node,
   return absl::OkStatus();
 }
 
-absl::Status Runtime::Impl::GradMath::LinearGrads(const GradNode& node,
-                                                  const TensorPtr& g,
-                                                  Grads& out) {
+absl::Status Executor::GradMath::LinearGrads(const GradNode& node,
+                                             const TensorPtr& g, Grads& out) {
   // y = x w^T + bias; x [..., in], w [out, in], bias [out].
   const TensorPtr& x = node.inputs[0].data;
   const TensorPtr& w = node.inputs[1].data;
@@ -352,9 +348,8 @@ absl::Status Runtime::Impl::GradMath::LinearGrads(const GradNode& node,
   return absl::OkStatus();
 }
 
-absl::Status Runtime::Impl::GradMath::ReduceGrads(const GradNode& node,
-                                                  const TensorPtr& g,
-                                                  Grads& out) {
+absl::Status Executor::GradMath::ReduceGrads(const GradNode& node,
+                                             const TensorPtr& g, Grads& out) {
   const OpSpec& op = node.op;
   const TensorPtr& x = node.inputs[0].data;
   const int rank = x->shape.rank();
@@ -413,9 +408,8 @@ absl::Status Runtime::Impl::GradMath::ReduceGrads(const GradNode& node,
   return Unimplemented(node, "");
 }
 
-absl::Status Runtime::Impl::GradMath::SoftmaxGrads(const GradNode& node,
-                                                   const TensorPtr& g,
-                                                   Grads& out) {
+absl::Status Executor::GradMath::SoftmaxGrads(const GradNode& node,
+                                              const TensorPtr& g, Grads& out) {
   const TensorPtr& y = node.output.data;
   const int64_t dim = Wrap(node.op.dim.value_or(-1), y->shape.rank());
   const std::span<const int64_t> dims(&dim, y->shape.rank() > 0 ? 1 : 0);
@@ -433,9 +427,8 @@ absl::Status Runtime::Impl::GradMath::SoftmaxGrads(const GradNode& node,
   return absl::OkStatus();
 }
 
-absl::Status Runtime::Impl::GradMath::PermuteGrads(const GradNode& node,
-                                                   const TensorPtr& g,
-                                                   Grads& out) {
+absl::Status Executor::GradMath::PermuteGrads(const GradNode& node,
+                                              const TensorPtr& g, Grads& out) {
   const int rank = node.inputs[0].data->shape.rank();
   std::vector<int64_t> inverse(rank);  // the inverse permutation
   for (int i = 0; i < rank; ++i) inverse[Wrap(node.op.dims[i], rank)] = i;
@@ -443,9 +436,9 @@ absl::Status Runtime::Impl::GradMath::PermuteGrads(const GradNode& node,
   return absl::OkStatus();
 }
 
-absl::Status Runtime::Impl::GradMath::TransposeGrads(const GradNode& node,
-                                                     const TensorPtr& g,
-                                                     Grads& out) {
+absl::Status Executor::GradMath::TransposeGrads(const GradNode& node,
+                                                const TensorPtr& g,
+                                                Grads& out) {
   // A transpose is its own inverse.
   ASSIGN_OR_RETURN(const std::vector<int64_t> perm,
                    TransposePerm(node.op, node.inputs[0].data->shape.rank()));
@@ -453,23 +446,20 @@ absl::Status Runtime::Impl::GradMath::TransposeGrads(const GradNode& node,
   return absl::OkStatus();
 }
 
-absl::Status Runtime::Impl::GradMath::ReshapeGrads(const GradNode& node,
-                                                   const TensorPtr& g,
-                                                   Grads& out) {
+absl::Status Executor::GradMath::ReshapeGrads(const GradNode& node,
+                                              const TensorPtr& g, Grads& out) {
   ASSIGN_OR_RETURN(out[0], Reshape(g, node.inputs[0].data->shape));
   return absl::OkStatus();
 }
 
-absl::Status Runtime::Impl::GradMath::CastGrads(const GradNode&,
-                                                const TensorPtr& g,
-                                                Grads& out) {
+absl::Status Executor::GradMath::CastGrads(const GradNode&, const TensorPtr& g,
+                                           Grads& out) {
   out[0] = g;  // the engine casts it to the input's dtype
   return absl::OkStatus();
 }
 
-absl::Status Runtime::Impl::GradMath::SliceGrads(const GradNode& node,
-                                                 const TensorPtr& g,
-                                                 Grads& out) {
+absl::Status Executor::GradMath::SliceGrads(const GradNode& node,
+                                            const TensorPtr& g, Grads& out) {
   // g written into zeros where the block was.
   const TensorPtr& x = node.inputs[0].data;
   const int rank = x->shape.rank();
@@ -490,8 +480,8 @@ absl::Status Runtime::Impl::GradMath::SliceGrads(const GradNode& node,
   return absl::OkStatus();
 }
 
-absl::Status Runtime::Impl::GradMath::CatGrads(const GradNode& node,
-                                               const TensorPtr& g, Grads& out) {
+absl::Status Executor::GradMath::CatGrads(const GradNode& node,
+                                          const TensorPtr& g, Grads& out) {
   // Each input's block of g.
   const int grank = g->shape.rank();
   const int axis = static_cast<int>(Wrap(node.op.dim.value_or(0), grank));
@@ -509,9 +499,8 @@ absl::Status Runtime::Impl::GradMath::CatGrads(const GradNode& node,
   return absl::OkStatus();
 }
 
-absl::Status Runtime::Impl::GradMath::ClampGrads(const GradNode& node,
-                                                 const TensorPtr& g,
-                                                 Grads& out) {
+absl::Status Executor::GradMath::ClampGrads(const GradNode& node,
+                                            const TensorPtr& g, Grads& out) {
   // clamp is minimum(maximum(x, min), max): x's gradient passes where
   // min <= x and the raised value <= max; min takes it where x < min (and
   // the raised value <= max), max where the raised value > max.
@@ -578,9 +567,8 @@ absl::Status Runtime::Impl::GradMath::ClampGrads(const GradNode& node,
   return absl::OkStatus();
 }
 
-absl::Status Runtime::Impl::GradMath::WhereGrads(const GradNode& node,
-                                                 const TensorPtr& g,
-                                                 Grads& out) {
+absl::Status Executor::GradMath::WhereGrads(const GradNode& node,
+                                            const TensorPtr& g, Grads& out) {
   const OpSpec& op = node.op;
   const StoredTensor& cond = *node.inputs[0].data;
   const Bound zero{Bound::Kind::kScalar, Scalar::Float(0)};
@@ -601,9 +589,8 @@ absl::Status Runtime::Impl::GradMath::WhereGrads(const GradNode& node,
   return absl::OkStatus();
 }
 
-absl::Status Runtime::Impl::GradMath::DropoutGrads(const GradNode& node,
-                                                   const TensorPtr& g,
-                                                   Grads& out) {
+absl::Status Executor::GradMath::DropoutGrads(const GradNode& node,
+                                              const TensorPtr& g, Grads& out) {
   const OpSpec& op = node.op;
   if (node.extra.data != nullptr) {  // the factor each element got
     ASSIGN_OR_RETURN(out[0], Bin(BinaryOp::kMul, g, node.extra.data));
@@ -615,30 +602,26 @@ absl::Status Runtime::Impl::GradMath::DropoutGrads(const GradNode& node,
   return absl::OkStatus();
 }
 
-absl::Status Runtime::Impl::GradMath::Conv2dGrads(const GradNode& node,
-                                                  const TensorPtr& g,
-                                                  Grads& out) {
+absl::Status Executor::GradMath::Conv2dGrads(const GradNode& node,
+                                             const TensorPtr& g, Grads& out) {
   ASSIGN_OR_RETURN(out, rt_.Conv2dGrads(node, g));
   return absl::OkStatus();
 }
 
-absl::Status Runtime::Impl::GradMath::Pool2dGrads(const GradNode& node,
-                                                  const TensorPtr& g,
-                                                  Grads& out) {
+absl::Status Executor::GradMath::Pool2dGrads(const GradNode& node,
+                                             const TensorPtr& g, Grads& out) {
   ASSIGN_OR_RETURN(out, rt_.Pool2dGrads(node, g));
   return absl::OkStatus();
 }
 
-absl::Status Runtime::Impl::GradMath::LossGrads(const GradNode& node,
-                                                const TensorPtr& g,
-                                                Grads& out) {
+absl::Status Executor::GradMath::LossGrads(const GradNode& node,
+                                           const TensorPtr& g, Grads& out) {
   ASSIGN_OR_RETURN(out, rt_.LossGrads(node, g));
   return absl::OkStatus();
 }
 
-absl::Status Runtime::Impl::GradMath::MoveToGrads(const GradNode& node,
-                                                  const TensorPtr& g,
-                                                  Grads& out) {
+absl::Status Executor::GradMath::MoveToGrads(const GradNode& node,
+                                             const TensorPtr& g, Grads& out) {
   const StoredTensor& x = *node.inputs[0].data;
   DeviceSlot& slot = rt_.SlotOf(x.device);
   ASSIGN_OR_RETURN(Output back, rt_.AllocateOutput(slot, g->dtype, x.shape));
@@ -648,14 +631,13 @@ absl::Status Runtime::Impl::GradMath::MoveToGrads(const GradNode& node,
   return absl::OkStatus();
 }
 
-Runtime::Impl::GradMath::Formula Runtime::Impl::GradMath::FormulaOf(
-    size_t row) {
+Executor::GradMath::Formula Executor::GradMath::FormulaOf(size_t row) {
 #include "core/op_backward.inc"  // generated: kBackwardOf, one per row
   static_assert(std::size(kBackwardOf) == kOpRowCount);
   return kBackwardOf[row];
 }
 
-absl::StatusOr<std::vector<Runtime::Impl::TensorPtr>> Runtime::Impl::InputGrads(
+absl::StatusOr<std::vector<Executor::TensorPtr>> Executor::InputGrads(
     const GradNode& node, const TensorPtr& grad) {
   GradMath m(*this, grad->device);
   GradMath::Grads out(node.inputs.size());

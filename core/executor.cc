@@ -7,6 +7,15 @@
 #include "core/runtime_impl.h"
 
 namespace tensord::core {
+
+DeviceSlot& Executor::SlotOf(const Device* device) const {
+  for (const auto& slot : slots_) {
+    if (slot->device.get() == device) return *slot;
+  }
+  // Every stored tensor's device is one of ours.
+  std::abort();
+}
+
 namespace {
 
 std::string Describe(const StoredTensor& t) {
@@ -15,8 +24,8 @@ std::string Describe(const StoredTensor& t) {
 
 }  // namespace
 
-absl::Status Runtime::Impl::InPlace(const OpSpec& op, const StoredTensor& self,
-                                    const StoredTensor* other) {
+absl::Status Executor::InPlace(const OpSpec& op, const StoredTensor& self,
+                               const StoredTensor* other) {
   const Scalar* scalar = op.scalar.has_value() ? &*op.scalar : nullptr;
   const BinaryOp bop = InPlaceBinaryOp(op.in_place);
   TensorPtr scaled;  // kAxpy: alpha * other
@@ -32,8 +41,8 @@ absl::Status Runtime::Impl::InPlace(const OpSpec& op, const StoredTensor& self,
       .status();
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
-    const OpSpec& op, std::span<const Value> in) {
+absl::StatusOr<Executor::Value> Executor::Apply(const OpSpec& op,
+                                                std::span<const Value> in) {
   // Arity, the same-device rule and the op's own rules, in one place with
   // the eager client (core/op_plan.h); the *Out methods below then plan
   // their kernels.
@@ -54,15 +63,16 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Apply(
   return (this->*emit)(op, in, plan);
 }
 
-Runtime::Impl::Emit Runtime::Impl::EmitOf(size_t row) {
+Executor::Emit Executor::EmitOf(size_t row) {
 #include "core/op_emit.inc"  // generated: kEmitOf, one per row
   static_assert(std::size(kEmitOf) == kOpRowCount);
   return kEmitOf[row];
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::Made(
-    const OpSpec& op, std::span<const Value> in, absl::StatusOr<Output> out,
-    TensorPtr extra) {
+absl::StatusOr<Executor::Value> Executor::Made(const OpSpec& op,
+                                               std::span<const Value> in,
+                                               absl::StatusOr<Output> out,
+                                               TensorPtr extra) {
   if (!out.ok()) return out.status();
   TensorPtr result = Stored(SlotOf(in[0].tensor->device), std::move(*out));
   RecordGrad(op, in, result, std::move(extra));
@@ -79,8 +89,9 @@ const StoredTensor* Nth(const Values& in, size_t i) {
 
 }  // namespace
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitBinary(
-    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitBinary(const OpSpec& op,
+                                                     std::span<const Value> in,
+                                                     const OpResult& plan) {
   const bool with_scalar = op.scalar.has_value();
   // PlanOp's plan: the op is not planned again.
   return Made(op, in,
@@ -89,40 +100,46 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitBinary(
                         with_scalar && op.scalar_first, nullptr));
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitUnary(
-    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitUnary(const OpSpec& op,
+                                                    std::span<const Value> in,
+                                                    const OpResult& plan) {
   return Made(
       op, in,
       UnaryOut(plan.Plan<UnaryPlan>(), op.unary, *in[0].tensor, op.args));
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitMatMul(
-    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitMatMul(const OpSpec& op,
+                                                     std::span<const Value> in,
+                                                     const OpResult& plan) {
   return Made(op, in,
               MatMulOut(plan.Plan<MatMulPlan>(), *in[0].tensor, *in[1].tensor));
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitLinear(
-    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitLinear(const OpSpec& op,
+                                                     std::span<const Value> in,
+                                                     const OpResult& plan) {
   return Made(op, in,
               LinearOut(plan.Plan<MatMulPlan>(), *in[0].tensor, *in[1].tensor,
                         Nth(in, 2)));
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitReduce(
-    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitReduce(const OpSpec& op,
+                                                     std::span<const Value> in,
+                                                     const OpResult& plan) {
   return Made(op, in,
               ReduceOut(plan.Plan<ReducePlan>(), op.reduce, *in[0].tensor));
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitSoftmax(
-    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitSoftmax(const OpSpec& op,
+                                                      std::span<const Value> in,
+                                                      const OpResult& plan) {
   return Made(op, in,
               SoftmaxOut(plan.Plan<SoftmaxPlan>(), *in[0].tensor, op.log));
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitClamp(
-    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitClamp(const OpSpec& op,
+                                                    std::span<const Value> in,
+                                                    const OpResult& plan) {
   using Kind = OpSpec::Bound::Kind;
   const bool min_tensor = op.clamp_min.kind == Kind::kTensor;
   const bool max_tensor = op.clamp_max.kind == Kind::kTensor;
@@ -133,8 +150,9 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitClamp(
               ClampOut(*in[0].tensor, op.clamp_min, lo, op.clamp_max, hi));
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitWhere(
-    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitWhere(const OpSpec& op,
+                                                    std::span<const Value> in,
+                                                    const OpResult& plan) {
   using Kind = OpSpec::Bound::Kind;
   size_t next = 1;
   const StoredTensor* input =
@@ -146,73 +164,83 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitWhere(
       WhereOut(*in[0].tensor, op.where_input, input, op.where_other, other));
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitPermute(
+absl::StatusOr<Executor::Value> Executor::EmitPermute(const OpSpec& op,
+                                                      std::span<const Value> in,
+                                                      const OpResult& plan) {
+  return Made(op, in, PermuteOut(plan.Plan<PermutePlan>(), *in[0].tensor));
+}
+
+absl::StatusOr<Executor::Value> Executor::EmitTranspose(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   return Made(op, in, PermuteOut(plan.Plan<PermutePlan>(), *in[0].tensor));
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitTranspose(
-    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
-  return Made(op, in, PermuteOut(plan.Plan<PermutePlan>(), *in[0].tensor));
-}
-
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitReshape(
-    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitReshape(const OpSpec& op,
+                                                      std::span<const Value> in,
+                                                      const OpResult& plan) {
   return Made(op, in, ReshapeOut(*in[0].tensor, op.dims));
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitSlice(
-    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitSlice(const OpSpec& op,
+                                                    std::span<const Value> in,
+                                                    const OpResult& plan) {
   return Made(op, in, SliceOut(*in[0].tensor, plan.Plan<SlicePlan>()));
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitCat(
-    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitCat(const OpSpec& op,
+                                                  std::span<const Value> in,
+                                                  const OpResult& plan) {
   return Made(op, in, CatOut(in, op.dim.value_or(0)));
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitCast(
-    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitCast(const OpSpec& op,
+                                                   std::span<const Value> in,
+                                                   const OpResult& plan) {
   return Made(op, in, CastOut(*in[0].tensor, op.dtype));
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitInPlace(
-    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitInPlace(const OpSpec& op,
+                                                      std::span<const Value> in,
+                                                      const OpResult& plan) {
   RETURN_IF_ERROR(CheckInPlaceGrad(op, in));
   RETURN_IF_ERROR(InPlace(op, *in[0].tensor, Nth(in, 1)));
   in[0].tensor->buffer->BumpVersion();
   return in[0];
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitConv2d(
-    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitConv2d(const OpSpec& op,
+                                                     std::span<const Value> in,
+                                                     const OpResult& plan) {
   return Made(op, in,
               Conv2dOut(plan.Plan<Conv2dPlan>(), *in[0].tensor, *in[1].tensor,
                         Nth(in, 2)));
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitPool2d(
-    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitPool2d(const OpSpec& op,
+                                                     std::span<const Value> in,
+                                                     const OpResult& plan) {
   return Made(op, in,
               Pool2dOut(plan.Plan<Pool2dPlan>(), PoolKindOf(op), *in[0].tensor,
                         op.window));
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitLoss(
-    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitLoss(const OpSpec& op,
+                                                   std::span<const Value> in,
+                                                   const OpResult& plan) {
   return Made(op, in,
               LossOut(plan.Plan<LossPlan>(), op, *in[0].tensor, *in[1].tensor));
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitAdaptiveAvgPool2d(
+absl::StatusOr<Executor::Value> Executor::EmitAdaptiveAvgPool2d(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   return Made(
       op, in,
       AdaptiveAvgPool2dOut(plan.Plan<AdaptivePoolPlan>(), *in[0].tensor));
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitDropout(
-    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
+absl::StatusOr<Executor::Value> Executor::EmitDropout(const OpSpec& op,
+                                                      std::span<const Value> in,
+                                                      const OpResult& plan) {
   const StoredTensor& x = *in[0].tensor;
   TensorPtr mask;  // the factor each element got, for the backward
   absl::StatusOr<Output> out =
@@ -221,7 +249,7 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitDropout(
   return Made(op, in, std::move(out), std::move(mask));
 }
 
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitOptimizerStep(
+absl::StatusOr<Executor::Value> Executor::EmitOptimizerStep(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   RETURN_IF_ERROR(OptimizerStep(op, in));
   return in[0];
@@ -229,7 +257,7 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitOptimizerStep(
 
 absl::StatusOr<TensorMeta> Runtime::Run(std::string_view session,
                                         const OpSpec& op) {
-  std::vector<Impl::Value> in;
+  std::vector<Executor::Value> in;
   in.reserve(op.inputs.size());
   for (const Operand& operand : op.inputs) {
     if (operand.is_result) {
@@ -239,14 +267,14 @@ absl::StatusOr<TensorMeta> Runtime::Run(std::string_view session,
     }
     ASSIGN_OR_RETURN(HandleEntry entry,
                      impl_->table().Lookup(session, operand.handle));
-    in.push_back(Impl::Value{entry.tensor, entry});
+    in.push_back(Executor::Value{entry.tensor, entry});
   }
   if (in.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(OpName(op), " needs at least one tensor operand"));
   }
   AdmissionScope scope(session);
-  ASSIGN_OR_RETURN(Impl::Value result, impl_->Apply(op, in));
+  ASSIGN_OR_RETURN(Executor::Value result, impl_->executor().Apply(op, in));
   if (result.entry.has_value()) return MetaOf(*result.entry);
   return impl_->Register(session, std::move(result.tensor), "");
 }
@@ -280,7 +308,7 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
       }
     }
   }
-  std::vector<Impl::Value> values(ops.size());
+  std::vector<Executor::Value> values(ops.size());
   // The session's tensors each op names, looked up once per list (a list
   // may read one weight a thousand times).
   absl::flat_hash_map<uint64_t, HandleEntry> looked_up;
@@ -292,7 +320,7 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
                        ops.size()));
     }
     const OpSpec& op = ops[i];
-    absl::InlinedVector<Impl::Value, 4> in;
+    absl::InlinedVector<Executor::Value, 4> in;
     in.reserve(op.inputs.size());
     absl::Status status;
     for (size_t j = 0; j < op.inputs.size() && status.ok(); ++j) {
@@ -309,7 +337,7 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
             continue;
           }
         }
-        in.push_back(Impl::Value{it->second.tensor, it->second});
+        in.push_back(Executor::Value{it->second.tensor, it->second});
       } else if (operand.result_of >= i) {
         status = absl::InvalidArgumentError(
             absl::StrCat("operand ", j, " is the result of op #",
@@ -321,9 +349,9 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
     if (status.ok() && in.empty()) {
       status = absl::InvalidArgumentError("the op has no tensor operand");
     }
-    absl::StatusOr<Impl::Value> result =
-        status.ok() ? impl_->Apply(op, {in.data(), in.size()})
-                    : absl::StatusOr<Impl::Value>(status);
+    absl::StatusOr<Executor::Value> result =
+        status.ok() ? impl_->executor().Apply(op, {in.data(), in.size()})
+                    : absl::StatusOr<Executor::Value>(status);
     if (!result.ok()) {
       // At most kDescribed operands: a cat of a thousand tensors must not
       // make a message larger than a reply's metadata may be.
@@ -353,10 +381,10 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
     for (const Operand& operand : op.inputs) {
       if (operand.is_result && !kept[operand.result_of] &&
           last_use[operand.result_of] == static_cast<int64_t>(i)) {
-        values[operand.result_of] = Impl::Value{};
+        values[operand.result_of] = Executor::Value{};
       }
     }
-    if (last_use[i] < 0 && !kept[i]) values[i] = Impl::Value{};
+    if (last_use[i] < 0 && !kept[i]) values[i] = Executor::Value{};
   }
   std::vector<TensorMeta> out;
   out.reserve(keep.size());
@@ -364,7 +392,7 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
   for (uint32_t k : keep) {
     auto it = registered.find(k);
     if (it == registered.end()) {
-      const Impl::Value& v = values[k];
+      const Executor::Value& v = values[k];
       absl::StatusOr<TensorMeta> meta;
       if (v.entry.has_value()) {
         meta = GetTensor(session, v.entry->handle);

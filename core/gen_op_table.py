@@ -14,7 +14,7 @@ build/generated; nothing generated is committed):
                        and each kind's first row, for core/op_table.cc.
   core/op_backward.inc the backward of each row, as GradMath member
                        pointers, for core/backward_ops.cc.
-  core/op_emit.inc     what runs each row, as Runtime::Impl member pointers,
+  core/op_emit.inc     what runs each row, as Executor member pointers,
                        for core/executor.cc.
   core/op_visit.inc    VisitUnaryOp over the unary rows' functors, for
                        core/scalar_ops.h (CPU loops and CUDA kernels).
@@ -270,8 +270,8 @@ def client_inc(table):
 
 
 def emit_inc(table):
-    return member_table(table, "emit", "kEmitOf", "Emit", "Impl",
-                        "Runtime::Impl::EmitOf (core/executor.cc)")
+    return member_table(table, "emit", "kEmitOf", "Emit", "Executor",
+                        "Executor::EmitOf (core/executor.cc)")
 
 
 def wire_inc(table):

@@ -11,17 +11,17 @@
 #include <span>
 #include <vector>
 
-#include "core/runtime_impl.h"
+#include "core/executor.h"
 
 namespace tensord::core {
 
-class Runtime::Impl::GradMath {
+class Executor::GradMath {
  public:
-  using TensorPtr = Runtime::Impl::TensorPtr;
-  GradMath(Impl& rt, Device* device)
+  using TensorPtr = Executor::TensorPtr;
+  GradMath(Executor& rt, Device* device)
       : rt_(rt), slot_(rt.SlotOf(device)), device_(*device) {}
 
-  Impl& rt() { return rt_; }
+  Executor& rt() { return rt_; }
   DeviceSlot& slot() { return slot_; }
   Device& device() { return device_; }
   absl::StatusOr<TensorPtr> Keep(absl::StatusOr<Output> out) {
@@ -179,7 +179,7 @@ class Runtime::Impl::GradMath {
   static Formula FormulaOf(size_t row);
 
  private:
-  Impl& rt_;
+  Executor& rt_;
   DeviceSlot& slot_;
   Device& device_;
 };

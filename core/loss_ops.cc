@@ -10,14 +10,15 @@
 // of counted rows (NaN when none is, as PyTorch). cross_entropy is
 // nll_loss of log_softmax(x) over the class dim; mse_loss reduces
 // (input - target)^2.
+#include "core/executor.h"
 #include "core/grad_math.h"
 #include "core/loss_plan.h"
-#include "core/runtime_impl.h"
 
 namespace tensord::core {
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::LossOut(
-    const LossPlan& plan, const OpSpec& op, const StoredTensor& input,
-    const StoredTensor& target) {
+absl::StatusOr<Executor::Output> Executor::LossOut(const LossPlan& plan,
+                                                   const OpSpec& op,
+                                                   const StoredTensor& input,
+                                                   const StoredTensor& target) {
   DeviceSlot& slot = SlotOf(input.device);
   Device& device = *input.device;
   auto stored = [&](absl::StatusOr<Output> out) -> absl::StatusOr<TensorPtr> {
@@ -117,7 +118,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::LossOut(
 // element count for mean (the target's is the negation). nll_loss: -g at
 // each counted row's target class (over the counted rows for mean);
 // cross_entropy: (softmax(input) - one_hot) times the same row weight.
-absl::StatusOr<std::vector<Runtime::Impl::TensorPtr>> Runtime::Impl::LossGrads(
+absl::StatusOr<std::vector<Executor::TensorPtr>> Executor::LossGrads(
     const GradNode& node, const TensorPtr& g) {
   const OpSpec& op = node.op;
   const TensorPtr& input = node.inputs[0].data;

@@ -15,13 +15,14 @@
 // statistics gx = invstd * (gh - mean(gh) - xhat * mean(gh * xhat)) over
 // the statistic's dims, else gx = gh * invstd; gweight = sum(g * xhat) and
 // gbias = sum(g), summed down to the parameter's shape.
+#include "core/executor.h"
 #include "core/grad_math.h"
 #include "core/norm_plan.h"
-#include "core/runtime_impl.h"
 
 namespace tensord::core {
-absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitNorm(
-    const OpSpec& op, std::span<const Value> in, const OpResult& result) {
+absl::StatusOr<Executor::Value> Executor::EmitNorm(const OpSpec& op,
+                                                   std::span<const Value> in,
+                                                   const OpResult& result) {
   const NormPlan& plan = result.Plan<NormPlan>();
   const NormLayout& layout = plan.layout;
   const NormSlots& slots = plan.slots;
@@ -86,9 +87,8 @@ absl::StatusOr<Runtime::Impl::Value> Runtime::Impl::EmitNorm(
               std::move(invstd));
 }
 
-absl::Status Runtime::Impl::GradMath::NormGrads(const GradNode& node,
-                                                const TensorPtr& g,
-                                                Grads& out) {
+absl::Status Executor::GradMath::NormGrads(const GradNode& node,
+                                           const TensorPtr& g, Grads& out) {
   const NormArgs& args = node.op.norm;
   const NormSlots slots = NormSlotsOf(args);
   const TensorPtr& x = node.inputs[0].data;

@@ -1,21 +1,44 @@
 // Each op's output, planned by core/planner and computed by device kernels:
-// the Runtime::Impl methods that turn one op on stored tensors into its
+// the Executor methods that turn one op on stored tensors into its
 // result (Apply in executor.cc calls them). Composite ops (softmax, clamp)
 // are sequences of these; temporaries are freed as soon as no later step
 // reads them.
+#include "core/executor.h"
+#include "core/op_checks.h"
 #include "core/planner.h"
-#include "core/runtime_impl.h"
 
 namespace tensord::core {
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::MatMulOut(
-    const StoredTensor& a, const StoredTensor& b) {
+absl::StatusOr<Executor::Output> Executor::AllocateOutput(DeviceSlot& slot,
+                                                          DType dtype,
+                                                          Shape shape) {
+  Output out;
+  ASSIGN_OR_RETURN(out.nbytes, shape.ByteSize(dtype));
+  ASSIGN_OR_RETURN(Admission admission, Admit(slot, out.nbytes));
+  ASSIGN_OR_RETURN(out.buffer, Allocate(std::move(admission)));
+  out.shape = std::move(shape);
+  out.dtype = dtype;
+  return out;
+}
+
+absl::StatusOr<TensorRef> Executor::AsDType(DeviceSlot& slot,
+                                            const StoredTensor& t, DType dtype,
+                                            Output& temp) {
+  if (t.dtype == dtype) return RefOf(t);
+  ASSIGN_OR_RETURN(temp, AllocateOutput(slot, dtype, t.shape));
+  RETURN_IF_ERROR(slot.device->Launch({CastArgs{}, {RefOf(t)}, temp.ref()}));
+  return temp.ref();
+}
+
+absl::StatusOr<Executor::Output> Executor::MatMulOut(const StoredTensor& a,
+                                                     const StoredTensor& b) {
   ASSIGN_OR_RETURN(MatMulPlan plan, PlanMatMul(a.dtype, a.shape, b.dtype,
                                                b.shape, TargetOf(*a.device)));
   return MatMulOut(std::move(plan), a, b);
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::MatMulOut(
-    MatMulPlan plan, const StoredTensor& a, const StoredTensor& b) {
+absl::StatusOr<Executor::Output> Executor::MatMulOut(MatMulPlan plan,
+                                                     const StoredTensor& a,
+                                                     const StoredTensor& b) {
   DeviceSlot& slot = SlotOf(a.device);
   Device& device = *a.device;
   const DType dtype = plan.dtype;
@@ -24,7 +47,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::MatMulOut(
   const Shape& b_batch = plan.b_batch;
   const Shape* batch = &plan.batch;
 
-  ASSIGN_OR_RETURN(Impl::Output out,
+  ASSIGN_OR_RETURN(Output out,
                    AllocateOutput(slot, dtype, std::move(plan.out)));
   const int64_t batch_count = batch->NumElements();
   if (out.shape.NumElements() == 0) {
@@ -36,9 +59,9 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::MatMulOut(
     // An operand whose batch part is neither the full batch nor a single
     // matrix cannot be read with one batch stride: expand it into a
     // temporary by multiplying with ones of shape batch + [1, 1] (exact).
-    Impl::Output ones, a_expanded, b_expanded;
+    Output ones, a_expanded, b_expanded;
     auto operand = [&](const StoredTensor& t, const Shape& t_batch,
-                       int64_t rows, int64_t cols, Impl::Output& expanded,
+                       int64_t rows, int64_t cols, Output& expanded,
                        int64_t* stride) -> absl::StatusOr<TensorRef> {
       if (t_batch.NumElements() == batch_count) {
         *stride = rows * cols;
@@ -84,8 +107,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::MatMulOut(
 
 // --- Ops ---------------------------------------------------------------------
 
-Runtime::Impl::TensorPtr Runtime::Impl::Stored(DeviceSlot& slot,
-                                               Output out) const {
+Executor::TensorPtr Executor::Stored(DeviceSlot& slot, Output out) const {
   auto t = std::make_shared<StoredTensor>();
   t->device = slot.device.get();
   t->dtype = out.dtype;
@@ -95,8 +117,9 @@ Runtime::Impl::TensorPtr Runtime::Impl::Stored(DeviceSlot& slot,
   return t;
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ScalarTensor(
-    DeviceSlot& slot, const Scalar& s, DType dtype) {
+absl::StatusOr<Executor::Output> Executor::ScalarTensor(DeviceSlot& slot,
+                                                        const Scalar& s,
+                                                        DType dtype) {
   // The number goes to the device in its own type (int64 or float64) and
   // is converted there by Cast, whose conversions are defined for every
   // value (saturating, NaN -> 0).
@@ -113,7 +136,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ScalarTensor(
   return out;
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::BinaryOut(
+absl::StatusOr<Executor::Output> Executor::BinaryOut(
     BinaryOp op, const StoredTensor& a, const StoredTensor* b,
     const Scalar* scalar, bool scalar_first, const StoredTensor* into) {
   const OperandDesc a_desc{a.dtype, a.shape};
@@ -127,7 +150,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::BinaryOut(
   return BinaryOut(plan, op, a, b, scalar, scalar_first, into);
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::BinaryOut(
+absl::StatusOr<Executor::Output> Executor::BinaryOut(
     const BinaryPlan& plan, BinaryOp op, const StoredTensor& a,
     const StoredTensor* b, const Scalar* scalar, bool scalar_first,
     const StoredTensor* into) {
@@ -160,14 +183,14 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::BinaryOut(
   return out;
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::UnaryOut(
+absl::StatusOr<Executor::Output> Executor::UnaryOut(
     UnaryOp op, const StoredTensor& x, std::array<double, 2> args) {
   ASSIGN_OR_RETURN(const DType dtype,
                    PlanUnary(op, x.dtype, TargetOf(*x.device)));
   return UnaryOut(UnaryPlan{dtype}, op, x, args);
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::UnaryOut(
+absl::StatusOr<Executor::Output> Executor::UnaryOut(
     const UnaryPlan& plan, UnaryOp op, const StoredTensor& x,
     std::array<double, 2> args) {
   DeviceSlot& slot = SlotOf(x.device);
@@ -181,9 +204,10 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::UnaryOut(
   return out;
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::LinearOut(
-    MatMulPlan plan, const StoredTensor& x, const StoredTensor& w,
-    const StoredTensor* bias) {
+absl::StatusOr<Executor::Output> Executor::LinearOut(MatMulPlan plan,
+                                                     const StoredTensor& x,
+                                                     const StoredTensor& w,
+                                                     const StoredTensor* bias) {
   DeviceSlot& slot = SlotOf(x.device);
   const int64_t perm[] = {1, 0};
   ASSIGN_OR_RETURN(Output wt, PermuteOut(w, perm));
@@ -194,7 +218,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::LinearOut(
   return BinaryOut(BinaryOp::kAdd, *y_stored, bias, nullptr, false, nullptr);
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ReduceOut(
+absl::StatusOr<Executor::Output> Executor::ReduceOut(
     ReduceOp op, const StoredTensor& x, std::span<const int64_t> dims,
     bool keepdim) {
   ASSIGN_OR_RETURN(ReducePlan plan, PlanReduce(op, x.dtype, x.shape, dims,
@@ -202,8 +226,9 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ReduceOut(
   return ReduceOut(std::move(plan), op, x);
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ReduceOut(
-    ReducePlan plan, ReduceOp op, const StoredTensor& x) {
+absl::StatusOr<Executor::Output> Executor::ReduceOut(ReducePlan plan,
+                                                     ReduceOp op,
+                                                     const StoredTensor& x) {
   DeviceSlot& slot = SlotOf(x.device);
   Device& device = *x.device;
   const StoredTensor* src = &x;
@@ -221,15 +246,16 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ReduceOut(
   return out;
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::SoftmaxOut(
-    const StoredTensor& x, int64_t dim, bool log) {
+absl::StatusOr<Executor::Output> Executor::SoftmaxOut(const StoredTensor& x,
+                                                      int64_t dim, bool log) {
   ASSIGN_OR_RETURN(const SoftmaxPlan plan,
                    PlanSoftmax(x.dtype, x.shape, dim, log));
   return SoftmaxOut(plan, x, log);
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::SoftmaxOut(
-    const SoftmaxPlan& plan, const StoredTensor& x, bool log) {
+absl::StatusOr<Executor::Output> Executor::SoftmaxOut(const SoftmaxPlan& plan,
+                                                      const StoredTensor& x,
+                                                      bool log) {
   DeviceSlot& slot = SlotOf(x.device);
   if (x.shape.NumElements() == 0) return AllocateOutput(slot, x.dtype, x.shape);
   // Each step's result is kept only as long as a later step reads it.
@@ -269,7 +295,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::SoftmaxOut(
   return CastOut(*wide, x.dtype);
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::DropoutOut(
+absl::StatusOr<Executor::Output> Executor::DropoutOut(
     const StoredTensor& x, double p, bool train, std::optional<uint64_t> seed,
     TensorPtr* mask_out) {
   DeviceSlot& slot = SlotOf(x.device);
@@ -311,9 +337,11 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::DropoutOut(
                   nullptr);
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::WhereOut(
-    const StoredTensor& cond, const OpSpec::Bound& x_arg, const StoredTensor* x,
-    const OpSpec::Bound& y_arg, const StoredTensor* y) {
+absl::StatusOr<Executor::Output> Executor::WhereOut(const StoredTensor& cond,
+                                                    const OpSpec::Bound& x_arg,
+                                                    const StoredTensor* x,
+                                                    const OpSpec::Bound& y_arg,
+                                                    const StoredTensor* y) {
   DeviceSlot& slot = SlotOf(cond.device);
   Device& device = *cond.device;
   const OperandDesc cond_desc{cond.dtype, cond.shape};
@@ -346,7 +374,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::WhereOut(
   return out;
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ClampOut(
+absl::StatusOr<Executor::Output> Executor::ClampOut(
     const StoredTensor& x, const OpSpec::Bound& min,
     const StoredTensor* min_tensor, const OpSpec::Bound& max,
     const StoredTensor* max_tensor) {
@@ -387,14 +415,14 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ClampOut(
                    hi_number, false, nullptr);
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::PermuteOut(
+absl::StatusOr<Executor::Output> Executor::PermuteOut(
     const StoredTensor& x, std::span<const int64_t> dims) {
   ASSIGN_OR_RETURN(PermutePlan plan, PlanPermute(x.shape, dims));
   return PermuteOut(std::move(plan), x);
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::PermuteOut(
-    PermutePlan plan, const StoredTensor& x) {
+absl::StatusOr<Executor::Output> Executor::PermuteOut(PermutePlan plan,
+                                                      const StoredTensor& x) {
   DeviceSlot& slot = SlotOf(x.device);
   ASSIGN_OR_RETURN(Output out,
                    AllocateOutput(slot, x.dtype, std::move(plan.out)));
@@ -403,7 +431,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::PermuteOut(
   return out;
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ReshapeOut(
+absl::StatusOr<Executor::Output> Executor::ReshapeOut(
     const StoredTensor& x, std::span<const int64_t> dims) {
   ASSIGN_OR_RETURN(Shape shape, PlanReshape(x.shape, dims));
   DeviceSlot& slot = SlotOf(x.device);
@@ -414,8 +442,8 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::ReshapeOut(
   return out;
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::SliceOut(
-    const StoredTensor& x, SlicePlan plan) {
+absl::StatusOr<Executor::Output> Executor::SliceOut(const StoredTensor& x,
+                                                    SlicePlan plan) {
   DeviceSlot& slot = SlotOf(x.device);
   ASSIGN_OR_RETURN(Output out,
                    AllocateOutput(slot, x.dtype, std::move(plan.out)));
@@ -434,8 +462,8 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::SliceOut(
   return out;
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::CatOut(
-    std::span<const Value> xs, int64_t dim) {
+absl::StatusOr<Executor::Output> Executor::CatOut(std::span<const Value> xs,
+                                                  int64_t dim) {
   std::vector<OperandDesc> descs;
   descs.reserve(xs.size());
   for (const Value& v : xs) {
@@ -476,8 +504,8 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::CatOut(
   return out;
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::CastOut(
-    const StoredTensor& x, DType dtype) {
+absl::StatusOr<Executor::Output> Executor::CastOut(const StoredTensor& x,
+                                                   DType dtype) {
   RETURN_IF_ERROR(ValidateDType(dtype));
   RETURN_IF_ERROR(PlanCast(x.dtype, dtype, TargetOf(*x.device)));
   DeviceSlot& slot = SlotOf(x.device);

@@ -53,7 +53,7 @@ struct OpRow {
   std::string_view grad_fn, grad_fn_scalar_first, grad_fn_tensor_tensor,
       grad_fn_all_dims, grad_fn_bias;
   std::string_view backward;  // the GradMath formula (empty: none)
-  std::string_view emit;      // what runs it (Runtime::Impl::Emit...)
+  std::string_view emit;      // what runs it (Executor::Emit...)
   std::string_view plan;      // the planner rule (core/planner.h)
   std::string_view cpp;       // the C++ client's spelling, e.g. "x.silu()"
   std::string_view python;    // the Python client's, e.g. "F.silu(x)"

@@ -4,13 +4,13 @@
 // the parameter's device. A parameter whose grad is None is skipped.
 #include <cmath>
 
+#include "core/executor.h"
 #include "core/grad_math.h"
-#include "core/runtime_impl.h"
 
 namespace tensord::core {
 
-absl::Status Runtime::Impl::OptimizerStep(const OpSpec& op,
-                                          std::span<const Value> in) {
+absl::Status Executor::OptimizerStep(const OpSpec& op,
+                                     std::span<const Value> in) {
   const OptimizerArgs& a = op.optimizer;
   const size_t k = static_cast<size_t>(OptimizerStateCount(a));
   const size_t n = in.size() / (k + 1);

@@ -193,14 +193,6 @@ absl::StatusOr<DeviceSlot*> Runtime::Impl::FindSlot(
       " not found; available devices: ", absl::StrJoin(names, ", ")));
 }
 
-DeviceSlot& Runtime::Impl::SlotOf(const Device* device) const {
-  for (const auto& slot : slots_) {
-    if (slot->device.get() == device) return *slot;
-  }
-  // Every stored tensor's device is one of ours.
-  std::abort();
-}
-
 absl::StatusOr<TensorMeta> Runtime::Impl::Register(
     std::string_view session, DeviceSlot& slot, DType dtype, Shape shape,
     uint64_t nbytes, std::shared_ptr<Buffer> buffer, std::string_view tag) {
@@ -231,26 +223,6 @@ SessionCloseStats Runtime::Impl::Forget(std::vector<HandleEntry> entries) {
     stats.released_bytes += e.tensor->nbytes;
   }
   return stats;  // `entries` goes now, freeing what no reader holds
-}
-
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::AllocateOutput(
-    DeviceSlot& slot, DType dtype, Shape shape) {
-  Output out;
-  ASSIGN_OR_RETURN(out.nbytes, shape.ByteSize(dtype));
-  ASSIGN_OR_RETURN(Admission admission, Admit(slot, out.nbytes));
-  ASSIGN_OR_RETURN(out.buffer, Allocate(std::move(admission)));
-  out.shape = std::move(shape);
-  out.dtype = dtype;
-  return out;
-}
-
-absl::StatusOr<TensorRef> Runtime::Impl::AsDType(DeviceSlot& slot,
-                                                 const StoredTensor& t,
-                                                 DType dtype, Output& temp) {
-  if (t.dtype == dtype) return RefOf(t);
-  ASSIGN_OR_RETURN(temp, AllocateOutput(slot, dtype, t.shape));
-  RETURN_IF_ERROR(slot.device->Launch({CastArgs{}, {RefOf(t)}, temp.ref()}));
-  return temp.ref();
 }
 
 // --- Runtime -----------------------------------------------------------------

@@ -496,7 +496,7 @@ absl::StatusOr<TensorMeta> Runtime::To(std::string_view session,
   OpSpec move;
   move.kind = OpSpec::Kind::kMoveTo;
   const Impl::Value in[] = {Impl::Value{src.tensor, src}};
-  impl_->RecordGrad(move, in, moved, nullptr);
+  impl_->executor().RecordGrad(move, in, moved, nullptr);
   return impl_->Register(session, std::move(moved), src.tag);
 }
 

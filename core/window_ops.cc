@@ -6,9 +6,9 @@
 // pooling ops one reduction over each window's kh*kw column entries. The
 // products come out channel-major ([oc, n, oh*ow]) and are permuted to
 // [n, oc, oh, ow] unless n == 1, when they already are.
+#include "core/executor.h"
 #include "core/grad_math.h"
 #include "core/op_plan.h"
-#include "core/runtime_impl.h"
 #include "core/window_plan.h"
 
 namespace tensord::core {
@@ -41,9 +41,10 @@ uint64_t NegativeInfinityBits(DType dtype) {
 
 }  // namespace
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::Conv2dOut(
-    const StoredTensor& x, const StoredTensor& weight, const StoredTensor* bias,
-    const WindowArgs& args) {
+absl::StatusOr<Executor::Output> Executor::Conv2dOut(const StoredTensor& x,
+                                                     const StoredTensor& weight,
+                                                     const StoredTensor* bias,
+                                                     const WindowArgs& args) {
   std::optional<OperandDesc> bias_desc;
   if (bias != nullptr) bias_desc.emplace(OperandDesc{bias->dtype, bias->shape});
   ASSIGN_OR_RETURN(
@@ -54,9 +55,10 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::Conv2dOut(
   return Conv2dOut(plan, x, weight, bias);
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::Conv2dOut(
-    const Conv2dPlan& plan, const StoredTensor& x, const StoredTensor& weight,
-    const StoredTensor* bias) {
+absl::StatusOr<Executor::Output> Executor::Conv2dOut(const Conv2dPlan& plan,
+                                                     const StoredTensor& x,
+                                                     const StoredTensor& weight,
+                                                     const StoredTensor* bias) {
   DeviceSlot& slot = SlotOf(x.device);
   Device& device = *x.device;
   const WindowDims& win = plan.window;
@@ -105,16 +107,18 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::Conv2dOut(
   return out;
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::Pool2dOut(
-    PoolKind kind, const StoredTensor& x, const WindowArgs& args) {
+absl::StatusOr<Executor::Output> Executor::Pool2dOut(PoolKind kind,
+                                                     const StoredTensor& x,
+                                                     const WindowArgs& args) {
   ASSIGN_OR_RETURN(Pool2dPlan plan, PlanPool2d(kind, x.dtype, x.shape, args,
                                                TargetOf(*x.device)));
   return Pool2dOut(plan, kind, x, args);
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::Pool2dOut(
-    const Pool2dPlan& plan, PoolKind kind, const StoredTensor& x,
-    const WindowArgs& args) {
+absl::StatusOr<Executor::Output> Executor::Pool2dOut(const Pool2dPlan& plan,
+                                                     PoolKind kind,
+                                                     const StoredTensor& x,
+                                                     const WindowArgs& args) {
   DeviceSlot& slot = SlotOf(x.device);
   Device& device = *x.device;
   const WindowDims& win = plan.window;
@@ -160,8 +164,9 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::Pool2dOut(
   return out;
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::WindowCounts(
-    DeviceSlot& slot, const WindowDims& win, DType dtype) {
+absl::StatusOr<Executor::Output> Executor::WindowCounts(DeviceSlot& slot,
+                                                        const WindowDims& win,
+                                                        DType dtype) {
   // Each window's count of elements inside the input: the sum of the ones
   // the same window sees in an all-ones plane.
   Device& device = *slot.device;
@@ -189,7 +194,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::WindowCounts(
   return count;
 }
 
-absl::StatusOr<Runtime::Impl::TensorPtr> Runtime::Impl::AveragingMatrix(
+absl::StatusOr<Executor::TensorPtr> Executor::AveragingMatrix(
     DeviceSlot& slot, int64_t out, int64_t in, bool transposed, DType dtype) {
   // Built in float64 on the host, cast on the device.
   std::vector<double> m(static_cast<size_t>(out * in), 0.0);
@@ -211,7 +216,7 @@ absl::StatusOr<Runtime::Impl::TensorPtr> Runtime::Impl::AveragingMatrix(
   return Stored(slot, std::move(narrow));
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::AdaptiveAvgPool2dOut(
+absl::StatusOr<Executor::Output> Executor::AdaptiveAvgPool2dOut(
     const StoredTensor& x, const std::vector<int64_t>& output_size) {
   ASSIGN_OR_RETURN(AdaptivePoolPlan plan,
                    PlanAdaptiveAvgPool2d(x.dtype, x.shape, output_size,
@@ -219,7 +224,7 @@ absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::AdaptiveAvgPool2dOut(
   return AdaptiveAvgPool2dOut(std::move(plan), x);
 }
 
-absl::StatusOr<Runtime::Impl::Output> Runtime::Impl::AdaptiveAvgPool2dOut(
+absl::StatusOr<Executor::Output> Executor::AdaptiveAvgPool2dOut(
     AdaptivePoolPlan plan, const StoredTensor& x) {
   DeviceSlot& slot = SlotOf(x.device);
   if (plan.out.NumElements() == 0) {
@@ -248,7 +253,7 @@ namespace {
 using TensorPtr = std::shared_ptr<const StoredTensor>;
 
 // g [n, ch, oh, ow] (or [ch, oh, ow]) read as [ch, n * oh * ow]. (Math is
-// Runtime::Impl::GradMath, deduced: the Impl is private to the Runtime.)
+// Executor::GradMath, deduced.)
 template <typename Math>
 absl::StatusOr<TensorPtr> ChannelMajor(Math& m, const TensorPtr& g,
                                        const WindowDims& win,
@@ -275,8 +280,8 @@ absl::StatusOr<TensorPtr> FoldColumns(Math& m, const TensorPtr& cols,
 }
 
 }  // namespace
-absl::StatusOr<std::vector<Runtime::Impl::TensorPtr>>
-Runtime::Impl::Conv2dGrads(const GradNode& node, const TensorPtr& g) {
+absl::StatusOr<std::vector<Executor::TensorPtr>> Executor::Conv2dGrads(
+    const GradNode& node, const TensorPtr& g) {
   const TensorPtr& x = node.inputs[0].data;
   const TensorPtr& w = node.inputs[1].data;
   const bool with_bias = node.inputs.size() > 2;
@@ -341,8 +346,8 @@ Runtime::Impl::Conv2dGrads(const GradNode& node, const TensorPtr& g) {
   return out;
 }
 
-absl::StatusOr<std::vector<Runtime::Impl::TensorPtr>>
-Runtime::Impl::Pool2dGrads(const GradNode& node, const TensorPtr& g) {
+absl::StatusOr<std::vector<Executor::TensorPtr>> Executor::Pool2dGrads(
+    const GradNode& node, const TensorPtr& g) {
   const TensorPtr& x = node.inputs[0].data;
   GradMath m(*this, g->device);
   std::vector<TensorPtr> out(1);
