@@ -52,13 +52,78 @@ std::string NewInstanceId() {
 
 }  // namespace
 
+// The unary RPCs: each method's name and its adapter over its typed
+// handler (Mutating: the release list and the request-id dedupe).
+const TensorServiceImpl::UnaryRpc TensorServiceImpl::kUnaryRpcs[] = {
+    {"ListDevices",
+     &TensorServiceImpl::UnaryOf<&TensorServiceImpl::ListDevicesImpl>},
+    {"OpenSession",
+     &TensorServiceImpl::UnaryOf<&TensorServiceImpl::OpenSessionImpl>},
+    {"GetLimits",
+     &TensorServiceImpl::UnaryOf<&TensorServiceImpl::GetLimitsImpl>},
+    {"KeepAlive",
+     &TensorServiceImpl::UnaryOf<&TensorServiceImpl::KeepAliveImpl>},
+    {"CloseSession",
+     &TensorServiceImpl::UnaryOf<&TensorServiceImpl::CloseSessionImpl>},
+    {"Create", &TensorServiceImpl::MutatingOf<&TensorServiceImpl::CreateImpl>},
+    {"To", &TensorServiceImpl::MutatingOf<&TensorServiceImpl::ToImpl>},
+    {"Binary", &TensorServiceImpl::MutatingOf<&TensorServiceImpl::BinaryImpl>},
+    {"MatMul", &TensorServiceImpl::MutatingOf<&TensorServiceImpl::MatMulImpl>},
+    {"Run", &TensorServiceImpl::MutatingOf<&TensorServiceImpl::RunImpl>},
+    {"Execute",
+     &TensorServiceImpl::MutatingOf<&TensorServiceImpl::ExecuteImpl>},
+    {"Read", &TensorServiceImpl::UnaryOf<&TensorServiceImpl::ReadImpl>},
+    {"Release",
+     &TensorServiceImpl::MutatingOf<&TensorServiceImpl::ReleaseImpl>},
+    {"GetTensor",
+     &TensorServiceImpl::UnaryOf<&TensorServiceImpl::GetTensorImpl>},
+    {"ListTensors",
+     &TensorServiceImpl::UnaryOf<&TensorServiceImpl::ListTensorsImpl>},
+    {"ListSessions",
+     &TensorServiceImpl::UnaryOf<&TensorServiceImpl::ListSessionsImpl>},
+    {"ListAllTensors",
+     &TensorServiceImpl::UnaryOf<&TensorServiceImpl::ListAllTensorsImpl>},
+    {"GetStats", &TensorServiceImpl::UnaryOf<&TensorServiceImpl::GetStatsImpl>},
+    {"RegisterSharedMemory", &TensorServiceImpl::MutatingOf<
+                                 &TensorServiceImpl::RegisterSharedMemoryImpl>},
+    {"UnregisterSharedMemory",
+     &TensorServiceImpl::MutatingOf<
+         &TensorServiceImpl::UnregisterSharedMemoryImpl>},
+    {"UploadFromSharedMemory",
+     &TensorServiceImpl::MutatingOf<
+         &TensorServiceImpl::UploadFromSharedMemoryImpl>},
+    {"FetchToSharedMemory",
+     &TensorServiceImpl::UnaryOf<&TensorServiceImpl::FetchToSharedMemoryImpl>},
+    {"GrantTransfer",
+     &TensorServiceImpl::MutatingOf<&TensorServiceImpl::GrantTransferImpl>},
+    {"Import", &TensorServiceImpl::MutatingOf<&TensorServiceImpl::ImportImpl>},
+};
+
 TensorServiceImpl::TensorServiceImpl(core::Runtime* runtime, Metrics* metrics,
                                      const TokenAuthenticator* auth)
     : runtime_(runtime),
       metrics_(metrics),
       refusal_log_(metrics),
       auth_(auth),
-      instance_id_(NewInstanceId()) {}
+      instance_id_(NewInstanceId()) {
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          v1::TensorService::service_full_name());
+  for (const UnaryRpc& rpc : kUnaryRpcs) {
+    // gRPC numbers a service's methods in the proto's order.
+    const google::protobuf::MethodDescriptor* method =
+        service->FindMethodByName(rpc.method);
+    if (method == nullptr) std::abort();  // a row names no method
+    MarkMethodRawCallback(
+        method->index(),
+        new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer,
+                                                 grpc::ByteBuffer>(
+            [this, &rpc](grpc::CallbackServerContext* ctx,
+                         const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
+              return (this->*rpc.serve)(ctx, rpc.method, req, resp);
+            }));
+  }
+}
 
 absl::Status TensorServiceImpl::CheckServing(
     const grpc::CallbackServerContext* ctx) const {
@@ -189,140 +254,6 @@ template absl::Status TensorServiceImpl::ReleaseListed(
     const v1::RunRequest& req);
 template absl::Status TensorServiceImpl::ReleaseListed(
     const v1::ReleaseRequest& req);
-
-// The unary RPCs: each one line through the adapter to its typed handler.
-grpc::ServerUnaryReactor* TensorServiceImpl::ListDevices(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Unary(ctx, "ListDevices", req, resp,
-               &TensorServiceImpl::ListDevicesImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::OpenSession(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Unary(ctx, "OpenSession", req, resp,
-               &TensorServiceImpl::OpenSessionImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::GetLimits(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Unary(ctx, "GetLimits", req, resp, &TensorServiceImpl::GetLimitsImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::KeepAlive(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Unary(ctx, "KeepAlive", req, resp, &TensorServiceImpl::KeepAliveImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::CloseSession(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Unary(ctx, "CloseSession", req, resp,
-               &TensorServiceImpl::CloseSessionImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::Create(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Mutating(ctx, "Create", req, resp, &TensorServiceImpl::CreateImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::To(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Mutating(ctx, "To", req, resp, &TensorServiceImpl::ToImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::Binary(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Mutating(ctx, "Binary", req, resp, &TensorServiceImpl::BinaryImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::MatMul(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Mutating(ctx, "MatMul", req, resp, &TensorServiceImpl::MatMulImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::Run(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Mutating(ctx, "Run", req, resp, &TensorServiceImpl::RunImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::Execute(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Mutating(ctx, "Execute", req, resp, &TensorServiceImpl::ExecuteImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::Read(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Unary(ctx, "Read", req, resp, &TensorServiceImpl::ReadImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::Release(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Mutating(ctx, "Release", req, resp, &TensorServiceImpl::ReleaseImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::GetTensor(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Unary(ctx, "GetTensor", req, resp, &TensorServiceImpl::GetTensorImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::ListTensors(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Unary(ctx, "ListTensors", req, resp,
-               &TensorServiceImpl::ListTensorsImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::ListSessions(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Unary(ctx, "ListSessions", req, resp,
-               &TensorServiceImpl::ListSessionsImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::ListAllTensors(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Unary(ctx, "ListAllTensors", req, resp,
-               &TensorServiceImpl::ListAllTensorsImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::GetStats(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Unary(ctx, "GetStats", req, resp, &TensorServiceImpl::GetStatsImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::RegisterSharedMemory(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Mutating(ctx, "RegisterSharedMemory", req, resp,
-                  &TensorServiceImpl::RegisterSharedMemoryImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::UnregisterSharedMemory(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Mutating(ctx, "UnregisterSharedMemory", req, resp,
-                  &TensorServiceImpl::UnregisterSharedMemoryImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::UploadFromSharedMemory(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Mutating(ctx, "UploadFromSharedMemory", req, resp,
-                  &TensorServiceImpl::UploadFromSharedMemoryImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::FetchToSharedMemory(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Unary(ctx, "FetchToSharedMemory", req, resp,
-               &TensorServiceImpl::FetchToSharedMemoryImpl);
-}
-
-grpc::ServerUnaryReactor* TensorServiceImpl::GrantTransfer(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Mutating(ctx, "GrantTransfer", req, resp,
-                  &TensorServiceImpl::GrantTransferImpl);
-}
-grpc::ServerUnaryReactor* TensorServiceImpl::Import(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-    grpc::ByteBuffer* resp) {
-  return Mutating(ctx, "Import", req, resp, &TensorServiceImpl::ImportImpl);
-}
 
 absl::Status TensorServiceImpl::CheckTransfers() const {
   if (transfers_ != nullptr) return absl::OkStatus();

@@ -73,43 +73,20 @@ struct Nest<Base, First, Rest...> {
 // malformed one is INVALID_ARGUMENT naming the problem (gRPC's own parsing
 // answers UNIMPLEMENTED with an empty message, before the service runs).
 // Upload's and Fetch's bulk payload is read from and written into gRPC's
-// slices in place (proto/wire/bulk.h); each unary method goes through one
-// adapter (Unary, Mutating) to a typed handler. A new unary RPC: a line
-// here, its raw override (defined in one line through the adapter), and its
-// typed handler. The wrappers sit on the plain Service, not CallbackService:
-// no typed callback method is left for a raw one to hide, nor to override
-// by mistake (a typed callback override does not compile; a method missing
-// here stays a synchronous UNIMPLEMENTED one). A listed method without an
-// override answers UNIMPLEMENTED.
-using TensorServiceBase = internal::Nest<
-    v1::TensorService::Service,
-    v1::TensorService::WithRawCallbackMethod_ListDevices,
-    v1::TensorService::WithRawCallbackMethod_GetLimits,
-    v1::TensorService::WithRawCallbackMethod_OpenSession,
-    v1::TensorService::WithRawCallbackMethod_CloseSession,
-    v1::TensorService::WithRawCallbackMethod_KeepAlive,
-    v1::TensorService::WithRawCallbackMethod_Create,
-    v1::TensorService::WithRawCallbackMethod_Upload,
-    v1::TensorService::WithRawCallbackMethod_To,
-    v1::TensorService::WithRawCallbackMethod_Binary,
-    v1::TensorService::WithRawCallbackMethod_MatMul,
-    v1::TensorService::WithRawCallbackMethod_Run,
-    v1::TensorService::WithRawCallbackMethod_Execute,
-    v1::TensorService::WithRawCallbackMethod_Fetch,
-    v1::TensorService::WithRawCallbackMethod_Read,
-    v1::TensorService::WithRawCallbackMethod_Release,
-    v1::TensorService::WithRawCallbackMethod_GetTensor,
-    v1::TensorService::WithRawCallbackMethod_ListTensors,
-    v1::TensorService::WithRawCallbackMethod_ListSessions,
-    v1::TensorService::WithRawCallbackMethod_ListAllTensors,
-    v1::TensorService::WithRawCallbackMethod_GetStats,
-    v1::TensorService::WithRawCallbackMethod_RegisterSharedMemory,
-    v1::TensorService::WithRawCallbackMethod_UnregisterSharedMemory,
-    v1::TensorService::WithRawCallbackMethod_UploadFromSharedMemory,
-    v1::TensorService::WithRawCallbackMethod_FetchToSharedMemory,
-    v1::TensorService::WithRawCallbackMethod_GrantTransfer,
-    v1::TensorService::WithRawCallbackMethod_Import,
-    v1::TensorService::WithRawCallbackMethod_Stream>::type;
+// slices in place (proto/wire/bulk.h). The unary methods are one table
+// (kUnaryRpcs in grpc_service.cc: each method's name and its adapter, Unary
+// or Mutating, over its typed handler), which the constructor registers as
+// raw callback methods: a new unary RPC is a row there and its typed
+// handler. The streaming methods are the wrappers below. They sit on the
+// plain Service, not CallbackService: no typed callback method is left for
+// a raw one to hide. A method in neither stays a synchronous
+// UNIMPLEMENTED one, which MalformedRequestTest's
+// EveryUnaryRpcAnswersEachKindWithInvalidArgument fails on.
+using TensorServiceBase =
+    internal::Nest<v1::TensorService::Service,
+                   v1::TensorService::WithRawCallbackMethod_Upload,
+                   v1::TensorService::WithRawCallbackMethod_Fetch,
+                   v1::TensorService::WithRawCallbackMethod_Stream>::type;
 
 class TensorServiceImpl final : public TensorServiceBase {
  public:
@@ -140,105 +117,6 @@ class TensorServiceImpl final : public TensorServiceBase {
   // Every limit a client may plan by (GetLimits, OpenSession's reply).
   v1::Limits Limits() const;
 
-  // The unary RPCs, raw: `req` holds the serialized request of the method's
-  // request type, `resp` gets the serialized reply (see the handlers below).
-  using TensorServiceBase::ListDevices;
-  grpc::ServerUnaryReactor* ListDevices(grpc::CallbackServerContext* ctx,
-                                        const grpc::ByteBuffer* req,
-                                        grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::GetLimits;
-  grpc::ServerUnaryReactor* GetLimits(grpc::CallbackServerContext* ctx,
-                                      const grpc::ByteBuffer* req,
-                                      grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::OpenSession;
-  grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* ctx,
-                                        const grpc::ByteBuffer* req,
-                                        grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::CloseSession;
-  grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* ctx,
-                                         const grpc::ByteBuffer* req,
-                                         grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::KeepAlive;
-  grpc::ServerUnaryReactor* KeepAlive(grpc::CallbackServerContext* ctx,
-                                      const grpc::ByteBuffer* req,
-                                      grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::Create;
-  grpc::ServerUnaryReactor* Create(grpc::CallbackServerContext* ctx,
-                                   const grpc::ByteBuffer* req,
-                                   grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::To;
-  grpc::ServerUnaryReactor* To(grpc::CallbackServerContext* ctx,
-                               const grpc::ByteBuffer* req,
-                               grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::Binary;
-  grpc::ServerUnaryReactor* Binary(grpc::CallbackServerContext* ctx,
-                                   const grpc::ByteBuffer* req,
-                                   grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::MatMul;
-  grpc::ServerUnaryReactor* MatMul(grpc::CallbackServerContext* ctx,
-                                   const grpc::ByteBuffer* req,
-                                   grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::Run;
-  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* ctx,
-                                const grpc::ByteBuffer* req,
-                                grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::Execute;
-  grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* ctx,
-                                    const grpc::ByteBuffer* req,
-                                    grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::Read;
-  grpc::ServerUnaryReactor* Read(grpc::CallbackServerContext* ctx,
-                                 const grpc::ByteBuffer* req,
-                                 grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::Release;
-  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx,
-                                    const grpc::ByteBuffer* req,
-                                    grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::GetTensor;
-  grpc::ServerUnaryReactor* GetTensor(grpc::CallbackServerContext* ctx,
-                                      const grpc::ByteBuffer* req,
-                                      grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::ListTensors;
-  grpc::ServerUnaryReactor* ListTensors(grpc::CallbackServerContext* ctx,
-                                        const grpc::ByteBuffer* req,
-                                        grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::ListSessions;
-  grpc::ServerUnaryReactor* ListSessions(grpc::CallbackServerContext* ctx,
-                                         const grpc::ByteBuffer* req,
-                                         grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::ListAllTensors;
-  grpc::ServerUnaryReactor* ListAllTensors(grpc::CallbackServerContext* ctx,
-                                           const grpc::ByteBuffer* req,
-                                           grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::GetStats;
-  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx,
-                                     const grpc::ByteBuffer* req,
-                                     grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::RegisterSharedMemory;
-  grpc::ServerUnaryReactor* RegisterSharedMemory(
-      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-      grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::UnregisterSharedMemory;
-  grpc::ServerUnaryReactor* UnregisterSharedMemory(
-      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-      grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::UploadFromSharedMemory;
-  grpc::ServerUnaryReactor* UploadFromSharedMemory(
-      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-      grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::FetchToSharedMemory;
-  grpc::ServerUnaryReactor* FetchToSharedMemory(
-      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-      grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::GrantTransfer;
-  grpc::ServerUnaryReactor* GrantTransfer(grpc::CallbackServerContext* ctx,
-                                          const grpc::ByteBuffer* req,
-                                          grpc::ByteBuffer* resp) override;
-  using TensorServiceBase::Import;
-  grpc::ServerUnaryReactor* Import(grpc::CallbackServerContext* ctx,
-                                   const grpc::ByteBuffer* req,
-                                   grpc::ByteBuffer* resp) override;
-
   // Moves between nodes (server/node_transfers.h; borrowed, set before
   // serving). nullptr: GrantTransfer and Import are FAILED_PRECONDITION.
   void set_node_transfers(NodeTransfers* transfers) { transfers_ = transfers; }
@@ -260,6 +138,32 @@ class TensorServiceImpl final : public TensorServiceBase {
       grpc::CallbackServerContext* ctx) override;
 
  private:
+  // One row of the unary RPC table: the method's name in tensord.proto and
+  // what serves it (UnaryOf or MutatingOf over its typed handler).
+  using RawUnary = grpc::ServerUnaryReactor* (
+      TensorServiceImpl::*)(grpc::CallbackServerContext* ctx,
+                            const char* method, const grpc::ByteBuffer* raw_req,
+                            grpc::ByteBuffer* raw_resp);
+  struct UnaryRpc {
+    const char* method;
+    RawUnary serve;
+  };
+  static const UnaryRpc kUnaryRpcs[];
+  template <auto handler>
+  grpc::ServerUnaryReactor* UnaryOf(grpc::CallbackServerContext* ctx,
+                                    const char* method,
+                                    const grpc::ByteBuffer* raw_req,
+                                    grpc::ByteBuffer* raw_resp) {
+    return Unary(ctx, method, raw_req, raw_resp, handler);
+  }
+  template <auto handler>
+  grpc::ServerUnaryReactor* MutatingOf(grpc::CallbackServerContext* ctx,
+                                       const char* method,
+                                       const grpc::ByteBuffer* raw_req,
+                                       grpc::ByteBuffer* raw_resp) {
+    return Mutating(ctx, method, raw_req, raw_resp, handler);
+  }
+
   // A typed handler: validates `req`, calls the Runtime, fills `resp`.
   template <typename Req, typename Resp>
   using Handler = absl::Status (TensorServiceImpl::*)(
