@@ -1,6 +1,7 @@
 #include "server/grpc_rpc.h"
 
 #include <google/protobuf/descriptor.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
 #include <string>
@@ -9,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/error_kind.h"
 #include "proto/wire/parse_error.h"
-#include "server/grpc_service.h"
 #include "server/grpc_status.h"
 #include "server/metrics.h"
 
@@ -51,7 +51,7 @@ absl::Status SerializeReply(const google::protobuf::Message& resp,
                    " reply does not serialize: ", status.error_message()));
 }
 
-RpcScope::RpcScope(TensorServiceImpl* service, grpc::CallbackServerContext* ctx,
+RpcScope::RpcScope(RpcHost* service, grpc::CallbackServerContext* ctx,
                    const char* method)
     : service_(service),
       ctx_(ctx),
@@ -59,15 +59,15 @@ RpcScope::RpcScope(TensorServiceImpl* service, grpc::CallbackServerContext* ctx,
       method_(method),
       request_id_(service->NextRequestId()),
       start_(std::chrono::steady_clock::now()) {
-  service_->in_flight_.fetch_add(1);
-  ctx->AddTrailingMetadata(kInstanceMetadataKey, service_->instance_id_);
+  service_->in_flight_count().fetch_add(1);
+  ctx->AddTrailingMetadata(kInstanceMetadataKey, service_->instance_id());
 }
 
-RpcScope::~RpcScope() { service_->in_flight_.fetch_sub(1); }
+RpcScope::~RpcScope() { service_->in_flight_count().fetch_sub(1); }
 
 grpc::Status RpcScope::Finish(const absl::Status& status) {
   grpc::Status mapped = FinishRpc(method_, request_id_, status);
-  service_->refusal_log_.Note(status, peer_, session_prefix_, method_);
+  service_->refusal_log()->Note(status, peer_, session_prefix_, method_);
   if (const core::ErrorKind kind = core::ErrorKindOf(status);
       kind != core::ErrorKind::kRuntimeError) {
     ctx_->AddTrailingMetadata(kErrorKindMetadataKey,
@@ -76,7 +76,7 @@ grpc::Status RpcScope::Finish(const absl::Status& status) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
           .count();
-  service_->metrics_->RecordRpc(
+  service_->metrics()->RecordRpc(
       method_, absl::StatusCodeToString(status.code()), seconds);
   return mapped;
 }

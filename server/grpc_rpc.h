@@ -9,14 +9,32 @@
 #include <google/protobuf/message.h>
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
+#include "server/metrics.h"
+#include "server/refusal_log.h"
 
 namespace tensord::server {
 
-class TensorServiceImpl;
+// What an RpcScope counts on (TensorServiceImpl is one): request ids, the
+// in-flight count, the instance id every reply carries, the refusal log
+// and the metrics.
+class RpcHost {
+ public:
+  virtual ~RpcHost() = default;
+  virtual uint64_t NextRequestId() = 0;
+  virtual std::atomic<int64_t>& in_flight_count() = 0;
+  virtual const std::string& instance_id() const = 0;
+  virtual RefusalLog* refusal_log() = 0;
+  virtual Metrics* metrics() = 0;
+};
+
+// The server instance id's metadata key, on every reply (trailing).
+inline constexpr char kInstanceMetadataKey[] = "tensord-instance";
 
 // Trailing metadata naming PyTorch's exception class for a failed call
 // ("IndexError", "ValueError", "TypeError"); absent for RuntimeError.
@@ -39,7 +57,7 @@ absl::Status SerializeReply(const google::protobuf::Message& resp,
 class RpcScope {
  public:
   // `service` is borrowed and outlives the scope.
-  RpcScope(TensorServiceImpl* service, grpc::CallbackServerContext* ctx,
+  RpcScope(RpcHost* service, grpc::CallbackServerContext* ctx,
            const char* method);
   ~RpcScope();
   RpcScope(const RpcScope&) = delete;
@@ -60,7 +78,7 @@ class RpcScope {
   }
 
  private:
-  TensorServiceImpl* service_;        // borrowed
+  RpcHost* service_;                  // borrowed
   grpc::CallbackServerContext* ctx_;  // borrowed: the RPC's
   const std::string peer_;
   std::string session_prefix_;

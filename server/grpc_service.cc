@@ -54,6 +54,11 @@ std::string NewInstanceId() {
 
 // The unary RPCs: each method's name and its adapter over its typed
 // handler (Mutating: the release list and the request-id dedupe).
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+TensorServiceImpl::Stream(grpc::CallbackServerContext* ctx) {
+  return NewStreamReactor(this, ctx);
+}
+
 const TensorServiceImpl::UnaryRpc TensorServiceImpl::kUnaryRpcs[] = {
     {"ListDevices",
      &TensorServiceImpl::UnaryOf<&TensorServiceImpl::ListDevicesImpl>},

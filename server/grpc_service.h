@@ -42,16 +42,11 @@ inline constexpr uint32_t kMaxFetchChunkBytes = (4 << 20) - (64 << 10);
 // The most handles one request's `release` list may name
 // (Limits.max_release_handles).
 inline constexpr uint32_t kMaxReleaseHandles = 1024;
-// Commands in one StreamRequest, and replies a session's stream keeps for
-// a client that has not acknowledged them (Limits.max_stream_commands,
-// max_stream_unacknowledged).
-inline constexpr uint32_t kMaxStreamCommands = 1024;
-inline constexpr uint32_t kMaxStreamUnacknowledged = 16384;
 // gRPC's default receive limit, which every reply fits.
 inline constexpr uint64_t kDefaultClientReceiveBytes = 4 << 20;
-// Metadata keys: the server instance id on every reply (trailing), and the
-// client's request id on mutating calls (see tensord.proto).
-inline constexpr char kInstanceMetadataKey[] = "tensord-instance";
+// Metadata keys: the client's request id on mutating calls (see
+// tensord.proto); the server instance id's, on every reply, is
+// server/grpc_rpc.h's kInstanceMetadataKey.
 inline constexpr char kRequestIdMetadataKey[] = "tensord-request-id";
 inline constexpr uint64_t kDefaultMaxInlineBytes = 4 << 20;
 
@@ -88,7 +83,7 @@ using TensorServiceBase =
                    v1::TensorService::WithRawCallbackMethod_Fetch,
                    v1::TensorService::WithRawCallbackMethod_Stream>::type;
 
-class TensorServiceImpl final : public TensorServiceBase {
+class TensorServiceImpl final : public TensorServiceBase, public StreamService {
  public:
   // `runtime`, `metrics` and `auth` (nullptr: no authentication) are
   // borrowed and must outlive the service.
@@ -106,9 +101,9 @@ class TensorServiceImpl final : public TensorServiceBase {
   int64_t in_flight() const { return in_flight_.load(); }
   // Where refusals are counted and logged (server/refusal_log.h); the
   // node service's PullChunk notes its own there too.
-  RefusalLog* refusal_log() { return &refusal_log_; }
+  RefusalLog* refusal_log() override { return &refusal_log_; }
   // This server instance's id (16 hex digits), sent on every reply.
-  const std::string& instance_id() const { return instance_id_; }
+  const std::string& instance_id() const override { return instance_id_; }
   // Create's inline `data` larger than this is INVALID_ARGUMENT (use
   // Upload). 0 = no limit beyond the message size.
   void set_max_inline_bytes(uint64_t bytes) { max_inline_bytes_ = bytes; }
@@ -291,8 +286,54 @@ class TensorServiceImpl final : public TensorServiceBase {
   absl::Status CheckTransfers() const;
 
   // UNAVAILABLE while draining; UNAUTHENTICATED without a valid token.
-  absl::Status CheckServing(const grpc::CallbackServerContext* ctx) const;
-  uint64_t NextRequestId() { return next_request_id_.fetch_add(1) + 1; }
+  absl::Status CheckServing(
+      const grpc::CallbackServerContext* ctx) const override;
+  // The rest of what the command stream sees (StreamService).
+  bool draining() const override { return draining_.load(); }
+  core::Runtime& runtime() override { return *runtime_; }
+  StreamLogs& stream_logs() override { return stream_logs_; }
+  absl::Status ReleaseListedOf(const v1::CreateRequest& req) override {
+    return ReleaseListed(req);
+  }
+  absl::Status ReleaseListedOf(const v1::ToRequest& req) override {
+    return ReleaseListed(req);
+  }
+  absl::Status ReleaseListedOf(const v1::RunRequest& req) override {
+    return ReleaseListed(req);
+  }
+  absl::Status ReleaseListedOf(const v1::ReleaseRequest& req) override {
+    return ReleaseListed(req);
+  }
+  absl::Status CreateCommand(grpc::CallbackServerContext* ctx,
+                             const v1::CreateRequest& req,
+                             v1::TensorResponse* resp) override {
+    return CreateImpl(ctx, req, resp);
+  }
+  absl::Status ToCommand(grpc::CallbackServerContext* ctx,
+                         const v1::ToRequest& req,
+                         v1::TensorResponse* resp) override {
+    return ToImpl(ctx, req, resp);
+  }
+  absl::Status RunCommand(grpc::CallbackServerContext* ctx,
+                          const v1::RunRequest& req,
+                          v1::TensorResponse* resp) override {
+    return RunImpl(ctx, req, resp);
+  }
+  absl::Status ReadCommand(grpc::CallbackServerContext* ctx,
+                           const v1::ReadRequest& req,
+                           v1::FetchChunk* resp) override {
+    return ReadImpl(ctx, req, resp);
+  }
+  absl::Status ReleaseCommand(grpc::CallbackServerContext* ctx,
+                              const v1::ReleaseRequest& req,
+                              v1::ReleaseResponse* resp) override {
+    return ReleaseImpl(ctx, req, resp);
+  }
+  uint64_t NextRequestId() override {
+    return next_request_id_.fetch_add(1) + 1;
+  }
+  std::atomic<int64_t>& in_flight_count() override { return in_flight_; }
+  Metrics* metrics() override { return metrics_; }
 
   core::Runtime* runtime_;  // borrowed
   Metrics* metrics_;        // borrowed
@@ -309,9 +350,6 @@ class TensorServiceImpl final : public TensorServiceBase {
       std::chrono::steady_clock::now();
   StreamLogs stream_logs_;  // each session's command stream state
 
-  friend class RpcScope;
-  friend class CommandRunner;
-  friend class StreamReactor;
   friend class UploadReactor;
   friend class FetchReactor;
 };

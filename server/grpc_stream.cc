@@ -9,7 +9,6 @@
 #include "core/error_kind.h"
 #include "core/status.h"
 #include "server/grpc_rpc.h"
-#include "server/grpc_service.h"
 #include "server/grpc_status.h"
 
 namespace tensord::server {
@@ -68,11 +67,11 @@ constexpr int kMaxUnsentReplies = 4096;
 class StreamReactor final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  StreamReactor(TensorServiceImpl* service, grpc::CallbackServerContext* ctx)
+  StreamReactor(StreamService* service, grpc::CallbackServerContext* ctx)
       : service_(service), ctx_(ctx), scope_(service, ctx, "Stream") {
     // The instance up front too (with the first reply): a reconnecting
     // client learns at once that the server restarted.
-    ctx->AddInitialMetadata(kInstanceMetadataKey, service_->instance_id_);
+    ctx->AddInitialMetadata(kInstanceMetadataKey, service_->instance_id());
     const absl::Status serving = service_->CheckServing(ctx);
     if (!serving.ok()) {
       End(serving);
@@ -159,16 +158,16 @@ class StreamReactor final
       }
       session_ = request.open().session();
       scope_.set_session(session_);
-      ASSIGN_OR_RETURN(log_, service_->stream_logs_.For(
-                                 *service_->runtime_, session_,
-                                 request.open().stream()));
+      ASSIGN_OR_RETURN(
+          log_, service_->stream_logs().For(service_->runtime(), session_,
+                                            request.open().stream()));
       RETURN_IF_ERROR(log_->Attach(this, request.received_through(), out));
     } else if (request.has_open()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Stream message #", messages_,
           " carries `open`: only the first message may"));
     }
-    if (service_->draining_.load()) {
+    if (service_->draining()) {
       return absl::UnavailableError("server is shutting down");
     }
     if (request.commands_size() > static_cast<int>(kMaxStreamCommands)) {
@@ -180,7 +179,7 @@ class StreamReactor final
     // The message pins the session while its commands run (and renews the
     // lease at both ends); between messages it does not.
     ASSIGN_OR_RETURN(std::unique_ptr<core::Runtime::CallScope> call,
-                     service_->runtime_->BeginCall(session_));
+                     service_->runtime().BeginCall(session_));
     return log_->Run(
         this, request, kMaxStreamUnacknowledged,
         [this](const v1::Command& cmd, const absl::Status* refused) {
@@ -205,7 +204,7 @@ class StreamReactor final
     const std::string method = "Stream/" + CommandName(cmd);
     const grpc::Status mapped =
         FinishRpc(method, scope_.request_id(), status);
-    service_->refusal_log_.Note(status, ctx_->peer(), session_, method);
+    service_->refusal_log()->Note(status, ctx_->peer(), session_, method);
     reply.Clear();
     reply.set_seq(cmd.seq());
     reply.set_code(mapped.error_code());
@@ -216,10 +215,10 @@ class StreamReactor final
 
   // The release list of `cmd`'s request, whatever else becomes of it.
   void ReleaseListedOf(const v1::Command& cmd) {
-    TensorServiceImpl& s = *service_;
+    StreamService& s = *service_;
     auto in_session = [&](auto req) {
       req.set_session(session_);
-      (void)s.ReleaseListed(req);
+      (void)s.ReleaseListedOf(req);
     };
     if (cmd.has_create()) in_session(cmd.create());
     if (cmd.has_to()) in_session(cmd.to());
@@ -227,48 +226,48 @@ class StreamReactor final
   }
 
   absl::Status Execute(const v1::Command& cmd, v1::CommandReply* reply) {
-    TensorServiceImpl& s = *service_;
+    StreamService& s = *service_;
     switch (cmd.kind_case()) {
       case v1::Command::kCreate: {
         v1::CreateRequest req = cmd.create();
         req.set_session(session_);
-        RETURN_IF_ERROR(s.ReleaseListed(req));
+        RETURN_IF_ERROR(s.ReleaseListedOf(req));
         v1::TensorResponse resp;
-        RETURN_IF_ERROR(s.CreateImpl(ctx_, req, &resp));
+        RETURN_IF_ERROR(s.CreateCommand(ctx_, req, &resp));
         return Name(cmd.result(), resp.tensor(), reply);
       }
       case v1::Command::kTo: {
         v1::ToRequest req = cmd.to();
         req.set_session(session_);
         if (cmd.result() != 0) req.set_copy(true);  // a new tensor to name
-        RETURN_IF_ERROR(s.ReleaseListed(req));
+        RETURN_IF_ERROR(s.ReleaseListedOf(req));
         v1::TensorResponse resp;
-        RETURN_IF_ERROR(s.ToImpl(ctx_, req, &resp));
+        RETURN_IF_ERROR(s.ToCommand(ctx_, req, &resp));
         return Name(cmd.result(), resp.tensor(), reply);
       }
       case v1::Command::kRun: {
         v1::RunRequest req = cmd.run();
         req.set_session(session_);
-        RETURN_IF_ERROR(s.ReleaseListed(req));
+        RETURN_IF_ERROR(s.ReleaseListedOf(req));
         if (req.op().has_in_place() && cmd.result() != 0) {
           return absl::InvalidArgumentError(
               "an in-place op's result is its target: leave `result` 0");
         }
         v1::TensorResponse resp;
-        RETURN_IF_ERROR(s.RunImpl(ctx_, req, &resp));
+        RETURN_IF_ERROR(s.RunCommand(ctx_, req, &resp));
         return Name(cmd.result(), resp.tensor(), reply);
       }
       case v1::Command::kRead: {
         v1::ReadRequest req = cmd.read();
         req.set_session(session_);
-        return s.ReadImpl(ctx_, req, reply->mutable_chunk());
+        return s.ReadCommand(ctx_, req, reply->mutable_chunk());
       }
       case v1::Command::kRelease: {
         v1::ReleaseRequest req = cmd.release();
         req.set_session(session_);
-        RETURN_IF_ERROR(s.ReleaseListed(req));
+        RETURN_IF_ERROR(s.ReleaseListedOf(req));
         v1::ReleaseResponse resp;
-        return s.ReleaseImpl(ctx_, req, &resp);
+        return s.ReleaseCommand(ctx_, req, &resp);
       }
       case v1::Command::kSync:
         return absl::OkStatus();
@@ -287,9 +286,9 @@ class StreamReactor final
     *reply->mutable_tensor() = info;
     if (result == 0 || result == info.handle()) return absl::OkStatus();
     const absl::Status renamed =
-        service_->runtime_->RenameHandle(session_, info.handle(), result);
+        service_->runtime().RenameHandle(session_, info.handle(), result);
     if (!renamed.ok()) {
-      (void)service_->runtime_->Release(session_, info.handle());
+      (void)service_->runtime().Release(session_, info.handle());
       return renamed;
     }
     reply->mutable_tensor()->set_handle(result);
@@ -356,7 +355,7 @@ class StreamReactor final
     StartRead(&in_);
   }
 
-  TensorServiceImpl* service_;        // borrowed
+  StreamService* service_;            // borrowed
   grpc::CallbackServerContext* ctx_;  // owned by gRPC
   RpcScope scope_;
   // Touched only by the reading thread (one read at a time).
@@ -510,9 +509,9 @@ void StreamLogs::EndAll(const absl::Status& why) {
   for (const auto& log : logs) log->EndConnection(why);
 }
 
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
-TensorServiceImpl::Stream(grpc::CallbackServerContext* ctx) {
-  return new StreamReactor(this, ctx);
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NewStreamReactor(
+    StreamService* service, grpc::CallbackServerContext* ctx) {
+  return new StreamReactor(service, ctx);
 }
 
 }  // namespace tensord::server

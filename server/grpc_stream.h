@@ -16,6 +16,10 @@
 #ifndef TENSORD_SERVER_GRPC_STREAM_H_
 #define TENSORD_SERVER_GRPC_STREAM_H_
 
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/server_callback.h>
+
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -31,9 +35,17 @@
 #include "absl/synchronization/mutex.h"
 #include "core/runtime.h"
 #include "core/session_bound.h"
+#include "server/grpc_rpc.h"
+#include "server/refusal_log.h"
 #include "tensord/v1/tensord.pb.h"
 
 namespace tensord::server {
+
+// Commands in one StreamRequest, and replies a session's stream keeps for
+// a client that has not acknowledged them (Limits.max_stream_commands,
+// max_stream_unacknowledged).
+inline constexpr uint32_t kMaxStreamCommands = 1024;
+inline constexpr uint32_t kMaxStreamUnacknowledged = 16384;
 
 class StreamReactor;
 
@@ -105,6 +117,47 @@ class StreamLogs {
   absl::flat_hash_map<std::string, std::shared_ptr<StreamLog>> logs_
       ABSL_GUARDED_BY(mu_);
 };
+
+// What the command stream needs of the service, and all it sees of it
+// (server/grpc_service.h's TensorServiceImpl implements it): whether it
+// serves a call, the session's command log, and each command's handler —
+// the unary RPC's own, on a request the stream has filled with its
+// session, after the request's `release` list is honoured.
+class StreamService : public RpcHost {
+ public:
+  // UNAVAILABLE while draining; UNAUTHENTICATED without the credentials.
+  virtual absl::Status CheckServing(
+      const grpc::CallbackServerContext* ctx) const = 0;
+  virtual bool draining() const = 0;
+  virtual core::Runtime& runtime() = 0;
+  virtual StreamLogs& stream_logs() = 0;
+  // Releases what the request's `release` list names (INVALID_ARGUMENT
+  // past Limits.max_release_handles, before anything is released).
+  virtual absl::Status ReleaseListedOf(const v1::CreateRequest& req) = 0;
+  virtual absl::Status ReleaseListedOf(const v1::ToRequest& req) = 0;
+  virtual absl::Status ReleaseListedOf(const v1::RunRequest& req) = 0;
+  virtual absl::Status ReleaseListedOf(const v1::ReleaseRequest& req) = 0;
+  virtual absl::Status CreateCommand(grpc::CallbackServerContext* ctx,
+                                     const v1::CreateRequest& req,
+                                     v1::TensorResponse* resp) = 0;
+  virtual absl::Status ToCommand(grpc::CallbackServerContext* ctx,
+                                 const v1::ToRequest& req,
+                                 v1::TensorResponse* resp) = 0;
+  virtual absl::Status RunCommand(grpc::CallbackServerContext* ctx,
+                                  const v1::RunRequest& req,
+                                  v1::TensorResponse* resp) = 0;
+  virtual absl::Status ReadCommand(grpc::CallbackServerContext* ctx,
+                                   const v1::ReadRequest& req,
+                                   v1::FetchChunk* resp) = 0;
+  virtual absl::Status ReleaseCommand(grpc::CallbackServerContext* ctx,
+                                      const v1::ReleaseRequest& req,
+                                      v1::ReleaseResponse* resp) = 0;
+};
+
+// The Stream RPC's reactor: the session's commands run through `service`
+// (borrowed; it outlives every stream).
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NewStreamReactor(
+    StreamService* service, grpc::CallbackServerContext* ctx);
 
 }  // namespace tensord::server
 
