@@ -147,7 +147,8 @@ absl::StatusOr<Executor::Value> Executor::EmitClamp(const OpSpec& op,
   const StoredTensor* hi =
       max_tensor ? in[min_tensor ? 2 : 1].tensor.get() : nullptr;
   return Made(op, in,
-              ClampOut(*in[0].tensor, op.clamp_min, lo, op.clamp_max, hi));
+              ClampOut(plan.Plan<ClampPlan>(), *in[0].tensor, op.clamp_min, lo,
+                       op.clamp_max, hi));
 }
 
 absl::StatusOr<Executor::Value> Executor::EmitWhere(const OpSpec& op,
@@ -159,9 +160,9 @@ absl::StatusOr<Executor::Value> Executor::EmitWhere(const OpSpec& op,
       op.where_input.kind == Kind::kTensor ? in[next++].tensor.get() : nullptr;
   const StoredTensor* other =
       op.where_other.kind == Kind::kTensor ? in[next++].tensor.get() : nullptr;
-  return Made(
-      op, in,
-      WhereOut(*in[0].tensor, op.where_input, input, op.where_other, other));
+  return Made(op, in,
+              WhereOut(plan.Plan<WherePlan>(), *in[0].tensor, op.where_input,
+                       input, op.where_other, other));
 }
 
 absl::StatusOr<Executor::Value> Executor::EmitPermute(const OpSpec& op,
@@ -178,7 +179,7 @@ absl::StatusOr<Executor::Value> Executor::EmitTranspose(
 absl::StatusOr<Executor::Value> Executor::EmitReshape(const OpSpec& op,
                                                       std::span<const Value> in,
                                                       const OpResult& plan) {
-  return Made(op, in, ReshapeOut(*in[0].tensor, op.dims));
+  return Made(op, in, ReshapeOut(plan.Plan<ReshapePlan>(), *in[0].tensor));
 }
 
 absl::StatusOr<Executor::Value> Executor::EmitSlice(const OpSpec& op,
@@ -190,7 +191,7 @@ absl::StatusOr<Executor::Value> Executor::EmitSlice(const OpSpec& op,
 absl::StatusOr<Executor::Value> Executor::EmitCat(const OpSpec& op,
                                                   std::span<const Value> in,
                                                   const OpResult& plan) {
-  return Made(op, in, CatOut(in, op.dim.value_or(0)));
+  return Made(op, in, CatOut(plan.Plan<CatPlan>(), in));
 }
 
 absl::StatusOr<Executor::Value> Executor::EmitCast(const OpSpec& op,

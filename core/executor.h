@@ -236,6 +236,18 @@ class Executor {
   // or a tensor.
   // where(cond, x, y): x and y each a number or a tensor (as in `x_arg`,
   // `y_arg`); one kernel through Device::Launch.
+  absl::StatusOr<Output> WhereOut(WherePlan plan, const StoredTensor& cond,
+                                  const OpSpec::Bound& x_arg,
+                                  const StoredTensor* x,
+                                  const OpSpec::Bound& y_arg,
+                                  const StoredTensor* y);
+  absl::StatusOr<Output> ClampOut(const ClampPlan& plan, const StoredTensor& x,
+                                  const OpSpec::Bound& min,
+                                  const StoredTensor* min_tensor,
+                                  const OpSpec::Bound& max,
+                                  const StoredTensor* max_tensor);
+  absl::StatusOr<Output> ReshapeOut(ReshapePlan plan, const StoredTensor& x);
+  absl::StatusOr<Output> CatOut(CatPlan plan, std::span<const Value> xs);
   absl::StatusOr<Output> WhereOut(const StoredTensor& cond,
                                   const OpSpec::Bound& x_arg,
                                   const StoredTensor* x,

@@ -342,7 +342,6 @@ absl::StatusOr<Executor::Output> Executor::WhereOut(const StoredTensor& cond,
                                                     const StoredTensor* x,
                                                     const OpSpec::Bound& y_arg,
                                                     const StoredTensor* y) {
-  DeviceSlot& slot = SlotOf(cond.device);
   Device& device = *cond.device;
   const OperandDesc cond_desc{cond.dtype, cond.shape};
   std::optional<OperandDesc> x_desc, y_desc;
@@ -354,6 +353,14 @@ absl::StatusOr<Executor::Output> Executor::WhereOut(const StoredTensor& cond,
                 x == nullptr ? &x_arg.scalar : nullptr,
                 y_desc ? &*y_desc : nullptr,
                 y == nullptr ? &y_arg.scalar : nullptr, TargetOf(device)));
+  return WhereOut(std::move(plan), cond, x_arg, x, y_arg, y);
+}
+
+absl::StatusOr<Executor::Output> Executor::WhereOut(
+    WherePlan plan, const StoredTensor& cond, const OpSpec::Bound& x_arg,
+    const StoredTensor* x, const OpSpec::Bound& y_arg, const StoredTensor* y) {
+  DeviceSlot& slot = SlotOf(cond.device);
+  Device& device = *cond.device;
   // Each branch in the result dtype: a tensor (cast when it differs) or the
   // number as a 0-d tensor, broadcast by the kernel.
   Output x_temp, y_temp;
@@ -389,6 +396,17 @@ absl::StatusOr<Executor::Output> Executor::ClampOut(
   ASSIGN_OR_RETURN(const DType dtype,
                    PlanClamp(OperandDesc{x.dtype, x.shape}, lo ? &*lo : nullptr,
                              lo_number, hi ? &*hi : nullptr, hi_number));
+  return ClampOut(ClampPlan{dtype}, x, min, min_tensor, max, max_tensor);
+}
+
+absl::StatusOr<Executor::Output> Executor::ClampOut(
+    const ClampPlan& plan, const StoredTensor& x, const OpSpec::Bound& min,
+    const StoredTensor* min_tensor, const OpSpec::Bound& max,
+    const StoredTensor* max_tensor) {
+  using Kind = OpSpec::Bound::Kind;
+  const Scalar* lo_number = min.kind == Kind::kScalar ? &min.scalar : nullptr;
+  const Scalar* hi_number = max.kind == Kind::kScalar ? &max.scalar : nullptr;
+  const DType dtype = plan.dtype;
   // x and the tensor bounds in the one result dtype first, so that the two
   // steps below promote nothing (a number never raises it: the result dtype
   // counted it).
@@ -434,8 +452,14 @@ absl::StatusOr<Executor::Output> Executor::PermuteOut(PermutePlan plan,
 absl::StatusOr<Executor::Output> Executor::ReshapeOut(
     const StoredTensor& x, std::span<const int64_t> dims) {
   ASSIGN_OR_RETURN(Shape shape, PlanReshape(x.shape, dims));
+  return ReshapeOut(ReshapePlan{std::move(shape)}, x);
+}
+
+absl::StatusOr<Executor::Output> Executor::ReshapeOut(ReshapePlan plan,
+                                                      const StoredTensor& x) {
   DeviceSlot& slot = SlotOf(x.device);
-  ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, x.dtype, std::move(shape)));
+  ASSIGN_OR_RETURN(Output out,
+                   AllocateOutput(slot, x.dtype, std::move(plan.out)));
   BlockCopy copy;
   copy.row_bytes = static_cast<int64_t>(x.nbytes);
   RETURN_IF_ERROR(x.device->Launch({copy, {RefOf(x)}, out.ref()}));
@@ -475,6 +499,11 @@ absl::StatusOr<Executor::Output> Executor::CatOut(std::span<const Value> xs,
       CatPlan plan,
       PlanCat(descs, dim,
               xs.empty() ? Target{none, ""} : TargetOf(*xs[0].tensor->device)));
+  return CatOut(std::move(plan), xs);
+}
+
+absl::StatusOr<Executor::Output> Executor::CatOut(CatPlan plan,
+                                                  std::span<const Value> xs) {
   const StoredTensor& first = *xs[0].tensor;
   Device& device = *first.device;
   const int rank = first.shape.rank();

@@ -276,7 +276,7 @@ absl::StatusOr<OpResult> PlanClampOp(const OpSpec& op,
   if (op.clamp_max.kind != Bound::Kind::kNone) {
     RETURN_IF_ERROR(step(BinaryOp::kMinimum, hi, hi_number));
   }
-  return Result(dtype, std::move(out));
+  return WithPlan(dtype, std::move(out), ClampPlan{dtype});
 }
 
 absl::StatusOr<OpResult> PlanWhereOp(const OpSpec& op,
@@ -291,7 +291,7 @@ absl::StatusOr<OpResult> PlanWhereOp(const OpSpec& op,
       PlanWhere(Desc(in[0]), x ? &*x : nullptr,
                 x ? nullptr : &op.where_input.scalar, y ? &*y : nullptr,
                 y ? nullptr : &op.where_other.scalar, target));
-  return Result(plan.dtype, std::move(plan.out));
+  return WithPlan(plan.dtype, std::move(plan));
 }
 
 absl::StatusOr<OpResult> PlanReduceOp(const OpSpec& op, const OpInput& x,
@@ -389,7 +389,7 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
     }
     case OpSpec::Kind::kReshape: {
       ASSIGN_OR_RETURN(Shape shape, PlanReshape(x.shape, op.dims));
-      return Result(x.dtype, std::move(shape));
+      return WithPlan(x.dtype, ReshapePlan{std::move(shape)});
     }
     case OpSpec::Kind::kNarrow:
     case OpSpec::Kind::kSelect: {
@@ -402,7 +402,7 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
       for (const OpInput& t : in) descs.push_back(Desc(t));
       ASSIGN_OR_RETURN(CatPlan plan,
                        PlanCat(descs, op.dim.value_or(0), target));
-      return Result(plan.dtype, std::move(plan.out));
+      return WithPlan(plan.dtype, std::move(plan));
     }
     case OpSpec::Kind::kCast:
       RETURN_IF_ERROR(ValidateDType(op.dtype));

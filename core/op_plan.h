@@ -41,18 +41,26 @@ struct OpInput {
   std::string_view device;
 };
 
-// A unary op's plan: the dtype it computes in (and returns).
+// A unary op's plan: the dtype it computes in (and returns); clamp's: the
+// one dtype of its operands and result; reshape's: the result's shape.
 struct UnaryPlan {
   DType dtype = DType::kFloat32;
 };
+struct ClampPlan {
+  DType dtype = DType::kFloat32;
+};
+struct ReshapePlan {
+  Shape out;
+};
 // The plan of the op's family as PlanOp made it, which the executor runs
-// without planning the op again (monostate for the families with nothing
-// to carry: casts, reshapes, cat, where, clamp, dropout, the autograd ops,
-// optimizer steps, in-place ops). Linear carries its product's.
+// without planning the op again (monostate for the ops whose plan is a
+// check only: casts, dropout, the autograd ops, optimizer steps, in-place
+// ops). Linear carries its product's.
 using FamilyPlan =
     std::variant<std::monostate, BinaryPlan, UnaryPlan, MatMulPlan, ReducePlan,
                  SoftmaxPlan, PermutePlan, SlicePlan, Conv2dPlan, Pool2dPlan,
-                 AdaptivePoolPlan, LossPlan, NormPlan>;
+                 AdaptivePoolPlan, LossPlan, NormPlan, WherePlan, ClampPlan,
+                 ReshapePlan, CatPlan>;
 
 struct OpResult {
   DType dtype = DType::kFloat32;

@@ -180,6 +180,7 @@ absl::Status CheckLinearShapes(const Shape& x, const Shape& w) {
 
 absl::StatusOr<CatPlan> PlanCat(std::span<const OperandDesc> xs, int64_t dim,
                                 const Target& target) {
+  CountPlan(Planner::kCat);
   if (xs.empty()) {
     return absl::InvalidArgumentError(
         "torch.cat(): expected a non-empty list of Tensors");
@@ -474,6 +475,7 @@ absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
 absl::StatusOr<WherePlan> PlanWhere(
     const OperandDesc& cond, const OperandDesc* x, const Scalar* x_scalar,
     const OperandDesc* y, const Scalar* y_scalar, const Target& target) {
+  CountPlan(Planner::kWhere);
   if (cond.dtype != DType::kBool) {
     return absl::FailedPreconditionError(absl::StrCat(
         "where expected condition to be a boolean tensor, but got a tensor "
@@ -509,6 +511,7 @@ absl::StatusOr<DType> PlanClamp(const OperandDesc& x, const OperandDesc* min,
                                 const Scalar* min_scalar,
                                 const OperandDesc* max,
                                 const Scalar* max_scalar) {
+  CountPlan(Planner::kClamp);
   if (min == nullptr && min_scalar == nullptr && max == nullptr &&
       max_scalar == nullptr) {
     return absl::InvalidArgumentError(
@@ -669,6 +672,7 @@ absl::StatusOr<PermutePlan> PlanPermute(const Shape& x,
 
 absl::StatusOr<Shape> PlanReshape(const Shape& x,
                                   std::span<const int64_t> dims) {
+  CountPlan(Planner::kReshape);
   const int64_t numel = x.NumElements();
   auto invalid = [&] {
     return absl::InvalidArgumentError(

@@ -100,6 +100,10 @@ enum class Planner {
   kAdaptiveAvgPool2d,
   kLoss,
   kNorm,
+  kWhere,
+  kClamp,
+  kReshape,
+  kCat,
   kCount
 };
 void CountPlan(Planner family);

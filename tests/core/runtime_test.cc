@@ -224,6 +224,16 @@ TEST_F(RuntimeTest, AnExecutePlansEachOpOnce) {
   loss.loss = LossKind::kCrossEntropy;
   OpSpec norm = op(OpSpec::Kind::kNorm, {x.handle});
   norm.train = true;
+  const TensorMeta cond = Make<uint8_t>({2}, {1, 0});
+  OpSpec where = op(OpSpec::Kind::kWhere, {cond.handle, m.handle});
+  where.where_input = OpSpec::Bound{OpSpec::Bound::Kind::kTensor, {}};
+  where.where_other =
+      OpSpec::Bound{OpSpec::Bound::Kind::kScalar, Scalar::Int(0)};
+  OpSpec clamp = op(OpSpec::Kind::kClamp, {x.handle});
+  clamp.clamp_min = OpSpec::Bound{OpSpec::Bound::Kind::kScalar, Scalar::Int(2)};
+  OpSpec reshape = op(OpSpec::Kind::kReshape, {x.handle});
+  reshape.dims = {-1};
+  OpSpec cat = op(OpSpec::Kind::kCat, {x.handle, x.handle});
   const std::vector<std::pair<Planner, std::vector<OpSpec>>> families = {
       {Planner::kBinary, {binary}},
       {Planner::kUnary, {unary}},
@@ -239,6 +249,10 @@ TEST_F(RuntimeTest, AnExecutePlansEachOpOnce) {
       {Planner::kAdaptiveAvgPool2d, {adaptive}},
       {Planner::kLoss, {loss}},
       {Planner::kNorm, {norm}},
+      {Planner::kWhere, {where}},
+      {Planner::kClamp, {clamp}},
+      {Planner::kReshape, {reshape}},
+      {Planner::kCat, {cat}},
   };
   for (const auto& [family, ops] : families) {
     SCOPED_TRACE(::testing::Message()
