@@ -322,15 +322,16 @@ void SmallOps(Transport& t, int iterations, int threads, double seconds,
     const std::vector<Latency> c = MeasureInterleaved(
         std::max(20, iterations / 50),
         {ping, [&] { chain(client); }, [&] { chain(unary); },
-         [&] { chain_batched(unary); }});
+         [&] { chain_batched(unary); }, [&] { chain_batched(client); }});
     const char* names[] = {"client_create_mul_fetch",
                            "client_create_mul_fetch_unary",
                            "client_chain100_fetch",
                            "client_chain100_fetch_unary",
-                           "client_chain100_fetch_batched"};
-    const Latency* got[] = {&e[1], &e[2], &c[1], &c[2], &c[3]};
-    const Latency* floor[] = {&e[0], &e[0], &c[0], &c[0], &c[0]};
-    for (int i = 0; i < 5; ++i) {
+                           "client_chain100_fetch_batched",
+                           "client_chain100_fetch_batched_pipelined"};
+    const Latency* got[] = {&e[1], &e[2], &c[1], &c[2], &c[3], &c[4]};
+    const Latency* floor[] = {&e[0], &e[0], &c[0], &c[0], &c[0], &c[0]};
+    for (int i = 0; i < 6; ++i) {
       rows.push_back({"latency", names[i], t.name, "us", got[i]->p50,
                       got[i]->p99, got[i]->p50 / floor[i]->p50,
                       "bare_unary (same rounds)"});
