@@ -25,7 +25,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "core/device_registry.h"
+#include "core/runtime/device_registry.h"
 #include "server/program_flags.h"
 #include "server/server.h"
 #include "tensord/client.h"

@@ -13,7 +13,7 @@
 #include <string>
 #include <utility>
 
-#include "core/error_kind.h"
+#include "core/base/error_kind.h"
 #include "proto/wire/bulk.h"
 
 namespace tensord::client::internal {

@@ -45,7 +45,7 @@
 #include <vector>
 
 #include "client/command_stream.h"
-#include "core/device.h"
+#include "core/base/device.h"
 #include "tensord/client.h"
 #include "tensord/v1/tensord.grpc.pb.h"
 #include "tensord/v1/tensord.pb.h"
@@ -293,7 +293,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // --- The pipelined path (issue 17; client/command_stream.h) ---
   // Ops, creates, moves, small reads and releases go on the session's
   // command stream without waiting; their results' metadata is planned
-  // here with the server's own planner (core/op_plan.h) and each device's
+  // here with the server's own planner (core/planner/op_plan.h) and each device's
   // capability table, so PyTorch's errors are thrown by the call that
   // causes them. Each *OnStream method returns false when the call is not
   // for the stream (pipelining off or unsupported by the server, a device

@@ -1,5 +1,5 @@
 // The optimizers' client side (tensord/optim.h): the step's message; the
-// update itself is the server's (core/optimizer_ops.cc).
+// update itself is the server's (core/executor/optimizer_ops.cc).
 #include "tensord/optim.h"
 
 #include "client/grpc_ops.h"

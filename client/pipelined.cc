@@ -5,9 +5,9 @@
 #include <limits>
 
 #include "client/grpc_session.h"
-#include "core/error_kind.h"
-#include "core/op_plan.h"
-#include "core/shape.h"
+#include "core/base/error_kind.h"
+#include "core/planner/op_plan.h"
+#include "core/base/shape.h"
 #include "proto/wire/op_convert.h"
 
 namespace tensord::client::internal {

@@ -3,7 +3,7 @@
 #include <ostream>
 #include <string>
 
-#include "core/error_kind.h"
+#include "core/base/error_kind.h"
 #include "tensord/client.h"
 
 #ifndef TENSORD_VERSION
@@ -88,7 +88,7 @@ Error::Error(StatusCode code, std::string message, ErrorKind kind)
 }
 
 std::string_view ErrorKindName(ErrorKind kind) {
-  // core's names (core/error_kind.h); the enums share their values.
+  // core's names (core/base/error_kind.h); the enums share their values.
   return core::ErrorKindName(static_cast<core::ErrorKind>(kind));
 }
 

@@ -9,7 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/refusal.h"
+#include "core/base/refusal.h"
 
 namespace tensord::server {
 

@@ -2,7 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
+#include "core/base/status.h"
 
 namespace tensord::server {
 

@@ -8,9 +8,9 @@
 #include <span>
 
 #include "absl/status/statusor.h"
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/runtime.h"
+#include "core/base/device.h"
+#include "core/base/dtype.h"
+#include "core/runtime/runtime.h"
 #include "proto/wire/op_convert.h"
 #include "tensord/v1/tensord.pb.h"
 

@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
-#include "core/error_kind.h"
+#include "core/base/error_kind.h"
 #include "proto/wire/parse_error.h"
 #include "server/grpc_status.h"
 #include "server/metrics.h"

@@ -65,10 +65,10 @@ class RpcScope {
 
   // The gRPC status for `status` (mapped and logged once, server/
   // grpc_status.h), with the RPC's duration counted in the metrics.
-  // A refusal (core/refusal.h) is also counted by reason and logged, rate-
+  // A refusal (core/base/refusal.h) is also counted by reason and logged, rate-
   // limited, with the peer and the session (server/refusal_log.h). An error
   // that torch raises as another class than RuntimeError names it in the
-  // trailing metadata (kErrorKindMetadataKey, core/error_kind.h).
+  // trailing metadata (kErrorKindMetadataKey, core/base/error_kind.h).
   grpc::Status Finish(const absl::Status& status);
   uint64_t request_id() const { return request_id_; }
   // The session the request names, once parsed: its first 8 characters are

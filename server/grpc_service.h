@@ -24,7 +24,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
-#include "core/runtime.h"
+#include "core/runtime/runtime.h"
 #include "server/auth.h"
 #include "server/grpc_stream.h"
 #include "server/metrics.h"
@@ -262,7 +262,7 @@ class TensorServiceImpl final : public TensorServiceBase, public StreamService {
                             const v1::GetStatsRequest& req,
                             v1::GetStatsResponse* resp);
   // Same-host shared memory: thin wrappers over the Runtime's methods,
-  // which map, validate and copy (core/shared_memory.h).
+  // which map, validate and copy (core/runtime/shared_memory.h).
   absl::Status RegisterSharedMemoryImpl(
       grpc::CallbackServerContext* ctx,
       const v1::RegisterSharedMemoryRequest& req,

@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "core/absl_compat.h"
-#include "core/op_checks.h"
+#include "core/base/absl_compat.h"
+#include "core/base/op_checks.h"
 #include "spdlog/spdlog.h"
 
 namespace tensord::server {

@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/error_kind.h"
-#include "core/status.h"
+#include "core/base/error_kind.h"
+#include "core/base/status.h"
 #include "server/grpc_rpc.h"
 #include "server/grpc_status.h"
 

@@ -3,7 +3,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/op_checks.h"
+#include "core/base/op_checks.h"
 
 namespace tensord::server {
 namespace {

@@ -28,7 +28,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "core/device_registry.h"
+#include "core/runtime/device_registry.h"
 #include "server/byte_size.h"
 #include "server/config.h"
 #include "server/program_flags.h"

@@ -6,7 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/absl_compat.h"
+#include "core/base/absl_compat.h"
 
 namespace tensord::server {
 

@@ -20,8 +20,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "core/refusal.h"
-#include "core/runtime.h"
+#include "core/base/refusal.h"
+#include "core/runtime/runtime.h"
 
 namespace httplib {
 class Server;
@@ -39,7 +39,7 @@ class Metrics {
   // `code` is the gRPC status code name, e.g. "OK", "NOT_FOUND".
   void RecordRpc(std::string_view method, std::string_view code,
                  double seconds);
-  // A request refused for `why` (core/refusal.h), counted in
+  // A request refused for `why` (core/base/refusal.h), counted in
   // tensord_refusals_total{reason="bad_token"|"no_token"|"session_quota"|
   // "device_budget"}.
   void RecordRefusal(core::Refusal why);

@@ -32,7 +32,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/runtime.h"
+#include "core/runtime/runtime.h"
 #include "server/refusal_log.h"
 #include "tensord/v1/tensord.grpc.pb.h"
 

@@ -1,5 +1,5 @@
 // Refused requests made visible: each refusal (a bad or missing token, a
-// session quota, a device's budget; core/refusal.h) is counted by reason in
+// session quota, a device's budget; core/base/refusal.h) is counted by reason in
 // the metrics (tensord_refusals_total{reason=...}) and logged with the
 // peer's address, the session (its first 8 hex digits, never the whole id,
 // which is a credential) and the method — at most kLinesPerSecond lines per
@@ -22,7 +22,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "core/refusal.h"
+#include "core/base/refusal.h"
 #include "server/metrics.h"
 
 namespace tensord::server {

@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
+#include "core/base/status.h"
 #include "server/auth.h"
 #include "server/grpc_service.h"
 #include "server/metrics.h"

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "core/runtime.h"
+#include "core/runtime/runtime.h"
 
 namespace grpc {
 class Channel;

@@ -83,7 +83,7 @@ class Batch {
   Value unary(UnaryOp op, Input x, std::initializer_list<double> args);
   // The unary ops with numeric arguments, from the op table (as Tensor).
 #define TENSORD_BATCH_METHODS
-#include "tensord/op_methods.inc"  // generated (core/gen_op_table.py)
+#include "tensord/op_methods.inc"  // generated (core/base/gen_op_table.py)
   Value relu(Input x) { return unary(UnaryOp::kRelu, x); }
   Value sigmoid(Input x) { return unary(UnaryOp::kSigmoid, x); }
   Value silu(Input x) { return unary(UnaryOp::kSilu, x); }

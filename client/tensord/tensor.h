@@ -123,7 +123,7 @@ class Tensor {
   // The unary ops with numeric arguments: one method per op table row
   // marked `method`, its `params` the arguments (with their defaults).
 #define TENSORD_TENSOR_METHODS
-#include "tensord/op_methods.inc"  // generated (core/gen_op_table.py)
+#include "tensord/op_methods.inc"  // generated (core/base/gen_op_table.py)
   Tensor neg() const { return unary(UnaryOp::kNeg); }
   Tensor abs() const { return unary(UnaryOp::kAbs); }
   Tensor exp() const { return unary(UnaryOp::kExp); }

@@ -111,7 +111,7 @@ enum class BinaryOp : int {
 };
 // UnaryOp: one per unary row of the op table, generated from it.
 #define TENSORD_OP_ENUMS
-#include "tensord/op_methods.inc"  // generated (core/gen_op_table.py)
+#include "tensord/op_methods.inc"  // generated (core/base/gen_op_table.py)
 #undef TENSORD_OP_ENUMS
 enum class ReduceOp : int { kSum = 1, kMean, kMax, kMin, kArgmax, kNorm };
 

@@ -15,8 +15,8 @@
 #include "absl/strings/strip.h"
 #include "core/cpu/cpu_kernels.h"
 #include "core/cpu/host_pool.h"
-#include "core/op_checks.h"
-#include "core/status.h"
+#include "core/base/op_checks.h"
+#include "core/base/status.h"
 
 namespace tensord::core {
 namespace {

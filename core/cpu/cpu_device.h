@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "core/device.h"
+#include "core/base/device.h"
 
 namespace tensord::core {
 

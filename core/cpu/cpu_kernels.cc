@@ -13,18 +13,18 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/absl_compat.h"
+#include "core/base/absl_compat.h"
 #include "core/cpu/blas_placement.h"
 #include "core/cpu/random.h"
-#include "core/dispatch.h"
-#include "core/op_checks.h"
-#include "core/status.h"
+#include "core/base/dispatch.h"
+#include "core/base/op_checks.h"
+#include "core/base/status.h"
 
 namespace tensord::core::cpu {
 namespace {
 
 // One element from storage type From to storage type To, through their
-// compute types (core/scalar_ops.h's Convert).
+// compute types (core/base/scalar_ops.h's Convert).
 template <typename To, typename From>
 To CastElement(From v) {
   return Store<To>(scalar::Convert<Compute<To>, Compute<From>>(Load(v)));

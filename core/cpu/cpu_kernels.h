@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/shape.h"
+#include "core/base/device.h"
+#include "core/base/dtype.h"
+#include "core/base/shape.h"
 
 namespace tensord::core::cpu {
 
-// The arithmetic is core/scalar_ops.h's, the CUDA kernels' too; float16
+// The arithmetic is core/base/scalar_ops.h's, the CUDA kernels' too; float16
 // and bfloat16 compute in float32 and round back to nearest even. A kernel
 // asked for an op its dtype does not define (the planner never asks) is
 // FAILED_PRECONDITION "\"op\" not implemented for 'dtype' on cpu".

@@ -11,7 +11,7 @@
 
 namespace tensord::core::cuda {
 
-// out[i] = a[.] (op) b[.] for i < numel with core/scalar_ops.h's functor
+// out[i] = a[.] (op) b[.] for i < numel with core/base/scalar_ops.h's functor
 // for `op` (the half types compute in float32), reading a and b through
 // `index`'s broadcast strides, or elementwise when `contiguous` (all three
 // shapes equal). a, b are `type`; out is `type`, or bool for comparisons.

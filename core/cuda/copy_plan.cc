@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "core/op_checks.h"
-#include "core/status.h"
+#include "core/base/op_checks.h"
+#include "core/base/status.h"
 
 namespace tensord::core::cuda {
 namespace {

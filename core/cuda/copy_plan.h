@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "core/device.h"
+#include "core/base/device.h"
 
 namespace tensord::core::cuda {
 

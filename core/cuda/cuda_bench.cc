@@ -7,7 +7,7 @@
 
 #include "core/cuda/cuda_status.h"
 #include "core/cuda/fill.cuh"
-#include "core/status.h"
+#include "core/base/status.h"
 
 namespace tensord::core::cuda {
 namespace {

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "core/absl_compat.h"
+#include "core/base/absl_compat.h"
 #include "core/cuda/binary.cuh"
 #include "core/cuda/cast.cuh"
 #include "core/cuda/copy_plan.h"
@@ -33,8 +33,8 @@
 #include "core/cuda/staging_pool.h"
 #include "core/cuda/unary.cuh"
 #include "core/cuda/where.cuh"
-#include "core/op_checks.h"
-#include "core/status.h"
+#include "core/base/op_checks.h"
+#include "core/base/status.h"
 
 namespace tensord::core::cuda {
 namespace {

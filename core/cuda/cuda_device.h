@@ -1,7 +1,7 @@
 // The CUDA device: tensors in GPU memory, kernels queued on one compute
 // stream per GPU, cuBLAS for floating-point matrix products, cuRAND's
 // Philox for random fills. Names no CUDA type (STYLE.md 4); only
-// core/device_registry.cc creates these devices.
+// core/runtime/device_registry.cc creates these devices.
 //
 // Execution model: every kernel, fill and device-side copy of a device is
 // queued on its compute stream in call order, and a method returns once
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/device.h"
+#include "core/base/device.h"
 
 namespace tensord::core::cuda {
 

@@ -1,7 +1,7 @@
 #include "core/cuda/cuda_status.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/absl_compat.h"
+#include "core/base/absl_compat.h"
 
 namespace tensord::core::cuda {
 

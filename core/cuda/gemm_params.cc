@@ -4,7 +4,7 @@
 #include <climits>
 
 #include "absl/strings/str_cat.h"
-#include "core/op_checks.h"
+#include "core/base/op_checks.h"
 
 namespace tensord::core::cuda {
 

@@ -19,8 +19,8 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "core/device.h"
-#include "core/dtype.h"
+#include "core/base/device.h"
+#include "core/base/dtype.h"
 
 namespace tensord::core::cuda {
 

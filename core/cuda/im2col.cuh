@@ -10,18 +10,18 @@
 #include <cstdint>
 
 #include "core/cuda/kernel_types.h"
-#include "core/window.h"
+#include "core/base/window.h"
 
 namespace tensord::core::cuda {
 
-// As core/device.h's Im2ColArgs, for elements of `elem_size` bytes (1, 2,
+// As core/base/device.h's Im2ColArgs, for elements of `elem_size` bytes (1, 2,
 // 4 or 8; cudaErrorInvalidValue otherwise): one thread per output element.
 // Returns the launch status.
 cudaError_t LaunchIm2Col(size_t elem_size, const WindowDims& dims,
                          uint64_t pad_bits, const void* in, void* out,
                          cudaStream_t stream);
 
-// As core/device.h's Col2ImArgs: one thread per element of `out`, which
+// As core/base/device.h's Col2ImArgs: one thread per element of `out`, which
 // gathers the entries of `cols` that read it in a fixed order
 // (deterministic, no atomics). Floating types only (the half types sum in
 // float32); cudaErrorInvalidValue otherwise. Returns the launch status.

@@ -15,8 +15,8 @@
 
 #include "absl/status/statusor.h"
 #include "core/cuda/kernel_types.h"
-#include "core/dtype.h"
-#include "core/shape.h"
+#include "core/base/dtype.h"
+#include "core/base/shape.h"
 
 namespace tensord::core::cuda {
 

@@ -3,10 +3,10 @@
 // nvcc-compiled translation units (it names __half and __device__
 // functions).
 //
-// The arithmetic is not here: every kernel applies core/scalar_ops.h's
+// The arithmetic is not here: every kernel applies core/base/scalar_ops.h's
 // functors, the very code the CPU device runs (and CPU CI tests). What is
 // here is storage: float16 and bfloat16 load to float32 and store back
-// rounding to nearest even (CUDA's intrinsics, which round as core/half.h
+// rounding to nearest even (CUDA's intrinsics, which round as core/base/half.h
 // does on the host); bool is one byte, any nonzero byte loads as 1,
 // kernels write 0 or 1.
 // Thread-safety: stateless.
@@ -22,7 +22,7 @@
 
 #include "core/cuda/kernel_types.h"
 #include "core/cuda/launch_geometry.h"
-#include "core/scalar_ops.h"
+#include "core/base/scalar_ops.h"
 
 namespace tensord::core::cuda {
 

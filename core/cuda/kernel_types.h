@@ -2,7 +2,7 @@
 //
 // Launchers are compiled by nvcc, which never sees Abseil or gRPC, so the
 // device code gets its own small vocabulary here; cuda_device.cc maps the
-// core types onto it. The op families are core/op_kinds.h's own enums
+// core types onto it. The op families are core/base/op_kinds.h's own enums
 // (Abseil-free, so nvcc sees the very enums the planner uses).
 // Thread-safety: plain data.
 #ifndef TENSORD_CORE_CUDA_KERNEL_TYPES_H_
@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "core/op_kinds.h"
+#include "core/base/op_kinds.h"
 
 namespace tensord::core::cuda {
 

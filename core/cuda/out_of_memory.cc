@@ -1,8 +1,8 @@
 #include "core/cuda/out_of_memory.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/absl_compat.h"
-#include "core/op_checks.h"
+#include "core/base/absl_compat.h"
+#include "core/base/op_checks.h"
 
 namespace tensord::core::cuda {
 

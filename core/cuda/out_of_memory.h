@@ -27,7 +27,7 @@ struct CudaMemoryFigures {
 // "<device>: CUDA out of memory. Tried to allocate 2.00 GiB (2147483648
 // bytes); in use by tensord 1.00 KiB (reserved 2.00 KiB); free 512.00 MiB of
 // 80.00 GiB total GPU memory": what was asked, what tensord holds, what the
-// GPU has left (sizes by FormatBytes, core/op_checks.h).
+// GPU has left (sizes by FormatBytes, core/base/op_checks.h).
 std::string OutOfMemoryMessage(std::string_view device, size_t bytes,
                                const CudaMemoryFigures& memory);
 

@@ -4,7 +4,7 @@
 namespace tensord::core::cuda {
 namespace {
 
-// The reduction semantics are core/scalar_ops.h's (ReduceTerm, ReduceFinish,
+// The reduction semantics are core/base/scalar_ops.h's (ReduceTerm, ReduceFinish,
 // Wins), applied to loaded (compute-type) values.
 template <typename T>
 using Acc = scalar::SumAccumulator<Compute<T>>;

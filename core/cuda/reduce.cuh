@@ -11,7 +11,7 @@
 
 namespace tensord::core::cuda {
 
-// out[o, i] = op over j of in[o, j, i], with core/scalar_ops.h's reduction
+// out[o, i] = op over j of in[o, j, i], with core/base/scalar_ops.h's reduction
 // semantics (the CPU's): floating sums accumulate in double, integer sums
 // wrap in int64; ties in max/min/argmax take the first index and NaN counts
 // as the largest value; argmax writes int64; the half types compute in

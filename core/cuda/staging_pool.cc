@@ -7,7 +7,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/cuda/cuda_status.h"
-#include "core/status.h"
+#include "core/base/status.h"
 
 namespace tensord::core::cuda {
 

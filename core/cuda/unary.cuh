@@ -11,7 +11,7 @@
 
 namespace tensord::core::cuda {
 
-// out[i] = op(in[i]) for i < numel with core/scalar_ops.h's functor for
+// out[i] = op(in[i]) for i < numel with core/base/scalar_ops.h's functor for
 // `op` with its numeric arguments `alpha`, `beta` (the op table's
 // `params`; the half types compute in float32); `out` may be `in`. An op the
 // functor does not define for `type` (bool, or a floating function of an

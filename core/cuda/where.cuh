@@ -11,7 +11,7 @@
 
 namespace tensord::core::cuda {
 
-// out[i] = cond[.] ? x[.] : y[.] for i < numel (core/scalar_ops.h's
+// out[i] = cond[.] ? x[.] : y[.] for i < numel (core/base/scalar_ops.h's
 // Select), reading each operand through its strides in `index`; cond is
 // bool bytes, x, y and out are `type`. Returns the launch status.
 cudaError_t LaunchWhere(ElemType type, const void* cond, const void* x,

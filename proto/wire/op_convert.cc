@@ -2,9 +2,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/absl_compat.h"
-#include "core/op_table.h"
-#include "core/status.h"
+#include "core/base/absl_compat.h"
+#include "core/base/op_table.h"
+#include "core/base/status.h"
 
 namespace tensord::wire {
 

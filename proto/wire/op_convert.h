@@ -11,9 +11,9 @@
 #include <span>
 
 #include "absl/status/statusor.h"
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/ops.h"
+#include "core/base/device.h"
+#include "core/base/dtype.h"
+#include "core/base/ops.h"
 #include "tensord/v1/tensord.pb.h"
 
 namespace tensord::wire {

@@ -1,7 +1,7 @@
 // Every row of the op table (proto/tensord/v1/ops.json) spelled as the C++
 // client spells it (the row's `cpp`), run through a real in-process
 // tensord on the row's example inputs. The spellings are generated into
-// op_spellings.inc (core/gen_op_table.py): a row whose spelling the client
+// op_spellings.inc (core/base/gen_op_table.py): a row whose spelling the client
 // lacks fails the build, and a client op whose row has no spelling, or
 // whose spelling fails, fails here. Values against PyTorch are
 // tests/python/client/test_op_table.py's.
@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/op_table.h"
+#include "core/base/op_table.h"
 #include "server/server.h"
 #include "tensord/client.h"
 #include "tests/client/in_process_fixture.h"

@@ -2,15 +2,15 @@
 // process. Linked into every test binary that runs a Runtime (see
 // tensord_test in tests/CMakeLists.txt); at the end of the run it checks
 // that every byte a device allocated was spent from an Admission
-// (core/admission.h), so an allocation path that bypasses admission fails
+// (core/runtime/admission.h), so an allocation path that bypasses admission fails
 // the suite that exercises it, and that every admission was spent or given
 // back.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
-#include "core/admission.h"
-#include "core/device.h"
+#include "core/runtime/admission.h"
+#include "core/base/device.h"
 
 namespace tensord::core {
 namespace {

@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "core/cpu/cpu_device.h"
-#include "core/device.h"
-#include "core/device_registry.h"
-#include "core/half.h"
-#include "core/op_table.h"
-#include "core/status.h"
+#include "core/base/device.h"
+#include "core/runtime/device_registry.h"
+#include "core/base/half.h"
+#include "core/base/op_table.h"
+#include "core/base/status.h"
 #include "tests/core/device_test_access.h"
 
 namespace tensord::core {
@@ -917,7 +917,7 @@ TEST_P(ConformanceTest, WhereEveryDTypeAndBroadcast) {
 }
 
 // im2col: every element of the columns is its window's input element or
-// the padding bits, by the formula of core/device.h, for every element size.
+// the padding bits, by the formula of core/base/device.h, for every element size.
 // A window over [n, c, h, w]: stride s down and s + 1 across, padding p,
 // dilation d down and 1 across (the im2col and col2im cases).
 WindowDims TestWindow(int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh,

@@ -1,9 +1,9 @@
 // Issue 30: every byte a session causes is admitted before it is allocated,
-// by core/admission.h, on every path: what fits exactly at a quota is
+// by core/runtime/admission.h, on every path: what fits exactly at a quota is
 // admitted, one element more is refused with the quota's message, and a
 // refused request leaves the session's bytes (and the device's) where they
 // were.
-#include "core/admission.h"
+#include "core/runtime/admission.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/runtime.h"
+#include "core/runtime/runtime.h"
 
 namespace tensord::core {
 namespace {

@@ -1,4 +1,4 @@
-// Autograd in the Runtime (core/autograd.h): every backward against central
+// Autograd in the Runtime (core/autograd/autograd.h): every backward against central
 // finite differences in float64, and PyTorch's rules (retain_graph, in-place
 // changes to saved tensors, leaves in in-place ops, non-scalar roots,
 // detach, no_grad, zero_grad) with their codes and messages.
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "core/op_table.h"
-#include "core/runtime.h"
+#include "core/base/op_table.h"
+#include "core/runtime/runtime.h"
 
 namespace tensord::core {
 namespace {

@@ -21,10 +21,10 @@
 #include "core/cuda/kernel_args.h"
 #include "core/cuda/launch_geometry.h"
 #include "core/cuda/out_of_memory.h"
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/op_checks.h"
-#include "core/shape.h"
+#include "core/base/device.h"
+#include "core/base/dtype.h"
+#include "core/base/op_checks.h"
+#include "core/base/shape.h"
 
 namespace tensord::core::cuda {
 namespace {
@@ -42,7 +42,7 @@ Shape S(std::vector<int64_t> dims) { return *Shape::Make(dims); }
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
-// NotImplementedError's message (core/op_checks.h), spelled out.
+// NotImplementedError's message (core/base/op_checks.h), spelled out.
 std::string NotImplemented(std::string_view op, DType dtype,
                            std::string_view device) {
   std::string m = "\"";

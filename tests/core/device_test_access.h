@@ -2,7 +2,7 @@
 // devices themselves.
 //
 // Device::Allocate takes an AllocationGrant that only the Admitter makes
-// (core/device.h, core/admission.h), so nothing in the daemon can take
+// (core/base/device.h, core/runtime/admission.h), so nothing in the daemon can take
 // device memory without admitting it. The tests of a device alone — its
 // allocation, copies and kernels (cpu_device_test, device conformance,
 // FaultyDevice's own tests) — run no Runtime, so there is no session or
@@ -19,7 +19,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "core/device.h"
+#include "core/base/device.h"
 
 namespace tensord::core {
 

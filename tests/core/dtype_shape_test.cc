@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/shape.h"
+#include "core/base/dtype.h"
+#include "core/base/shape.h"
 
 namespace tensord::core {
 namespace {

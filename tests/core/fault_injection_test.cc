@@ -29,12 +29,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/absl_compat.h"
+#include "core/base/absl_compat.h"
 #include "core/cpu/cpu_device.h"
-#include "core/half.h"
-#include "core/runtime.h"
-#include "core/shared_memory.h"
-#include "core/status.h"
+#include "core/base/half.h"
+#include "core/runtime/runtime.h"
+#include "core/runtime/shared_memory.h"
+#include "core/base/status.h"
 #include "tests/core/device_test_access.h"
 #include "tests/core/faulty_device.h"
 

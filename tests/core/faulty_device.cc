@@ -5,9 +5,9 @@
 #include <variant>
 
 #include "absl/strings/str_cat.h"
-#include "core/absl_compat.h"
+#include "core/base/absl_compat.h"
 #include "core/cpu/cpu_device.h"
-#include "core/status.h"
+#include "core/base/status.h"
 
 namespace tensord::core {
 namespace {

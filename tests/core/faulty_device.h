@@ -65,7 +65,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "core/device.h"
+#include "core/base/device.h"
 
 namespace tensord::core {
 

@@ -1,4 +1,4 @@
-#include "core/handle_table.h"
+#include "core/runtime/handle_table.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -14,8 +14,8 @@
 #include <gtest/gtest.h>
 
 #include "absl/synchronization/mutex.h"
-#include "core/handle_table.h"
-#include "core/runtime.h"
+#include "core/runtime/handle_table.h"
+#include "core/runtime/runtime.h"
 
 namespace tensord::core {
 namespace {

@@ -1,11 +1,11 @@
-// PlanOp (core/op_plan.h): a whole op's result metadata or error, before
+// PlanOp (core/planner/op_plan.h): a whole op's result metadata or error, before
 // anything runs. First its own rules (arity, the same-device rule, in-place
 // results); then that it agrees with what the Runtime does, op by op and
 // operand by operand, on the CPU device: the same dtype and shape, or the
 // same code and message. The eager client relies on that agreement.
-#include "core/op_plan.h"
-#include "core/loss_plan.h"
-#include "core/window_plan.h"
+#include "core/planner/op_plan.h"
+#include "core/planner/loss_plan.h"
+#include "core/planner/window_plan.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/runtime.h"
+#include "core/runtime/runtime.h"
 
 namespace tensord::core {
 namespace {

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/runtime.h"
+#include "core/runtime/runtime.h"
 
 namespace tensord::core {
 namespace {

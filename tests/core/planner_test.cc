@@ -1,6 +1,6 @@
 // The planner's rules, each with its message, with no device and no
-// runtime (core/planner.h).
-#include "core/planner.h"
+// runtime (core/planner/planner.h).
+#include "core/planner/planner.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error_kind.h"
+#include "core/base/error_kind.h"
 
 namespace tensord::core {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/runtime.h"
+#include "core/runtime/runtime.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/planner.h"
+#include "core/planner/planner.h"
 
 namespace tensord::core {
 namespace {

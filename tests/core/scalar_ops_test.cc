@@ -1,7 +1,7 @@
-// Pins the PyTorch scalar semantics core/scalar_ops.h promises to the CPU and
+// Pins the PyTorch scalar semantics core/base/scalar_ops.h promises to the CPU and
 // CUDA kernels alike: wrapping integers, bool as or/and, NaN propagation,
 // saturating casts, double-accumulated reductions, exact integer arange.
-#include "core/scalar_ops.h"
+#include "core/base/scalar_ops.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "core/half.h"
-#include "core/op_kinds.h"
+#include "core/base/half.h"
+#include "core/base/op_kinds.h"
 
 namespace tensord::core::scalar {
 namespace {

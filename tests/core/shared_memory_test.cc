@@ -1,6 +1,6 @@
 // The server side of a client's shared memory region must survive a client
 // that shrinks the object under it: the copy fails, the daemon lives.
-#include "core/shared_memory.h"
+#include "core/runtime/shared_memory.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/runtime.h"
+#include "core/runtime/runtime.h"
 
 namespace tensord::core {
 namespace {
