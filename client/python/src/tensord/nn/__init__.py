@@ -79,11 +79,7 @@ class Module:
         self._buffers[name] = tensor
 
     def named_buffers(self, prefix=""):
-        for name, b in self._buffers.items():
-            if b is not None:
-                yield prefix + name, b
-        for name, child in self._modules.items():
-            yield from child.named_buffers(prefix + name + ".")
+        return self._named("_buffers", prefix)
 
     def buffers(self):
         return [b for _, b in self.named_buffers()]
@@ -104,12 +100,17 @@ class Module:
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
-    def named_parameters(self, prefix=""):
-        for name, p in self._parameters.items():
-            if p is not None:
-                yield prefix + name, p
+    def _named(self, table, prefix):
+        """(dotted name, tensor) of each entry of `table` ("_parameters" or
+        "_buffers"), this module's first, then each child's."""
+        for name, t in getattr(self, table).items():
+            if t is not None:
+                yield prefix + name, t
         for name, child in self._modules.items():
-            yield from child.named_parameters(prefix + name + ".")
+            yield from child._named(table, prefix + name + ".")
+
+    def named_parameters(self, prefix=""):
+        return self._named("_parameters", prefix)
 
     def parameters(self):
         return [p for _, p in self.named_parameters()]
