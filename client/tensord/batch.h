@@ -81,12 +81,9 @@ class Batch {
   Value div(Input a, Scalar b) { return binary(BinaryOp::kDiv, a, b); }
   Value unary(UnaryOp op, Input x);
   Value unary(UnaryOp op, Input x, std::initializer_list<double> args);
-  // The unary ops with numeric arguments, from the op table (as Tensor).
+  // The unary ops of the op table's rows marked `method` (as Tensor's).
 #define TENSORD_BATCH_METHODS
 #include "tensord/op_methods.inc"  // generated (core/base/gen_op_table.py)
-  Value relu(Input x) { return unary(UnaryOp::kRelu, x); }
-  Value sigmoid(Input x) { return unary(UnaryOp::kSigmoid, x); }
-  Value silu(Input x) { return unary(UnaryOp::kSilu, x); }
   Value gelu(Input x, std::string_view approximate = "none");
   Value reduce(ReduceOp op, Input x, std::optional<int64_t> dim = std::nullopt,
                bool keepdim = false);

@@ -120,19 +120,11 @@ class Tensor {
   Tensor unary(UnaryOp op) const;
   // With the op's numeric arguments in its op table row's order.
   Tensor unary(UnaryOp op, std::initializer_list<double> args) const;
-  // The unary ops with numeric arguments: one method per op table row
-  // marked `method`, its `params` the arguments (with their defaults).
+  // The unary ops: one method per op table row marked `method` (neg, abs,
+  // exp, log, sqrt, relu, sigmoid, tanh, silu, leaky_relu, elu, hardtanh),
+  // its `params` the arguments (with their defaults).
 #define TENSORD_TENSOR_METHODS
 #include "tensord/op_methods.inc"  // generated (core/base/gen_op_table.py)
-  Tensor neg() const { return unary(UnaryOp::kNeg); }
-  Tensor abs() const { return unary(UnaryOp::kAbs); }
-  Tensor exp() const { return unary(UnaryOp::kExp); }
-  Tensor log() const { return unary(UnaryOp::kLog); }
-  Tensor sqrt() const { return unary(UnaryOp::kSqrt); }
-  Tensor relu() const { return unary(UnaryOp::kRelu); }
-  Tensor sigmoid() const { return unary(UnaryOp::kSigmoid); }
-  Tensor tanh() const { return unary(UnaryOp::kTanh); }
-  Tensor silu() const { return unary(UnaryOp::kSilu); }
   // F.gelu(x, approximate): "none" (exact, erf) or "tanh".
   Tensor gelu(std::string_view approximate = "none") const;
 

@@ -80,22 +80,6 @@ def clamp(input, min=None, max=None):
 
 # --- torch.nn.functional ------------------------------------------------------
 
-def relu(input):
-    return input.relu()
-
-
-def sigmoid(input):
-    return input.sigmoid()
-
-
-def tanh(input):
-    return input.tanh()
-
-
-def silu(input):
-    return input._unary(pb.SILU)
-
-
 def gelu(input, approximate="none"):
     if approximate not in ("none", "tanh"):
         raise ValueError(f"approximate argument must be either none or tanh, got {approximate}")
@@ -220,11 +204,12 @@ def mse_loss(input, target, reduction="mean"):
     return _loss(pb.MSE_LOSS, input, target, reduction)
 
 
-def _unary_with_args(row):
+def _unary_function(row):
     """torch.nn.functional.<row>(input, <params>..., inplace=False) for an op
-    table row of a unary op with numeric arguments (its `params`)."""
-    names = [name for name, _ in row["params"]]
-    defaults = {name: default for name, default in row["params"]}
+    table row of a unary op marked `method` (its numeric arguments: `params`)."""
+    params = row["params"] or []
+    names = [name for name, _ in params]
+    defaults = dict(params)
     op = getattr(pb, row["wire"].split()[1])
 
     def function(input, *args, inplace=False, **kwargs):
@@ -252,10 +237,10 @@ def _unary_with_args(row):
     return function
 
 
-# The unary ops with numeric arguments: one function per op table row marked
-# `method`, with the row's `params` as its arguments.
-UNARY_WITH_ARGS = [row["id"] for row in _op_table.OPS if row.get("method")]
+# The unary ops: one function per op table row marked `method`, with the
+# row's `params` as its arguments (relu, sigmoid, tanh, silu, leaky_relu, ...).
+UNARY_FROM_TABLE = [row["id"] for row in _op_table.OPS if row.get("method")]
 for _row in _op_table.OPS:
     if _row.get("method"):
-        globals()[_row["id"]] = _unary_with_args(_row)
+        globals()[_row["id"]] = _unary_function(_row)
 del _row
