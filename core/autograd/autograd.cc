@@ -9,7 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_join.h"
-#include "core/executor/executor.h"
+#include "core/autograd/engine.h"
 #include "core/autograd/grad_math.h"
 #include "core/base/op_table.h"
 #include "core/runtime/session_memory.h"
@@ -175,8 +175,8 @@ void ChargeGraph(std::shared_ptr<GradNode> root,
   }
 }
 
-void Executor::RecordGrad(const OpSpec& op, std::span<const Value> in,
-                          const TensorPtr& result, TensorPtr extra) {
+void AutogradEngine::RecordGrad(const OpSpec& op, std::span<const Value> in,
+                                const TensorPtr& result, TensorPtr extra) {
   if (op.no_grad || !IsFloating(result->dtype)) return;
   if (std::none_of(in.begin(), in.end(), [](const Value& v) {
         return v.tensor->autograd->ever_tracked.load(std::memory_order_relaxed);
@@ -226,8 +226,8 @@ void Executor::RecordGrad(const OpSpec& op, std::span<const Value> in,
   meta.ever_tracked.store(true, std::memory_order_relaxed);
 }
 
-absl::Status Executor::CheckInPlaceGrad(const OpSpec& op,
-                                        std::span<const Value> in) {
+absl::Status AutogradEngine::CheckInPlaceGrad(const OpSpec& op,
+                                              std::span<const Value> in) {
   if (op.no_grad) return absl::OkStatus();
   const AutogradMeta& self = *in[0].tensor->autograd;
   bool leaf = false, in_graph = false;
@@ -273,9 +273,9 @@ absl::StatusOr<Executor::Value> Executor::EmitRequiresGrad(
 
 absl::StatusOr<Executor::Value> Executor::EmitBackward(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
-  RETURN_IF_ERROR(Backward(in[0].tensor,
-                           in.size() > 1 ? in[1].tensor.get() : nullptr,
-                           op.retain_graph));
+  RETURN_IF_ERROR(autograd_->Backward(
+      in[0].tensor, in.size() > 1 ? in[1].tensor.get() : nullptr,
+      op.retain_graph));
   return in[0];
 }
 
@@ -317,8 +317,9 @@ absl::StatusOr<Executor::Value> Executor::EmitDetach(const OpSpec&,
   return Value{Save(*in[0].tensor, true).data, std::nullopt};
 }
 
-absl::Status Executor::Backward(const TensorPtr& root, const StoredTensor* grad,
-                                bool retain_graph) {
+absl::Status AutogradEngine::Backward(const TensorPtr& root,
+                                      const StoredTensor* grad,
+                                      bool retain_graph) {
   std::shared_ptr<GradNode> fn;
   bool leaf = false;
   {
@@ -334,17 +335,17 @@ absl::Status Executor::Backward(const TensorPtr& root, const StoredTensor* grad,
   }
   RETURN_IF_ERROR(
       CheckBackwardRoot(root->shape, grad != nullptr ? &grad->shape : nullptr));
-  GradMath math(*this, root->device);
+  Executor::GradMath math(ex_, root->device);
   TensorPtr seed;
   if (grad != nullptr) {
     ASSIGN_OR_RETURN(seed, math.Cast(Save(*grad, true).data, root->dtype));
   } else {
-    ASSIGN_OR_RETURN(Output ones,
-                     AllocateOutput(math.slot(), root->dtype, root->shape));
+    ASSIGN_OR_RETURN(Executor::Output ones,
+                     ex_.AllocateOutput(math.slot(), root->dtype, root->shape));
     FillSpec fill;
     fill.kind = FillSpec::Kind::kOnes;
     RETURN_IF_ERROR(root->device->Launch({fill, {}, ones.ref()}));
-    seed = Stored(math.slot(), std::move(ones));
+    seed = ex_.Stored(math.slot(), std::move(ones));
   }
 
   // The leaves' gradients of this pass, summed per leaf. Nothing is
@@ -353,7 +354,7 @@ absl::Status Executor::Backward(const TensorPtr& root, const StoredTensor* grad,
   std::vector<std::pair<TensorPtr, TensorPtr>> leaf_grads;
   absl::flat_hash_map<const StoredTensor*, size_t> leaf_index;
   auto add_leaf = [&](const TensorPtr& target, TensorPtr g) -> absl::Status {
-    GradMath m(*this, target->device);
+    Executor::GradMath m(ex_, target->device);
     ASSIGN_OR_RETURN(g, m.Cast(g, target->dtype));
     if (!(g->shape == target->shape)) {
       return absl::InternalError(
@@ -377,15 +378,15 @@ absl::Status Executor::Backward(const TensorPtr& root, const StoredTensor* grad,
     std::vector<TensorPtr> updated;
     updated.reserve(leaf_grads.size());
     for (auto& [target, g] : leaf_grads) {
-      GradMath m(*this, target->device);
+      Executor::GradMath m(ex_, target->device);
       TensorPtr old;
       {
         absl::MutexLock lock(&target->autograd->mu);
         old = target->autograd->grad;
       }
       if (old == nullptr) {
-        ASSIGN_OR_RETURN(Output copy, CastOut(*g, g->dtype));
-        updated.push_back(Stored(m.slot(), std::move(copy)));
+        ASSIGN_OR_RETURN(Executor::Output copy, ex_.CastOut(*g, g->dtype));
+        updated.push_back(ex_.Stored(m.slot(), std::move(copy)));
       } else {
         ASSIGN_OR_RETURN(TensorPtr sum, m.Bin(BinaryOp::kAdd, old, g));
         updated.push_back(std::move(sum));
@@ -440,7 +441,7 @@ absl::Status Executor::Backward(const TensorPtr& root, const StoredTensor* grad,
       const GradEdge& e = node->next[i];
       TensorPtr gi = i < grads.size() ? std::move(grads[i]) : nullptr;
       if (gi != nullptr && e.active()) {
-        GradMath m(*this, gi->device);
+        Executor::GradMath m(ex_, gi->device);
         ASSIGN_OR_RETURN(gi, m.Cast(gi, node->inputs[i].data->dtype));
       }
       if (e.node != nullptr) {
@@ -449,7 +450,7 @@ absl::Status Executor::Backward(const TensorPtr& root, const StoredTensor* grad,
           if (sum == nullptr) {
             sum = std::move(gi);
           } else {
-            GradMath m(*this, gi->device);
+            Executor::GradMath m(ex_, gi->device);
             ASSIGN_OR_RETURN(sum, m.Bin(BinaryOp::kAdd, sum, gi));
           }
         }

@@ -1,20 +1,20 @@
 // Autograd's graph: the nodes that ops record, and the engine's entry
 // points (what a stored tensor knows about its gradient is
-// core/autograd/autograd_meta.h, which the handle table stores without this). Autograd
-// lives in the server, next to the tensors, so every client language gets it
-// through the proto.
+// core/autograd/autograd_meta.h, which the handle table stores without this).
+// Autograd lives in the server, next to the tensors, so every client language
+// gets it through the proto.
 //
 // A tensor requires grad when it is a leaf the client marked
 // (requires_grad_) or the result of an op recorded with an input that
-// requires grad (it then has a grad_fn). Recording (Executor::Apply,
-// core/autograd/autograd.cc) happens for every op on such inputs unless the op is
-// sent with no_grad; a node keeps the forward op, the data of the inputs
+// requires grad (it then has a grad_fn). Recording (AutogradEngine,
+// core/autograd/engine.h) happens for every op on such inputs unless the op
+// is sent with no_grad; a node keeps the forward op, the data of the inputs
 // (and output) its backward reads, each with its memory's version at the
 // time (Buffer::version), and one edge per input: the input's grad_fn, or
-// the leaf itself. backward(root) (core/autograd/autograd.cc) visits the nodes
-// reachable from the root's grad_fn in dependency order, computes each
-// node's input grads from its output grad with the same kernels as the
-// forward ops (core/autograd/backward_ops.cc), and accumulates them into the leaves'
+// the leaf itself. backward(root) visits the nodes reachable from the
+// root's grad_fn in dependency order, computes each node's input grads from
+// its output grad with the same kernels as the forward ops
+// (core/autograd/backward_ops.cc), and accumulates them into the leaves'
 // grads; unless the graph is retained it frees the saved tensors, and a
 // second backward through those nodes is FAILED_PRECONDITION (PyTorch's
 // message).

@@ -7,10 +7,11 @@
 #include <numbers>
 
 #include "core/autograd/autograd.h"
-#include "core/executor/executor.h"
+#include "core/autograd/engine.h"
 #include "core/autograd/grad_math.h"
-#include "core/planner/op_plan.h"
 #include "core/base/op_table.h"
+#include "core/executor/executor.h"
+#include "core/planner/op_plan.h"
 
 namespace tensord::core {
 namespace {
@@ -637,9 +638,10 @@ Executor::GradMath::Formula Executor::GradMath::FormulaOf(size_t row) {
   return kBackwardOf[row];
 }
 
-absl::StatusOr<std::vector<Executor::TensorPtr>> Executor::InputGrads(
+absl::StatusOr<std::vector<Executor::TensorPtr>> AutogradEngine::InputGrads(
     const GradNode& node, const TensorPtr& grad) {
-  GradMath m(*this, grad->device);
+  using GradMath = Executor::GradMath;
+  GradMath m(ex_, grad->device);
   GradMath::Grads out(node.inputs.size());
   const GradMath::Formula formula = GradMath::FormulaOf(RowIndexOf(node.op));
   if (formula == nullptr) return Unimplemented(node, "");

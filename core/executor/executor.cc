@@ -1,12 +1,22 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
-#include "core/planner/op_plan.h"
+#include "core/autograd/engine.h"
 #include "core/base/op_table.h"
-#include "core/planner/planner.h"
 #include "core/base/refusal.h"
+#include "core/planner/op_plan.h"
+#include "core/planner/planner.h"
 #include "core/runtime/runtime_impl.h"
 
 namespace tensord::core {
+
+Executor::Executor(const std::vector<std::unique_ptr<DeviceSlot>>& slots,
+                   HandleTable& table, Admitter& admitter)
+    : slots_(slots),
+      table_(table),
+      admitter_(admitter),
+      autograd_(std::make_unique<AutogradEngine>(*this, table)) {}
+
+Executor::~Executor() = default;
 
 DeviceSlot& Executor::SlotOf(const Device* device) const {
   for (const auto& slot : slots_) {
@@ -75,7 +85,7 @@ absl::StatusOr<Executor::Value> Executor::Made(const OpSpec& op,
                                                TensorPtr extra) {
   if (!out.ok()) return out.status();
   TensorPtr result = Stored(SlotOf(in[0].tensor->device), std::move(*out));
-  RecordGrad(op, in, result, std::move(extra));
+  autograd_->RecordGrad(op, in, result, std::move(extra));
   return Value{std::move(result), std::nullopt};
 }
 
@@ -203,7 +213,7 @@ absl::StatusOr<Executor::Value> Executor::EmitCast(const OpSpec& op,
 absl::StatusOr<Executor::Value> Executor::EmitInPlace(const OpSpec& op,
                                                       std::span<const Value> in,
                                                       const OpResult& plan) {
-  RETURN_IF_ERROR(CheckInPlaceGrad(op, in));
+  RETURN_IF_ERROR(autograd_->CheckInPlaceGrad(op, in));
   RETURN_IF_ERROR(InPlace(op, *in[0].tensor, Nth(in, 1)));
   in[0].tensor->buffer->BumpVersion();
   return in[0];

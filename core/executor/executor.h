@@ -1,10 +1,11 @@
 // The executor: ops on stored tensors. Apply runs one op of Run or Execute
 // (PlanOp's plan, then the op table's emit for its row); each family's Out
 // function computes an output with device kernels; Made records a result
-// for autograd; the autograd engine (recording, backward, the backward
-// formulas of core/autograd/grad_math.h) and the optimizer steps run here too, with
-// the same kernels. Every buffer it makes is admitted for the session of
-// the current AdmissionScope (core/runtime/admission.h) before it is allocated.
+// for autograd through its AutogradEngine (core/autograd/engine.h), whose
+// backward formulas (core/autograd/grad_math.h) run the same kernels; the
+// optimizer steps run here too. Every buffer it makes is admitted for the
+// session of the current AdmissionScope (core/runtime/admission.h) before
+// it is allocated.
 //
 // It owns nothing: the device slots, the handle table and the admitter are
 // the Runtime's (core/runtime/runtime_impl.h), borrowed. Implemented by
@@ -15,7 +16,8 @@
 //   window_ops.cc    conv2d and pooling, with their backwards
 //   loss_ops.cc      the losses, with their backward
 //   norm_ops.cc      batch_norm and layer_norm, with their backward
-//   autograd.cc      recording, the backward pass, the autograd ops
+//   autograd.cc      the autograd ops (requires_grad_, backward, grad,
+//                    zero_grad, detach), through the AutogradEngine
 //   backward_ops.cc  the other families' backward formulas
 //   optimizer_ops.cc SGD, Adam and AdamW steps
 // Included by those files and core/runtime/runtime_impl.h.
@@ -40,6 +42,8 @@
 #include "core/planner/window_plan.h"
 
 namespace tensord::core {
+
+class AutogradEngine;  // core/autograd/engine.h
 
 // A device with its budget. Held bytes are counted from admission until the
 // buffer (or a failed allocation) gives them back.
@@ -69,8 +73,8 @@ class Executor {
  public:
   // The Runtime's slots, table and admitter, which outlive the executor.
   Executor(const std::vector<std::unique_ptr<DeviceSlot>>& slots,
-           HandleTable& table, Admitter& admitter)
-      : slots_(slots), table_(table), admitter_(admitter) {}
+           HandleTable& table, Admitter& admitter);
+  ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
@@ -310,27 +314,9 @@ class Executor {
   absl::Status InPlace(const OpSpec& op, const StoredTensor& self,
                        const StoredTensor* other);
 
-  // --- Autograd (core/autograd/autograd.h) ---
-  // Records `op`, run on `in` with the result `result`, as the result's
-  // grad_fn when an input requires grad (and the op is not no_grad, is
-  // differentiable and its result floating). `extra`: what the op's
-  // backward needs beyond its inputs and output (dropout's mask, a norm's
-  // invstd).
-  void RecordGrad(const OpSpec& op, std::span<const Value> in,
-                  const TensorPtr& result, TensorPtr extra);
-  // FAILED_PRECONDITION (PyTorch's messages) for an in-place op autograd
-  // cannot allow: on a leaf that requires grad outside no_grad, or on a
-  // tensor that is part of a graph (not recorded yet).
-  absl::Status CheckInPlaceGrad(const OpSpec& op, std::span<const Value> in);
-  // root.backward(grad): grad null means ones (a scalar root). The leaves'
-  // grads accumulate; without retain_graph the saved tensors are freed.
-  absl::Status Backward(const TensorPtr& root, const StoredTensor* grad,
-                        bool retain_graph);
-  // Each forward input's gradient of `node` given its output's gradient
-  // (null where the input's edge is inactive or the op has none), in the
-  // computation dtype; the engine casts to the input's dtype.
-  absl::StatusOr<std::vector<TensorPtr>> InputGrads(const GradNode& node,
-                                                    const TensorPtr& grad);
+  // The autograd engine (core/autograd/engine.h), which records this
+  // executor's ops and runs their backward with its kernels.
+  AutogradEngine& autograd() { return *autograd_; }
   // The backward of the window and loss ops (window_ops.cc, loss_ops.cc).
   absl::StatusOr<std::vector<TensorPtr>> Conv2dGrads(const GradNode& node,
                                                      const TensorPtr& grad);
@@ -349,6 +335,7 @@ class Executor {
   const std::vector<std::unique_ptr<DeviceSlot>>& slots_;
   HandleTable& table_;
   Admitter& admitter_;
+  std::unique_ptr<AutogradEngine> autograd_;
 };
 
 }  // namespace tensord::core

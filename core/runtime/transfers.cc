@@ -1,3 +1,4 @@
+#include "core/autograd/engine.h"
 #include "core/runtime/runtime_impl.h"
 
 namespace tensord::core {
@@ -496,7 +497,7 @@ absl::StatusOr<TensorMeta> Runtime::To(std::string_view session,
   OpSpec move;
   move.kind = OpSpec::Kind::kMoveTo;
   const Impl::Value in[] = {Impl::Value{src.tensor, src}};
-  impl_->executor().RecordGrad(move, in, moved, nullptr);
+  impl_->executor().autograd().RecordGrad(move, in, moved, nullptr);
   return impl_->Register(session, std::move(moved), src.tag);
 }
 
