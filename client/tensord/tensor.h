@@ -120,9 +120,9 @@ class Tensor {
   Tensor unary(UnaryOp op) const;
   // With the op's numeric arguments in its op table row's order.
   Tensor unary(UnaryOp op, std::initializer_list<double> args) const;
-  // The unary ops: one method per op table row marked `method` (neg, abs,
-  // exp, log, sqrt, relu, sigmoid, tanh, silu, leaky_relu, elu, hardtanh),
-  // its `params` the arguments (with their defaults).
+  // The unary ops: one method per op table row marked `method` (every
+  // unary row but gelu's), its `params` the arguments (with their
+  // defaults).
 #define TENSORD_TENSOR_METHODS
 #include "tensord/op_methods.inc"  // generated (core/base/gen_op_table.py)
   // F.gelu(x, approximate): "none" (exact, erf) or "tanh".

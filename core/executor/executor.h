@@ -15,7 +15,7 @@
 //                    clamp, views, cat, casts
 //   window_ops.cc    conv2d and pooling, with their backwards
 //   loss_ops.cc      the losses, with their backward
-//   norm_ops.cc      batch_norm and layer_norm, with their backward
+//   norm_ops.cc      the normalisations, with their backward
 //   autograd.cc      the autograd ops (requires_grad_, backward, grad,
 //                    zero_grad, detach), through the AutogradEngine
 //   backward_ops.cc  the other families' backward formulas

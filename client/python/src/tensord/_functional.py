@@ -238,7 +238,7 @@ def _unary_function(row):
 
 
 # The unary ops: one function per op table row marked `method`, with the
-# row's `params` as its arguments (relu, sigmoid, tanh, silu, leaky_relu, ...).
+# row's `params` as its arguments (every unary row but gelu's).
 UNARY_FROM_TABLE = [row["id"] for row in _op_table.OPS if row.get("method")]
 for _row in _op_table.OPS:
     if _row.get("method"):
