@@ -65,14 +65,6 @@ v1::Op DropoutOpMsg(v1::Operand x, double p, bool training,
                     std::optional<uint64_t> seed);
 v1::Op LossOpMsg(v1::LossOp op, v1::Operand input, v1::Operand target,
                  Reduction reduction, int64_t ignore_index);
-// batch_norm (with `options`) or layer_norm (with `normalized_shape`
-// and options.eps); each optional operand set when given.
-struct NormOperands {
-  std::optional<v1::Operand> weight, bias, running_mean, running_var;
-};
-v1::Op NormOpMsg(v1::NormOp op, v1::Operand x, NormOperands operands,
-                 const BatchNormOptions& options,
-                 const std::vector<int64_t>& normalized_shape);
 v1::Op TransposeOpMsg(v1::Operand x, int64_t dim0, int64_t dim1);
 v1::Op PermuteOpMsg(v1::Operand x, const std::vector<int64_t>& dims);
 v1::Op ReshapeOpMsg(v1::Operand x, const std::vector<int64_t>& shape);

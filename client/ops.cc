@@ -223,31 +223,6 @@ v1::Op DropoutOpMsg(v1::Operand x, double p, bool training,
   return m;
 }
 
-v1::Op NormOpMsg(v1::NormOp op, v1::Operand x, NormOperands operands,
-                 const BatchNormOptions& options,
-                 const std::vector<int64_t>& normalized_shape) {
-  v1::Op m;
-  v1::NormArgs* args = m.mutable_norm();
-  args->set_op(op);
-  *args->mutable_input() = std::move(x);
-  const std::pair<std::optional<v1::Operand>*, v1::Operand* (v1::NormArgs::*)()>
-      fields[] = {{&operands.weight, &v1::NormArgs::mutable_weight},
-                  {&operands.bias, &v1::NormArgs::mutable_bias},
-                  {&operands.running_mean, &v1::NormArgs::mutable_running_mean},
-                  {&operands.running_var, &v1::NormArgs::mutable_running_var}};
-  for (const auto& [operand, field] : fields) {
-    if (operand->has_value()) *(args->*field)() = std::move(**operand);
-  }
-  if (op == v1::BATCH_NORM) {
-    args->set_training(options.training);
-    args->set_momentum(options.momentum);
-  }
-  args->set_eps(options.eps);
-  args->mutable_normalized_shape()->Add(normalized_shape.begin(),
-                                        normalized_shape.end());
-  return m;
-}
-
 v1::Op LossOpMsg(v1::LossOp op, v1::Operand input, v1::Operand target,
                  Reduction reduction, int64_t ignore_index) {
   v1::Op m;
@@ -647,35 +622,6 @@ Tensor dropout(const Tensor& x, double p, bool training,
   return RunOp(x, internal::DropoutOpMsg(HandleOperand(x), p, training, seed));
 }
 
-namespace {
-std::optional<v1::Operand> OptionalOperand(const std::optional<Tensor>& t) {
-  if (!t.has_value()) return std::nullopt;
-  return HandleOperand(*t);
-}
-}  // namespace
-
-Tensor batch_norm(const Tensor& x, const std::optional<Tensor>& running_mean,
-                  const std::optional<Tensor>& running_var,
-                  const std::optional<Tensor>& weight,
-                  const std::optional<Tensor>& bias,
-                  const BatchNormOptions& options) {
-  return RunOp(
-      x, internal::NormOpMsg(
-             v1::BATCH_NORM, HandleOperand(x),
-             {OptionalOperand(weight), OptionalOperand(bias),
-              OptionalOperand(running_mean), OptionalOperand(running_var)},
-             options, {}));
-}
-
-Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
-                  const std::optional<Tensor>& weight,
-                  const std::optional<Tensor>& bias, double eps) {
-  return RunOp(x, internal::NormOpMsg(
-                      v1::LAYER_NORM, HandleOperand(x),
-                      {OptionalOperand(weight), OptionalOperand(bias), {}, {}},
-                      {.eps = eps}, normalized_shape));
-}
-
 Tensor nll_loss(const Tensor& input, const Tensor& target,
                 Reduction reduction, int64_t ignore_index) {
   return RunOp(input, internal::LossOpMsg(v1::NLL_LOSS, HandleOperand(input),
@@ -984,38 +930,6 @@ Batch::Value Batch::dropout(Input x, double p, bool training,
   return Record(&m);
 }
 
-Batch::Value Batch::batch_norm(Input x, std::optional<Input> running_mean,
-                               std::optional<Input> running_var,
-                               std::optional<Input> weight,
-                               std::optional<Input> bias,
-                               const BatchNormOptions& options) {
-  internal::NormOperands operands;
-  if (weight.has_value()) operands.weight = TENSORD_OPERAND((*weight));
-  if (bias.has_value()) operands.bias = TENSORD_OPERAND((*bias));
-  if (running_mean.has_value()) {
-    operands.running_mean = TENSORD_OPERAND((*running_mean));
-  }
-  if (running_var.has_value()) {
-    operands.running_var = TENSORD_OPERAND((*running_var));
-  }
-  const v1::Op m = internal::NormOpMsg(v1::BATCH_NORM, TENSORD_OPERAND(x),
-                                       std::move(operands), options, {});
-  return Record(&m);
-}
-
-Batch::Value Batch::layer_norm(Input x,
-                               const std::vector<int64_t>& normalized_shape,
-                               std::optional<Input> weight,
-                               std::optional<Input> bias, double eps) {
-  internal::NormOperands operands;
-  if (weight.has_value()) operands.weight = TENSORD_OPERAND((*weight));
-  if (bias.has_value()) operands.bias = TENSORD_OPERAND((*bias));
-  const v1::Op m =
-      internal::NormOpMsg(v1::LAYER_NORM, TENSORD_OPERAND(x),
-                          std::move(operands), {.eps = eps}, normalized_shape);
-  return Record(&m);
-}
-
 Batch::Value Batch::nll_loss(Input input, Input target, Reduction reduction,
                              int64_t ignore_index) {
   const v1::Op m =
@@ -1093,6 +1007,10 @@ Batch::Value Batch::axpy_(Input target, Scalar alpha, Input x) {
                                           &o, nullptr, &alpha);
   return Record(&m);
 }
+
+// The functions and Batch methods of the op table's rows with a `func`.
+#define TENSORD_FUNCTION_DEFS
+#include "tensord/op_methods.inc"  // generated (core/base/gen_op_table.py)
 
 #undef TENSORD_OPERAND
 

@@ -41,7 +41,7 @@ PROTO_FILE = os.path.join("tensord", "v1", "tensord.proto")
 OP_TABLE_FILE = os.path.join("tensord", "v1", "ops.json")
 # What the client's op facts (tensord/_op_table.py) keep of each row.
 OP_FACTS = ("id", "name", "kind", "wire", "arity", "grad_inputs", "grad_fn",
-            "params", "method", "python", "example")
+            "params", "method", "func", "doc", "python", "example")
 HERE = os.path.dirname(os.path.abspath(__file__))
 NUMPY_REQUIREMENT = "numpy>=1.21"
 # grpc_python_plugin has no --version: Debian 12's grpcio, the oldest tested.

@@ -81,7 +81,8 @@ class Batch {
   Value div(Input a, Scalar b) { return binary(BinaryOp::kDiv, a, b); }
   Value unary(UnaryOp op, Input x);
   Value unary(UnaryOp op, Input x, std::initializer_list<double> args);
-  // The unary ops of the op table's rows marked `method` (as Tensor's).
+  // The unary ops of the op table's rows marked `method` (as Tensor's)
+  // and the functions of its rows with a `func` (the normalisations).
 #define TENSORD_BATCH_METHODS
 #include "tensord/op_methods.inc"  // generated (core/base/gen_op_table.py)
   Value gelu(Input x, std::string_view approximate = "none");
@@ -139,14 +140,6 @@ class Batch {
   Value zero_grad(std::span<const Input> tensors);
   Value dropout(Input x, double p = 0.5, bool training = true,
                 std::optional<uint64_t> seed = std::nullopt);
-  Value batch_norm(Input x, std::optional<Input> running_mean,
-                   std::optional<Input> running_var,
-                   std::optional<Input> weight = std::nullopt,
-                   std::optional<Input> bias = std::nullopt,
-                   const BatchNormOptions& options = {});
-  Value layer_norm(Input x, const std::vector<int64_t>& normalized_shape,
-                   std::optional<Input> weight = std::nullopt,
-                   std::optional<Input> bias = std::nullopt, double eps = 1e-5);
   Value nll_loss(Input input, Input target,
                  Reduction reduction = Reduction::kMean,
                  int64_t ignore_index = -100);

@@ -300,8 +300,6 @@ namespace tensord {
 using client::adaptive_avg_pool2d;
 using client::avg_pool2d;
 using client::Batch;
-using client::batch_norm;
-using client::BatchNormOptions;
 using client::BatchResults;
 using client::BinaryOp;
 using client::cat;
@@ -318,7 +316,6 @@ using client::DTypeName;
 using client::Error;
 using client::ErrorKind;
 using client::flatten;
-using client::layer_norm;
 using client::linear;
 using client::max;
 using client::max_pool2d;
@@ -335,6 +332,8 @@ using client::Tensor;
 using client::TensorInfo;
 using client::UnaryOp;
 using client::where;
+#define TENSORD_USING  // the functions of the op table's `func` rows
+#include "tensord/op_methods.inc"  // generated (core/base/gen_op_table.py)
 }  // namespace tensord
 
 #endif  // TENSORD_CLIENT_TENSORD_CLIENT_H_

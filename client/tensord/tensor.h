@@ -327,27 +327,13 @@ Tensor adaptive_avg_pool2d(const Tensor& x,
 // `seed`, or nondeterministic); a copy otherwise.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true,
                std::optional<uint64_t> seed = std::nullopt);
-// nn.functional.batch_norm: x [N, C, ...] normalised per channel C with
-// the batch's statistics in training (running_mean and running_var, [C],
-// then updated in place: (1 - momentum) * running + momentum * batch's,
-// the variance unbiased), else with the running ones (required then);
-// weight and bias [C]. layer_norm: over x's last dims, which equal
-// normalized_shape (weight and bias have that shape). y = (x - mean) /
-// sqrt(var + eps) * weight + bias, var biased; float32 or float64.
-struct BatchNormOptions {
-  bool training = false;
-  double momentum = 0.1;
-  double eps = 1e-5;
-};
-Tensor batch_norm(const Tensor& x, const std::optional<Tensor>& running_mean,
-                  const std::optional<Tensor>& running_var,
-                  const std::optional<Tensor>& weight = std::nullopt,
-                  const std::optional<Tensor>& bias = std::nullopt,
-                  const BatchNormOptions& options = {});
-Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
-                  const std::optional<Tensor>& weight = std::nullopt,
-                  const std::optional<Tensor>& bias = std::nullopt,
-                  double eps = 1e-5);
+// The functions of the op table's rows with a `func` (nn.functional's
+// normalisations): each row's signature, in native_functions.yaml's form,
+// becomes one function here (trailing scalar arguments, when two or more,
+// in a `<Name>Options` struct), documented by the row's `doc`.
+#define TENSORD_FUNCTIONS
+#include "tensord/op_methods.inc"  // generated (core/base/gen_op_table.py)
+
 // How a loss reduces (torch.nn.functional's `reduction`).
 enum class Reduction { kMean, kSum, kNone };
 // nn.functional.nll_loss(log-probabilities [N, C] or [C], int64 class

@@ -18,9 +18,11 @@ build/generated; nothing generated is committed):
                        for core/executor.cc.
   core/op_visit.inc    VisitUnaryOp over the unary rows' functors, for
                        core/base/scalar_ops.h (CPU loops and CUDA kernels).
-  tensord/op_methods.inc  the C++ client's UnaryOp, and the Tensor and Batch
-                       methods of the rows marked `method`, for
-                       client/tensord/types.h, tensor.h and batch.h.
+  tensord/op_methods.inc  the C++ client's UnaryOp, the Tensor and Batch
+                       methods of the rows marked `method`, and the
+                       functions (with Batch methods) of the rows with a
+                       `func`, for client/tensord/types.h, tensor.h,
+                       batch.h, client.h and client/ops.cc.
   proto/op_wire.inc    each wire enum's values with their rows, for
                        proto/wire/op_convert.cc (a value the proto lacks
                        fails the build there).
@@ -35,7 +37,9 @@ file: client/python/build_stubs.py).
 """
 import json
 import os
+import re
 import sys
+import textwrap
 
 GRAD_INPUTS = {"all": "kAll", "none": "kNone", "first": "kFirst",
                "all_but_first": "kAllButFirst"}
@@ -44,7 +48,7 @@ GRAD_FN_KEYS = ("default", "scalar_first", "tensor_tensor", "all_dims", "bias")
 ROW_KEYS = {"id", "name", "kind", "variant", "wire", "arity", "grad_inputs",
             "saves_inputs", "saves_output", "grad_fn", "backward", "emit", "plan",
             "python", "cpp", "example", "doc", "functor", "params", "integers",
-            "kernel_name", "bool_error", "method"}
+            "kernel_name", "bool_error", "method", "func"}
 INTEGERS = {"promote": "kPromote", "keep": "kKeep", "refuse": "kRefuse"}
 MAX_PARAMS = 2
 
@@ -88,6 +92,10 @@ def load(path):
                                  f"integers (one of {sorted(INTEGERS)})")
             if row["integers"] == "refuse" and "kernel_name" not in row:
                 raise TableError(f"{where}: refusing integers names torch's kernel")
+        if "func" in row:
+            parse_func(row)  # raises TableError naming the problem
+            if " " not in (row["wire"] or "") or "doc" not in row:
+                raise TableError(f"{where}: a func row has a wire enum value and a doc")
         if len(row.get("params", [])) > MAX_PARAMS:
             raise TableError(f"{where}: at most {MAX_PARAMS} params")
         if (row["emit"] is None) != (row["plan"] is None):
@@ -231,13 +239,137 @@ def visit_inc(table):
     return "\n".join(out)
 
 
+FUNC_TYPES = {"Tensor", "Tensor?", "bool", "int", "float", "int[]"}
+
+
+def parse_func(row):
+    """The row's `func` (native_functions.yaml's form, every argument after
+    the first named as the wire message's field) as (name, [(type, arg,
+    default or None)])."""
+    m = re.fullmatch(r"(\w+)\((.*)\)", row["func"])
+    if m is None or m.group(1) != row["id"]:
+        raise TableError(f"op {row['id']!r}: func is {row['id']}(Type name[=default], ...)")
+    args = []
+    for part in m.group(2).split(", "):
+        decl, _, default = part.partition("=")
+        type_, _, name = decl.partition(" ")
+        if type_ not in FUNC_TYPES or not name.isidentifier():
+            raise TableError(f"op {row['id']!r}: func argument {part!r}: a type of "
+                             f"{sorted(FUNC_TYPES)} and a name")
+        args.append((type_, name, default or None))
+    if args[0][0] != "Tensor":
+        raise TableError(f"op {row['id']!r}: func's first argument is a Tensor")
+    return m.group(1), args
+
+
+def camel(name):
+    return "".join(w.capitalize() for w in name.split("_"))
+
+
+def func_options(args):
+    """The trailing defaulted non-tensor arguments, gathered into one
+    options struct when there are two or more (C++ has no keywords)."""
+    tail = []
+    for arg in reversed(args):
+        if arg[0].startswith("Tensor") or arg[2] is None:
+            break
+        tail.insert(0, arg)
+    return tail if len(tail) >= 2 else []
+
+
+CXX_TYPES = {"bool": "bool", "int": "int64_t", "float": "double",
+             "int[]": "const std::vector<int64_t>&"}
+CXX_DEFAULTS = {"None": "std::nullopt", "False": "false", "True": "true"}
+
+
+def cxx_func(row, batch):
+    """The C++ declaration of a func row (its Tensor function, or its Batch
+    method when `batch`) and its options struct's name ("" when none)."""
+    name, args = parse_func(row)
+    options = func_options(args)
+    struct = camel(name) + "Options" if options else ""
+    params = []
+    for type_, arg, default in args[:len(args) - len(options)]:
+        if type_ == "Tensor":
+            decl = "Input" if batch else "const Tensor&"
+        elif type_ == "Tensor?":
+            decl = "std::optional<Input>" if batch else "const std::optional<Tensor>&"
+        else:
+            decl = CXX_TYPES[type_]
+        value = f" = {CXX_DEFAULTS.get(default, default)}" if default else ""
+        params.append((f"{decl} {arg}", value))
+    if struct:
+        params.append((f"const {struct}& options", " = {}"))
+    return name, params, options, struct
+
+
+def cxx_func_body(row, options, operand):
+    """The statements that fill the row's wire message from the arguments."""
+    _, args = parse_func(row)
+    field, value = row["wire"].split(" ")
+    lines = ["  v1::Op m;", f"  auto* args = m.mutable_{field}();",
+             f"  args->set_op(v1::{value});"]
+    for type_, arg, _ in args:
+        source = f"options.{arg}" if (type_, arg, _) in options else arg
+        if type_ == "Tensor":
+            lines.append(f"  *args->mutable_{arg}() = {operand(arg)};")
+        elif type_ == "Tensor?":
+            lines.append(f"  if ({arg}.has_value()) *args->mutable_{arg}() = "
+                         f"{operand(f'(*{arg})')};")
+        elif type_ == "int[]":
+            lines.append(f"  args->mutable_{arg}()->Add({source}.begin(), {source}.end());")
+        else:
+            lines.append(f"  args->set_{arg}({source});")
+    return lines
+
+
+def signature(head, params, with_defaults=True):
+    """`head(params...)`, one parameter per line when it is long."""
+    parts = [p + v if with_defaults else p for p, v in params]
+    line = f"{head}(" + ", ".join(parts) + ")"
+    if len(line) <= 78:
+        return line
+    return f"{head}(\n    " + ",\n    ".join(parts) + ")"
+
+
+def func_inc(table):
+    """The C++ client's functions of the `func` rows: declarations (with
+    their options structs) for tensor.h, Batch methods for batch.h,
+    definitions for client/ops.cc, using-declarations for client.h."""
+    decls, batch, defs, using = [], [], [], []
+    for r in table["ops"]:
+        if "func" not in r:
+            continue
+        doc = ["// " + line for line in textwrap.wrap(r["doc"], 74)]
+        name, params, options, struct = cxx_func(r, batch=False)
+        if struct:
+            decls += [f"// {name}'s trailing arguments.", f"struct {struct} {{"]
+            for type_, arg, default in options:
+                decls.append(f"  {CXX_TYPES[type_]} {arg} = {CXX_DEFAULTS.get(default, default)};")
+            decls.append("};")
+            using.append(f"using client::{struct};")
+        using.append(f"using client::{name};")
+        decls += doc + [signature(f"Tensor {name}", params) + ";"]
+        defs += [signature(f"Tensor {name}", params, with_defaults=False) + " {"]
+        defs += cxx_func_body(r, options, lambda a: f"HandleOperand({a})")
+        defs += [f"  return RunOp({params[0][0].split()[-1]}, std::move(m));", "}"]
+        name, params, options, struct = cxx_func(r, batch=True)
+        batch += [f"  // {name}: as the function tensord::{name}.",
+                  "  " + signature(f"Value {name}", params).replace("\n", "\n  ") + ";"]
+        defs += [signature(f"Batch::Value Batch::{name}", params, with_defaults=False) + " {"]
+        defs += cxx_func_body(r, options, lambda a: f"TENSORD_OPERAND({a})")
+        defs += ["  return Record(&m);", "}"]
+    return decls, batch, defs, using
+
+
 def client_inc(table):
     """The C++ client's UnaryOp (wire numbers) and each `method` row's method."""
     unary = [r for r in table["ops"] if r["kind"] == "Unary"]
     out = ["// Generated by core/base/gen_op_table.py from proto/tensord/v1/ops.json:",
            "// do not edit. Included by client/tensord/types.h (TENSORD_OP_ENUMS),",
-           "// tensor.h and batch.h (TENSORD_TENSOR_METHODS, TENSORD_BATCH_METHODS),",
-           "// client/grpc_enums.h (TENSORD_WIRE_ASSERTS).",
+           "// tensor.h (TENSORD_TENSOR_METHODS, TENSORD_FUNCTIONS), batch.h",
+           "// (TENSORD_BATCH_METHODS), client.h (TENSORD_USING), client/ops.cc",
+           "// (TENSORD_FUNCTION_DEFS) and client/grpc_enums.h (TENSORD_WIRE_ASSERTS).",
            "#if defined(TENSORD_OP_ENUMS) && !defined(TENSORD_OP_ENUMS_DONE)",
            "#define TENSORD_OP_ENUMS_DONE",
            "// The unary ops, numbered as tensord.v1.UnaryOp (client/grpc_enums.h",
@@ -258,8 +390,13 @@ def client_inc(table):
                     f"    return unary(UnaryOp::{r['variant']}, {{{args}}});", "  }"]
         batch += [doc, f"  Value {r['id']}(Input x{', ' if decl else ''}{decl}) {{",
                   f"    return unary(UnaryOp::{r['variant']}, x, {{{args}}});", "  }"]
+    decls, func_batch, defs, using = func_inc(table)
     out += ["#ifdef TENSORD_TENSOR_METHODS", "#undef TENSORD_TENSOR_METHODS"] + methods
-    out += ["#endif", "#ifdef TENSORD_BATCH_METHODS", "#undef TENSORD_BATCH_METHODS"] + batch
+    out += ["#endif", "#ifdef TENSORD_FUNCTIONS", "#undef TENSORD_FUNCTIONS"] + decls
+    out += ["#endif", "#ifdef TENSORD_BATCH_METHODS", "#undef TENSORD_BATCH_METHODS"]
+    out += batch + func_batch
+    out += ["#endif", "#ifdef TENSORD_FUNCTION_DEFS", "#undef TENSORD_FUNCTION_DEFS"] + defs
+    out += ["#endif", "#ifdef TENSORD_USING", "#undef TENSORD_USING"] + using
     out += ["#endif", "#ifdef TENSORD_WIRE_ASSERTS", "#undef TENSORD_WIRE_ASSERTS"]
     for r in unary:
         value = r["wire"].split(" ")[1]

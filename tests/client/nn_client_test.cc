@@ -162,6 +162,26 @@ TEST_F(NnClientTest, BatchNorm2dKeepsRunningStatisticsAsBuffers) {
       batch.layer_norm(x, {1, 2}, std::nullopt, std::nullopt, 0);
   batch.keep(y);
   EXPECT_THAT(batch.run()[y].fetch<float>(), ElementsAre(-1, 1, -1, 1));
+  // batch_norm in a Batch: eval with running statistics, weight and bias
+  // ((x - 1) / sqrt(4) * 3 + 1), and training updating them in place.
+  const Tensor mean = c.tensor<float>({1}, {1});
+  const Tensor var = c.tensor<float>({4}, {1});
+  Batch norms = c.batch();
+  const Batch::Value eval =
+      norms.batch_norm(x, mean, var, c.tensor<float>({3}, {1}),
+                       c.tensor<float>({1}, {1}), {.eps = 0});
+  const Batch::Value train =
+      norms.batch_norm(x, mean, var, std::nullopt, std::nullopt,
+                       {.training = true, .momentum = 1, .eps = 0});
+  norms.keep(eval);
+  norms.keep(train);
+  const BatchResults results = norms.run();
+  EXPECT_THAT(results[eval].fetch<float>(), ElementsAre(1, 4, 7, 10));
+  EXPECT_THAT(results[train].fetch<float>(),
+              ElementsAre(FloatEq(-3 / s), FloatEq(-1 / s), FloatEq(1 / s),
+                          FloatEq(3 / s)));
+  EXPECT_THAT(mean.fetch<float>(), ElementsAre(4));
+  EXPECT_THAT(var.fetch<float>(), ElementsAre(FloatEq(20.0f / 3)));
 }
 
 TEST_F(NnClientTest, StateDictSavesAndLoads) {

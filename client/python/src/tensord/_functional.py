@@ -8,7 +8,9 @@ missing option (ceil_mode, return_indices, ...). tensord re-exports the
 torch-level ones; tensord.nn.functional the torch.nn.functional ones.
 Stateless.
 """
+import ast
 import inspect
+import re
 
 from tensord import _op_table
 from tensord._tensor import Tensor, operand, where  # noqa: F401 (where: re-exported)
@@ -151,34 +153,6 @@ def dropout(input, p=0.5, training=True, inplace=False, seed=None):
     return input._run(dropout=args)
 
 
-def _norm(op, input, weight, bias, **fields):
-    args = pb.NormArgs(op=op, input=operand(input), **fields)
-    for name, value in (("weight", weight), ("bias", bias)):
-        if value is not None:
-            getattr(args, name).CopyFrom(input._same_client(value))
-    return args
-
-
-def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
-               momentum=0.1, eps=1e-05):
-    args = _norm(pb.BATCH_NORM, input, weight, bias, training=training, momentum=momentum,
-                 eps=eps)
-    if (running_mean is None) != (running_var is None):
-        raise NotImplementedError("tensord's batch_norm takes running_mean and running_var "
-                                  "together or neither")
-    if running_mean is not None:
-        args.running_mean.CopyFrom(input._same_client(running_mean))
-        args.running_var.CopyFrom(input._same_client(running_var))
-    return input._run(norm=args)
-
-
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-05):
-    if isinstance(normalized_shape, int):
-        normalized_shape = (normalized_shape,)
-    return input._run(norm=_norm(pb.LAYER_NORM, input, weight, bias, eps=eps,
-                                 normalized_shape=list(normalized_shape)))
-
-
 _REDUCTIONS = {"mean": pb.REDUCTION_MEAN, "sum": pb.REDUCTION_SUM, "none": pb.REDUCTION_NONE}
 
 
@@ -243,4 +217,67 @@ UNARY_FROM_TABLE = [row["id"] for row in _op_table.OPS if row.get("method")]
 for _row in _op_table.OPS:
     if _row.get("method"):
         globals()[_row["id"]] = _unary_function(_row)
+del _row
+
+
+def _parse_func(row):
+    """A row's `func` ("name(Tensor input, Tensor? weight=None, ...,
+    float eps=1e-05)") as [(type, name, default)], inspect.Parameter.empty
+    where there is no default."""
+    arguments = re.fullmatch(r"\w+\((.*)\)", row["func"]).group(1)
+    parsed = []
+    for part in arguments.split(", "):
+        declaration, has_default, default = part.partition("=")
+        type_, name = declaration.split(" ")
+        parsed.append((type_, name, ast.literal_eval(default) if has_default
+                       else inspect.Parameter.empty))
+    return parsed
+
+
+def _ints(value):
+    return [int(value)] if isinstance(value, int) else [int(v) for v in value]
+
+
+def _table_function(row):
+    """torch.nn.functional.<row>(...) for an op table row with a `func`: its
+    arguments (torch's names and defaults) fill the wire message's fields of
+    the same names."""
+    arguments = _parse_func(row)
+    field, value = row["wire"].split(" ")
+    message = getattr(pb, pb.Op.DESCRIPTOR.fields_by_name[field].message_type.name)
+    op = getattr(pb, value)
+    signature = inspect.Signature(
+        [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default)
+         for _, name, default in arguments])
+
+    def function(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = bound.arguments
+        input = values[arguments[0][1]]
+        args = message(op=op)
+        for type_, name, _ in arguments:
+            v = values[name]
+            if type_ == "Tensor":
+                getattr(args, name).CopyFrom(operand(v) if v is input
+                                             else input._same_client(v))
+            elif type_ == "Tensor?":
+                if v is not None:
+                    getattr(args, name).CopyFrom(input._same_client(v))
+            elif type_ == "int[]":
+                getattr(args, name).extend(_ints(v))
+            else:
+                setattr(args, name, {"bool": bool, "int": int, "float": float}[type_](v))
+        return input._run(**{field: args})
+
+    function.__name__ = function.__qualname__ = row["id"]
+    function.__signature__ = signature
+    function.__doc__ = f"{row['id']}{signature}: {row['doc']} (from the op table's row)"
+    return function
+
+
+# The op table's rows with a `func` (the normalisations).
+for _row in _op_table.OPS:
+    if _row.get("func"):
+        globals()[_row["id"]] = _table_function(_row)
 del _row
