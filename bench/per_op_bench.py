@@ -8,9 +8,13 @@ build/tests/python/python-client-venv, sees Debian's torch). Against one
 tensord daemon started here as a separate process (tests/python/daemon.py),
 over TCP loopback, each a median over --rounds interleaved rounds:
   * execute: one Execute of --ops chained adds of two 4-element float32
-    tensors (op i adds op i-1's result and y; only the last is kept),
-    through bare grpcio stubs: the server's per-op cost with one round trip
-    for all of them;
+    tensors (op i adds op i-1's result and y; only the last is kept), its
+    request encoded once before the rounds and sent as bytes through a bare
+    grpcio call: the server's per-op cost (receiving, parsing, planning,
+    running and freeing each op) with one round trip for all of them;
+  * execute + encode: the same call with Python protobuf encoding the
+    request each time (what a Python caller building the message pays on
+    top: the client's cost, not the server's);
   * stream: the same adds through the Python client's pipelined command
     stream (`z = z + y`, then one sync): the client's and the server's
     per-op cost together;
@@ -73,6 +77,9 @@ def main():
             op=pb.ADD, lhs=pb.Operand(handle=x) if i == 0 else pb.Operand(result_of=i - 1),
             rhs=pb.Operand(handle=y))) for i in range(args.ops)]
         request = pb.ExecuteRequest(session=session, ops=ops, keep=[args.ops - 1])
+        encoded = request.SerializeToString()
+        execute_bytes = channel.unary_unary("/tensord.v1.TensorService/Execute",
+                                            response_deserializer=pb.ExecuteResponse.FromString)
 
         client = tensord.connect(daemon.address)
         check(client.pipelined, "the client did not open the command stream")
@@ -80,6 +87,11 @@ def main():
         tx, ty = torch.zeros(4), torch.ones(4)
 
         def execute():
+            kept = execute_bytes(encoded).kept[0]
+            check(kept.shape == [4], "execute result")
+            stub.Release(pb.ReleaseRequest(session=session, handle=kept.handle))
+
+        def execute_encoded():
             kept = stub.Execute(request).kept[0]
             stub.Release(pb.ReleaseRequest(session=session, handle=kept.handle))
 
@@ -99,7 +111,9 @@ def main():
             for _ in range(args.ops // 10 or 1):
                 stub.KeepAlive(pb.KeepAliveRequest(session=session))
 
-        bodies = {"execute": (execute, args.ops), "stream": (stream, args.ops),
+        bodies = {"execute": (execute, args.ops),
+                  "execute + encode": (execute_encoded, args.ops),
+                  "stream": (stream, args.ops),
                   "torch eager": (torch_eager, args.ops),
                   "unary floor": (unary, args.ops // 10 or 1)}
         for body, _ in bodies.values():  # warm-up
@@ -120,9 +134,9 @@ def main():
     torch_us = medians["torch eager"]
     print(f"per_op_bench: {args.ops} adds of float32[4], median of {args.rounds} interleaved "
           f"rounds, TCP loopback, torch {torch.__version__} at 1 thread")
-    print(f"{'path':<14} {'us/op':>10} {'x torch eager':>14}")
+    print(f"{'path':<17} {'us/op':>10} {'x torch eager':>14}")
     for name, value in medians.items():
-        print(f"{name:<14} {value:10.2f} {value / torch_us:14.2f}")
+        print(f"{name:<17} {value:10.2f} {value / torch_us:14.2f}")
     print(json.dumps({"benchmark": "per_op_bench", "ops": args.ops, "rounds": args.rounds,
                       "torch": torch.__version__, "torch_threads": 1,
                       "results": {name: {"us_per_op": round(v, 3),
