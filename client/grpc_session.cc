@@ -364,6 +364,25 @@ std::optional<std::string> Session::ReadOnStream(uint64_t handle,
   return CheckedData(handle, std::move(*reply.mutable_chunk()));
 }
 
+std::optional<v1::ExecuteResponse> Session::ExecuteOnStream(
+    const v1::ExecuteRequest& request) const {
+  CommandStream* stream = started_.load();
+  if (stream == nullptr || request.ByteSizeLong() > kUploadChunkBytes) {
+    return std::nullopt;
+  }
+  v1::Command cmd;
+  *cmd.mutable_execute() = request;
+  cmd.mutable_execute()->clear_session();
+  v1::CommandReply reply = stream->Wait(stream->Send(std::move(cmd), true));
+  if (reply.code() != 0) {  // refused: a failure before it was thrown
+    throw Error(static_cast<StatusCode>(reply.code()), reply.message(),
+                FromProto(reply.error_kind()));
+  }
+  v1::ExecuteResponse response;
+  response.mutable_kept()->Swap(reply.mutable_kept());
+  return response;
+}
+
 void Session::StreamBytes(
     uint64_t handle, uint64_t nbytes,
     const std::function<void(const uint8_t*, size_t)>& append) const {

@@ -221,6 +221,13 @@ class Session : public std::enable_shared_from_this<Session> {
   // no stream or the tensor is larger (then drain and fetch unary).
   std::optional<std::string> ReadOnStream(uint64_t handle,
                                           uint64_t nbytes) const;
+  // A Batch's list (at most kUploadChunkBytes encoded) as one execute
+  // command on the stream, in order with what was sent before it (so
+  // nothing is drained first), waiting for its reply: one round trip.
+  // nullopt when there is no stream or the list is larger (then the unary
+  // Execute). Throws the list's error as the stream throws a failure.
+  std::optional<v1::ExecuteResponse> ExecuteOnStream(
+      const v1::ExecuteRequest& request) const;
   // A Read's bytes once their size and CRC-32 check out (DATA_LOSS
   // otherwise).
   static std::string CheckedData(uint64_t handle, v1::FetchChunk chunk);

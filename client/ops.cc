@@ -1027,8 +1027,14 @@ BatchResults Batch::run() {
     throw Error(StatusCode::FAILED_PRECONDITION, "a Batch runs only once");
   }
   state_->ran = true;
+  // On a pipelined client, one command on the stream: no drain first.
+  std::optional<v1::ExecuteResponse> streamed =
+      state_->session->ExecuteOnStream(state_->request);
   const v1::ExecuteResponse response =
-      state_->session->Call(&v1::TensorService::Stub::Execute, state_->request);
+      streamed.has_value()
+          ? *std::move(streamed)
+          : state_->session->Call(&v1::TensorService::Stub::Execute,
+                                  state_->request);
   BatchResults results;
   for (int i = 0; i < response.kept_size(); ++i) {
     const uint32_t index = state_->request.keep(i);

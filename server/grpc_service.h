@@ -304,6 +304,9 @@ class TensorServiceImpl final : public TensorServiceBase, public StreamService {
   absl::Status ReleaseListedOf(const v1::ReleaseRequest& req) override {
     return ReleaseListed(req);
   }
+  absl::Status ReleaseListedOf(const v1::ExecuteRequest& req) override {
+    return ReleaseListed(req);
+  }
   absl::Status CreateCommand(grpc::CallbackServerContext* ctx,
                              const v1::CreateRequest& req,
                              v1::TensorResponse* resp) override {
@@ -318,6 +321,11 @@ class TensorServiceImpl final : public TensorServiceBase, public StreamService {
                           const v1::RunRequest& req,
                           v1::TensorResponse* resp) override {
     return RunImpl(ctx, req, resp);
+  }
+  absl::Status ExecuteCommand(grpc::CallbackServerContext* ctx,
+                              const v1::ExecuteRequest& req,
+                              v1::ExecuteResponse* resp) override {
+    return ExecuteImpl(ctx, req, resp);
   }
   absl::Status ReadCommand(grpc::CallbackServerContext* ctx,
                            const v1::ReadRequest& req,

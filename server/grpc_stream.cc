@@ -223,6 +223,7 @@ class StreamReactor final
     if (cmd.has_create()) in_session(cmd.create());
     if (cmd.has_to()) in_session(cmd.to());
     if (cmd.has_run()) in_session(cmd.run());
+    if (cmd.has_execute()) in_session(cmd.execute());
   }
 
   absl::Status Execute(const v1::Command& cmd, v1::CommandReply* reply) {
@@ -257,6 +258,20 @@ class StreamReactor final
         RETURN_IF_ERROR(s.RunCommand(ctx_, req, &resp));
         return Name(cmd.result(), resp.tensor(), reply);
       }
+      case v1::Command::kExecute: {
+        if (cmd.result() != 0) {
+          return absl::InvalidArgumentError(
+              "an execute's results are its kept list, under the server's "
+              "handles: leave `result` 0");
+        }
+        v1::ExecuteRequest req = cmd.execute();
+        req.set_session(session_);
+        RETURN_IF_ERROR(s.ReleaseListedOf(req));
+        v1::ExecuteResponse resp;
+        RETURN_IF_ERROR(s.ExecuteCommand(ctx_, req, &resp));
+        reply->mutable_kept()->Swap(resp.mutable_kept());
+        return absl::OkStatus();
+      }
       case v1::Command::kRead: {
         v1::ReadRequest req = cmd.read();
         req.set_session(session_);
@@ -274,8 +289,8 @@ class StreamReactor final
       default:
         return absl::InvalidArgumentError(absl::StrCat(
             "command ", cmd.seq(),
-            " names nothing to do (create, to, run, read, release, sync or "
-            "clear_error)"));
+            " names nothing to do (create, to, run, execute, read, release, "
+            "sync or clear_error)"));
     }
   }
 

@@ -137,6 +137,7 @@ class StreamService : public RpcHost {
   virtual absl::Status ReleaseListedOf(const v1::ToRequest& req) = 0;
   virtual absl::Status ReleaseListedOf(const v1::RunRequest& req) = 0;
   virtual absl::Status ReleaseListedOf(const v1::ReleaseRequest& req) = 0;
+  virtual absl::Status ReleaseListedOf(const v1::ExecuteRequest& req) = 0;
   virtual absl::Status CreateCommand(grpc::CallbackServerContext* ctx,
                                      const v1::CreateRequest& req,
                                      v1::TensorResponse* resp) = 0;
@@ -146,6 +147,9 @@ class StreamService : public RpcHost {
   virtual absl::Status RunCommand(grpc::CallbackServerContext* ctx,
                                   const v1::RunRequest& req,
                                   v1::TensorResponse* resp) = 0;
+  virtual absl::Status ExecuteCommand(grpc::CallbackServerContext* ctx,
+                                      const v1::ExecuteRequest& req,
+                                      v1::ExecuteResponse* resp) = 0;
   virtual absl::Status ReadCommand(grpc::CallbackServerContext* ctx,
                                    const v1::ReadRequest& req,
                                    v1::FetchChunk* resp) = 0;

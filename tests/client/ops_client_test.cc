@@ -586,8 +586,13 @@ TEST_F(OpsClientTest, BatchErrorNamesTheOpAndLeaksNothing) {
     EXPECT_EQ(e.code(), StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(e.message(), HasSubstr("op #1 (matmul; operands: result of "
                                        "op #0 [2, 3] float32, handle"));
+    // The pipelined client sent the list as one command on its stream, in
+    // order with the ones before it (no drain first).
+    EXPECT_THAT(e.message(), HasSubstr("(execute) failed: op #1"));
   }
   EXPECT_EQ(Held(), held);
+  // The failure was cleared: the stream runs the next commands.
+  EXPECT_THAT((x * 2).fetch<float>(), ::testing::Each(2.0f));
 }
 
 TEST_F(OpsClientTest, NpyRoundTripsWithNumpy) {

@@ -252,6 +252,85 @@ TEST_F(StreamServiceTest, AFailureStopsTheStreamUntilCleared) {
   EXPECT_TRUE(Close(*c).ok());
 }
 
+// An Execute's list as one command: in order with the commands before it
+// (its operands are their results, under the client's handles), its kept
+// results under the server's handles in the reply; a failing op fails the
+// command with Execute's message and stops the stream; `result` is refused.
+TEST_F(StreamServiceTest, AnExecuteIsOneCommand) {
+  auto c = Connect();
+  v1::Command execute;
+  execute.set_seq(3);
+  v1::ExecuteRequest* list = execute.mutable_execute();
+  for (int i = 0; i < 3; ++i) {
+    v1::BinaryArgs* add = list->add_ops()->mutable_binary();
+    add->set_op(v1::ADD);
+    if (i == 0) {
+      add->mutable_lhs()->set_handle(kMine + 1);
+    } else {
+      add->mutable_lhs()->set_result_of(static_cast<uint32_t>(i - 1));
+    }
+    add->mutable_rhs()->set_handle(kMine + 2);
+  }
+  list->add_keep(2);
+  list->add_release(kMine + 1);
+  auto replies = Send(
+      *c,
+      {Create(1, kMine + 1, {1, 2}), Create(2, kMine + 2, {10, 20}), execute},
+      /*open=*/true);
+  ASSERT_EQ(replies.size(), 3u);
+  // The list's release runs before its ops: its operand kMine + 1 is gone.
+  EXPECT_EQ(replies[2].code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(replies[2].message(), HasSubstr("op #0"));
+  v1::Command clear;
+  clear.set_seq(4);
+  clear.mutable_clear_error()->set_seq(3);
+  execute.set_seq(5);
+  execute.mutable_execute()->clear_release();
+  execute.mutable_execute()
+      ->mutable_ops(0)
+      ->mutable_binary()
+      ->mutable_lhs()
+      ->set_handle(kMine + 2);
+  replies = Send(*c, {clear, execute});
+  ASSERT_EQ(replies.size(), 2u);
+  ASSERT_EQ(replies[1].code(), 0) << replies[1].message();
+  ASSERT_EQ(replies[1].kept_size(), 1);
+  const uint64_t kept = replies[1].kept(0).handle();
+  EXPECT_LT(kept, kMine);  // the server's handle
+  EXPECT_THAT(replies[1].kept(0).shape(), ::testing::ElementsAre(2));
+  replies = Send(*c, {Read(6, kept)});
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(Floats(replies[0]), (std::vector<float>{40, 80}));
+
+  // A failing op: Execute's status, and the stream stops there.
+  v1::Command bad = execute;
+  bad.set_seq(7);
+  bad.mutable_execute()
+      ->mutable_ops(1)
+      ->mutable_binary()
+      ->mutable_rhs()
+      ->set_handle(kMine + 99);
+  replies = Send(*c, {bad, Read(8, kept)});
+  ASSERT_EQ(replies.size(), 2u);
+  EXPECT_EQ(replies[0].code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(replies[0].message(), HasSubstr("op #1"));
+  EXPECT_EQ(replies[0].kept_size(), 0);
+  EXPECT_EQ(replies[1].code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(replies[1].message(), HasSubstr("command 7 (execute) failed"));
+
+  clear.set_seq(9);
+  clear.mutable_clear_error()->set_seq(7);
+  v1::Command named = execute;
+  named.set_seq(10);
+  named.set_result(kMine + 5);
+  replies = Send(*c, {clear, named});
+  ASSERT_EQ(replies.size(), 2u);
+  EXPECT_EQ(replies[1].code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(replies[1].message(), HasSubstr("leave `result` 0"));
+  EXPECT_THAT(Handles(), ::testing::ElementsAre(kept, kMine + 2));
+  Close(*c);
+}
+
 TEST_F(StreamServiceTest, AReconnectReplaysAndRunsNothingTwice) {
   auto first = Connect();
   auto replies = Send(*first,
