@@ -312,6 +312,19 @@ class Session : public std::enable_shared_from_this<Session> {
   // in-place op (the result is its target).
   bool RunOnStream(const v1::Op& op,
                    std::shared_ptr<const TensorState>* result) const;
+  // A Batch's list on the stream without waiting for its reply, when this
+  // client plans every op of it: no op gives back its operand or depends
+  // on autograd state (the table's returns_input, autograd_state), every
+  // operand's metadata is known, every op plans, each op is kept at most
+  // once and the list is at most kUploadChunkBytes encoded. `*kept`: the
+  // kept results' new tensors, in the order of `keep`, under handles this
+  // client chose (ExecuteRequest.results). False otherwise (a plan's error
+  // included): the caller sends the list and waits, and the server's
+  // answer is the list's.
+  // `*request` is moved into the command when it is sent.
+  bool ExecuteOnStreamPlanned(
+      v1::ExecuteRequest* request,
+      std::vector<std::shared_ptr<const TensorState>>* kept) const;
   // A fill (not arange) or inline data on the stream.
   bool CreateOnStream(v1::CreateRequest request,
                       std::shared_ptr<const TensorState>* result) const;

@@ -746,9 +746,9 @@ size_t Batch::size() const {
   return static_cast<size_t>(state_->request.ops_size());
 }
 
-Batch::Value Batch::Record(const void* op) {
+Batch::Value Batch::Record(void* op) {
   v1::Op* recorded = state_->request.add_ops();
-  *recorded = *static_cast<const v1::Op*>(op);
+  recorded->Swap(static_cast<v1::Op*>(op));
   internal::MarkGradMode(*recorded);
   return Value(state_.get(), static_cast<uint32_t>(size() - 1));
 }
@@ -756,24 +756,23 @@ Batch::Value Batch::Record(const void* op) {
 #define TENSORD_OPERAND(in) OperandOf(*state_, in, in.tensor_, in.value_)
 
 Batch::Value Batch::binary(BinaryOp op, Input a, Input b) {
-  const v1::Op m =
-      internal::BinaryOpMsg(op, TENSORD_OPERAND(a), TENSORD_OPERAND(b));
+  v1::Op m = internal::BinaryOpMsg(op, TENSORD_OPERAND(a), TENSORD_OPERAND(b));
   return Record(&m);
 }
 
 Batch::Value Batch::binary(BinaryOp op, Input a, Scalar b) {
-  const v1::Op m = internal::BinaryOpMsg(op, TENSORD_OPERAND(a), b);
+  v1::Op m = internal::BinaryOpMsg(op, TENSORD_OPERAND(a), b);
   return Record(&m);
 }
 
 Batch::Value Batch::unary(UnaryOp op, Input x,
                           std::initializer_list<double> args) {
-  const v1::Op m = internal::UnaryOpMsg(op, TENSORD_OPERAND(x), args);
+  v1::Op m = internal::UnaryOpMsg(op, TENSORD_OPERAND(x), args);
   return Record(&m);
 }
 
 Batch::Value Batch::unary(UnaryOp op, Input x) {
-  const v1::Op m = internal::UnaryOpMsg(op, TENSORD_OPERAND(x));
+  v1::Op m = internal::UnaryOpMsg(op, TENSORD_OPERAND(x));
   return Record(&m);
 }
 
@@ -783,57 +782,55 @@ Batch::Value Batch::gelu(Input x, std::string_view approximate) {
 
 Batch::Value Batch::reduce(ReduceOp op, Input x, std::optional<int64_t> dim,
                            bool keepdim) {
-  const v1::Op m = internal::ReduceOpMsg(op, TENSORD_OPERAND(x), dim, keepdim);
+  v1::Op m = internal::ReduceOpMsg(op, TENSORD_OPERAND(x), dim, keepdim);
   return Record(&m);
 }
 
 Batch::Value Batch::matmul(Input a, Input b) {
-  const v1::Op m =
-      internal::MatMulOpMsg(TENSORD_OPERAND(a), TENSORD_OPERAND(b));
+  v1::Op m = internal::MatMulOpMsg(TENSORD_OPERAND(a), TENSORD_OPERAND(b));
   return Record(&m);
 }
 
 Batch::Value Batch::reduce(ReduceOp op, Input x, std::span<const int64_t> dims,
                            bool keepdim) {
-  const v1::Op m = internal::ReduceOpMsg(op, TENSORD_OPERAND(x), dims, keepdim);
+  v1::Op m = internal::ReduceOpMsg(op, TENSORD_OPERAND(x), dims, keepdim);
   return Record(&m);
 }
 
 Batch::Value Batch::where(Input condition, Input input, Input other) {
-  const v1::Op m =
+  v1::Op m =
       internal::WhereOpMsg(TENSORD_OPERAND(condition), TENSORD_OPERAND(input),
                            TENSORD_OPERAND(other));
   return Record(&m);
 }
 Batch::Value Batch::where(Input condition, Input input, Scalar other) {
-  const v1::Op m = internal::WhereOpMsg(TENSORD_OPERAND(condition),
-                                        TENSORD_OPERAND(input), other);
+  v1::Op m = internal::WhereOpMsg(TENSORD_OPERAND(condition),
+                                  TENSORD_OPERAND(input), other);
   return Record(&m);
 }
 Batch::Value Batch::where(Input condition, Scalar input, Input other) {
-  const v1::Op m = internal::WhereOpMsg(TENSORD_OPERAND(condition), input,
-                                        TENSORD_OPERAND(other));
+  v1::Op m = internal::WhereOpMsg(TENSORD_OPERAND(condition), input,
+                                  TENSORD_OPERAND(other));
   return Record(&m);
 }
 Batch::Value Batch::where(Input condition, Scalar input, Scalar other) {
-  const v1::Op m =
-      internal::WhereOpMsg(TENSORD_OPERAND(condition), input, other);
+  v1::Op m = internal::WhereOpMsg(TENSORD_OPERAND(condition), input, other);
   return Record(&m);
 }
 
 Batch::Value Batch::softmax(Input x, int64_t dim) {
-  const v1::Op m = internal::SoftmaxOpMsg(TENSORD_OPERAND(x), dim, false);
+  v1::Op m = internal::SoftmaxOpMsg(TENSORD_OPERAND(x), dim, false);
   return Record(&m);
 }
 
 Batch::Value Batch::log_softmax(Input x, int64_t dim) {
-  const v1::Op m = internal::SoftmaxOpMsg(TENSORD_OPERAND(x), dim, true);
+  v1::Op m = internal::SoftmaxOpMsg(TENSORD_OPERAND(x), dim, true);
   return Record(&m);
 }
 
 Batch::Value Batch::clamp(Input x, std::optional<Scalar> min,
                           std::optional<Scalar> max) {
-  const v1::Op m = internal::ClampOpMsg(TENSORD_OPERAND(x), min, max);
+  v1::Op m = internal::ClampOpMsg(TENSORD_OPERAND(x), min, max);
   return Record(&m);
 }
 
@@ -842,7 +839,7 @@ Batch::Value Batch::clamp(Input x, std::optional<Input> min,
   std::optional<v1::Operand> lo, hi;
   if (min.has_value()) lo = TENSORD_OPERAND((*min));
   if (max.has_value()) hi = TENSORD_OPERAND((*max));
-  const v1::Op m =
+  v1::Op m =
       internal::ClampOpMsg(TENSORD_OPERAND(x), std::move(lo), std::move(hi));
   return Record(&m);
 }
@@ -850,8 +847,8 @@ Batch::Value Batch::clamp(Input x, std::optional<Input> min,
 Batch::Value Batch::linear(Input x, Input weight, std::optional<Input> bias) {
   std::optional<v1::Operand> b;
   if (bias.has_value()) b = TENSORD_OPERAND((*bias));
-  const v1::Op m = internal::LinearOpMsg(TENSORD_OPERAND(x),
-                                         TENSORD_OPERAND(weight), std::move(b));
+  v1::Op m = internal::LinearOpMsg(TENSORD_OPERAND(x), TENSORD_OPERAND(weight),
+                                   std::move(b));
   return Record(&m);
 }
 
@@ -859,29 +856,28 @@ Batch::Value Batch::conv2d(Input x, Input weight, std::optional<Input> bias,
                            const Conv2dOptions& options) {
   std::optional<v1::Operand> b;
   if (bias.has_value()) b = TENSORD_OPERAND((*bias));
-  const v1::Op m = internal::Conv2dOpMsg(
-      TENSORD_OPERAND(x), TENSORD_OPERAND(weight), std::move(b), options);
+  v1::Op m = internal::Conv2dOpMsg(TENSORD_OPERAND(x), TENSORD_OPERAND(weight),
+                                   std::move(b), options);
   return Record(&m);
 }
 
 Batch::Value Batch::max_pool2d(Input x, const std::vector<int64_t>& kernel_size,
                                const Pool2dOptions& options) {
-  const v1::Op m = internal::Pool2dOpMsg(v1::MAX_POOL, TENSORD_OPERAND(x),
-                                         kernel_size, options);
+  v1::Op m = internal::Pool2dOpMsg(v1::MAX_POOL, TENSORD_OPERAND(x),
+                                   kernel_size, options);
   return Record(&m);
 }
 
 Batch::Value Batch::avg_pool2d(Input x, const std::vector<int64_t>& kernel_size,
                                const Pool2dOptions& options) {
-  const v1::Op m = internal::Pool2dOpMsg(v1::AVG_POOL, TENSORD_OPERAND(x),
-                                         kernel_size, options);
+  v1::Op m = internal::Pool2dOpMsg(v1::AVG_POOL, TENSORD_OPERAND(x),
+                                   kernel_size, options);
   return Record(&m);
 }
 
 Batch::Value Batch::adaptive_avg_pool2d(
     Input x, const std::vector<int64_t>& output_size) {
-  const v1::Op m =
-      internal::AdaptiveAvgPool2dOpMsg(TENSORD_OPERAND(x), output_size);
+  v1::Op m = internal::AdaptiveAvgPool2dOpMsg(TENSORD_OPERAND(x), output_size);
   return Record(&m);
 }
 
@@ -926,13 +922,13 @@ Batch::Value Batch::zero_grad(std::span<const Input> tensors) {
 
 Batch::Value Batch::dropout(Input x, double p, bool training,
                             std::optional<uint64_t> seed) {
-  const v1::Op m = internal::DropoutOpMsg(TENSORD_OPERAND(x), p, training, seed);
+  v1::Op m = internal::DropoutOpMsg(TENSORD_OPERAND(x), p, training, seed);
   return Record(&m);
 }
 
 Batch::Value Batch::nll_loss(Input input, Input target, Reduction reduction,
                              int64_t ignore_index) {
-  const v1::Op m =
+  v1::Op m =
       internal::LossOpMsg(v1::NLL_LOSS, TENSORD_OPERAND(input),
                           TENSORD_OPERAND(target), reduction, ignore_index);
   return Record(&m);
@@ -940,71 +936,70 @@ Batch::Value Batch::nll_loss(Input input, Input target, Reduction reduction,
 
 Batch::Value Batch::cross_entropy(Input input, Input target,
                                   Reduction reduction, int64_t ignore_index) {
-  const v1::Op m =
+  v1::Op m =
       internal::LossOpMsg(v1::CROSS_ENTROPY, TENSORD_OPERAND(input),
                           TENSORD_OPERAND(target), reduction, ignore_index);
   return Record(&m);
 }
 
 Batch::Value Batch::mse_loss(Input input, Input target, Reduction reduction) {
-  const v1::Op m = internal::LossOpMsg(v1::MSE_LOSS, TENSORD_OPERAND(input),
-                                       TENSORD_OPERAND(target), reduction, -100);
+  v1::Op m = internal::LossOpMsg(v1::MSE_LOSS, TENSORD_OPERAND(input),
+                                 TENSORD_OPERAND(target), reduction, -100);
   return Record(&m);
 }
 
 Batch::Value Batch::transpose(Input x, int64_t dim0, int64_t dim1) {
-  const v1::Op m = internal::TransposeOpMsg(TENSORD_OPERAND(x), dim0, dim1);
+  v1::Op m = internal::TransposeOpMsg(TENSORD_OPERAND(x), dim0, dim1);
   return Record(&m);
 }
 
 Batch::Value Batch::reshape(Input x, const std::vector<int64_t>& shape) {
-  const v1::Op m = internal::ReshapeOpMsg(TENSORD_OPERAND(x), shape);
+  v1::Op m = internal::ReshapeOpMsg(TENSORD_OPERAND(x), shape);
   return Record(&m);
 }
 
 Batch::Value Batch::narrow(Input x, int64_t dim, int64_t start,
                            int64_t length) {
-  const v1::Op m =
-      internal::NarrowOpMsg(TENSORD_OPERAND(x), dim, start, length);
+  v1::Op m = internal::NarrowOpMsg(TENSORD_OPERAND(x), dim, start, length);
   return Record(&m);
 }
 
 Batch::Value Batch::cat(const std::vector<Input>& xs, int64_t dim) {
   std::vector<v1::Operand> operands;
   for (const Input& x : xs) operands.push_back(TENSORD_OPERAND(x));
-  const v1::Op m = internal::CatOpMsg(std::move(operands), dim);
+  v1::Op m = internal::CatOpMsg(std::move(operands), dim);
   return Record(&m);
 }
 
 Batch::Value Batch::to(Input x, DType dtype) {
-  const v1::Op m = internal::CastOpMsg(TENSORD_OPERAND(x), dtype);
+  v1::Op m = internal::CastOpMsg(TENSORD_OPERAND(x), dtype);
   return Record(&m);
 }
 
 Batch::Value Batch::sub_(Input target, Input other) {
   const v1::Operand o = TENSORD_OPERAND(other);
-  const v1::Op m =
+  v1::Op m =
       internal::InPlaceOpMsg(v1::SUB_, TENSORD_OPERAND(target), &o, nullptr);
   return Record(&m);
 }
 
 Batch::Value Batch::add_(Input target, Input other) {
   const v1::Operand o = TENSORD_OPERAND(other);
-  const v1::Op m =
+  v1::Op m =
       internal::InPlaceOpMsg(v1::ADD_, TENSORD_OPERAND(target), &o, nullptr);
   return Record(&m);
 }
 
 Batch::Value Batch::mul_(Input target, Scalar other) {
-  const v1::Op m = internal::InPlaceOpMsg(v1::MUL_, TENSORD_OPERAND(target),
-                                          nullptr, &other);
+  v1::Op m = internal::InPlaceOpMsg(v1::MUL_, TENSORD_OPERAND(target), nullptr,
+                                    &other);
   return Record(&m);
 }
 
 Batch::Value Batch::axpy_(Input target, Scalar alpha, Input x) {
   const v1::Operand o = TENSORD_OPERAND(x);
-  const v1::Op m = internal::InPlaceOpMsg(v1::AXPY_, TENSORD_OPERAND(target),
-                                          &o, nullptr, &alpha);
+  v1::Op m = internal::InPlaceOpMsg(v1::AXPY_, TENSORD_OPERAND(target), &o,
+                                    nullptr, &alpha);
   return Record(&m);
 }
 
@@ -1027,7 +1022,22 @@ BatchResults Batch::run() {
     throw Error(StatusCode::FAILED_PRECONDITION, "a Batch runs only once");
   }
   state_->ran = true;
-  // On a pipelined client, one command on the stream: no drain first.
+  BatchResults results;
+  // On a pipelined client, a list it planned goes on the stream without
+  // waiting: its kept results are new tensors at once.
+  std::vector<std::shared_ptr<const internal::TensorState>> planned;
+  const std::vector<uint32_t> keep(state_->request.keep().begin(),
+                                   state_->request.keep().end());
+  if (state_->session->ExecuteOnStreamPlanned(&state_->request, &planned)) {
+    for (size_t i = 0; i < keep.size(); ++i) {
+      results.tensors_.emplace(
+          keep[i], internal::TensorAccess::Make(std::move(planned[i])));
+    }
+    state_->inputs.clear();
+    return results;
+  }
+  // Else one command on the stream, waited for (no drain first), or the
+  // unary Execute.
   std::optional<v1::ExecuteResponse> streamed =
       state_->session->ExecuteOnStream(state_->request);
   const v1::ExecuteResponse response =
@@ -1035,7 +1045,6 @@ BatchResults Batch::run() {
           ? *std::move(streamed)
           : state_->session->Call(&v1::TensorService::Stub::Execute,
                                   state_->request);
-  BatchResults results;
   for (int i = 0; i < response.kept_size(); ++i) {
     const uint32_t index = state_->request.keep(i);
     if (results.tensors_.count(index) > 0) continue;

@@ -6,8 +6,9 @@
 
 #include "client/grpc_session.h"
 #include "core/base/error_kind.h"
-#include "core/planner/op_plan.h"
+#include "core/base/op_table.h"
 #include "core/base/shape.h"
+#include "core/planner/op_plan.h"
 #include "proto/wire/op_convert.h"
 
 namespace tensord::client::internal {
@@ -208,6 +209,84 @@ bool Session::RunOnStream(const v1::Op& op,
   *result = NewState(handle, *device,
                      static_cast<DType>(static_cast<int>(planned->dtype)),
                      std::vector<int64_t>(dims.begin(), dims.end()));
+  SendCommand(std::move(cmd));
+  return true;
+}
+
+bool Session::ExecuteOnStreamPlanned(
+    v1::ExecuteRequest* list,
+    std::vector<std::shared_ptr<const TensorState>>* kept) const {
+  const v1::ExecuteRequest& request = *list;
+  if (Stream() == nullptr || request.ByteSizeLong() > kUploadChunkBytes) {
+    return false;
+  }
+  // Each op's result as the planner returned it, on its device (reserved:
+  // the planner's inputs point into it).
+  struct Planned {
+    core::DType dtype;
+    core::Shape shape;
+    const DeviceEntry* device;
+  };
+  std::vector<Planned> planned;
+  planned.reserve(static_cast<size_t>(request.ops_size()));
+  std::vector<uint64_t> handles;  // the session's tensors the list names
+  for (int i = 0; i < request.ops_size(); ++i) {
+    const absl::StatusOr<core::OpSpec> spec = wire::FromProto(request.ops(i));
+    if (!spec.ok()) return false;
+    const core::OpRow& row = core::RowOf(*spec);
+    if (row.returns_input || row.autograd_state) return false;
+    std::vector<core::Shape> shapes;  // the handles' (reserved: see above)
+    std::vector<std::string> devices;
+    shapes.reserve(spec->inputs.size());
+    devices.reserve(spec->inputs.size());
+    std::vector<core::OpInput> inputs;
+    inputs.reserve(spec->inputs.size());
+    for (const core::Operand& operand : spec->inputs) {
+      if (operand.is_result) {
+        if (operand.result_of >= planned.size()) return false;
+        const Planned& p = planned[operand.result_of];
+        inputs.push_back(core::OpInput{p.dtype, p.shape, p.device->name});
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(registry_mu_);
+      auto it = registry_.find(operand.handle);
+      if (it == registry_.end()) return false;
+      const absl::StatusOr<core::Shape> shape =
+          core::Shape::Make(it->second->shape);
+      if (!shape.ok()) return false;
+      shapes.push_back(*shape);
+      devices.push_back(it->second->device.str());
+      inputs.push_back(core::OpInput{ToCore(it->second->dtype), shapes.back(),
+                                     devices.back()});
+      handles.push_back(operand.handle);
+    }
+    const DeviceEntry* device =
+        inputs.empty() ? nullptr : FindDevice(std::string(inputs[0].device));
+    if (device == nullptr) return false;
+    const absl::StatusOr<core::OpResult> plan =
+        core::PlanOp(*spec, inputs, core::Target{device->caps, device->name});
+    if (!plan.ok()) return false;
+    planned.push_back({plan->dtype, plan->shape, device});
+  }
+  std::vector<bool> seen(planned.size(), false);
+  for (uint32_t k : request.keep()) {
+    if (k >= planned.size() || seen[k]) return false;
+    seen[k] = true;
+  }
+  for (uint64_t handle : handles) CheckAlive(handle);
+  kept->clear();
+  for (uint32_t k : request.keep()) {
+    const uint64_t handle = Stream()->NewHandle();
+    list->add_results(handle);
+    const Planned& p = planned[k];
+    const auto& dims = p.shape.dims();
+    kept->push_back(NewState(handle, *p.device,
+                             static_cast<DType>(static_cast<int>(p.dtype)),
+                             std::vector<int64_t>(dims.begin(), dims.end())));
+  }
+  v1::Command cmd;
+  list->clear_session();
+  cmd.mutable_execute()->Swap(list);
   SendCommand(std::move(cmd));
   return true;
 }

@@ -10,15 +10,18 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/runtime/shared_memory.h"
+#include "core/base/op_table.h"
 #include "core/base/status.h"
+#include "core/runtime/shared_memory.h"
 #include "proto/wire/bulk.h"
 #include "proto/wire/parse_error.h"
 #include "server/grpc_convert.h"
@@ -601,7 +604,49 @@ absl::Status TensorServiceImpl::RunImpl(grpc::CallbackServerContext* ctx,
   return FillTensor(runtime_->Run(req.session(), spec), resp);
 }
 
+namespace {
+
+// ExecuteRequest.results' rules (tensord.proto), before anything runs.
+absl::Status CheckNamedResults(const v1::ExecuteRequest& req,
+                               std::span<const core::OpSpec> ops) {
+  if (req.results_size() != req.keep_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("results names ", req.results_size(), " handles for ",
+                     req.keep_size(), " kept results"));
+  }
+  absl::flat_hash_set<uint32_t> seen;
+  for (uint32_t k : req.keep()) {
+    if (k >= ops.size()) continue;  // Execute's own message
+    if (!seen.insert(k).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "keep names op #", k,
+          " twice: with `results`, each kept op takes one handle"));
+    }
+    if (core::RowOf(ops[k]).returns_input) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("kept op #", k, " (", core::OpName(ops[k]),
+                       ") gives back its operand: with `results`, each kept "
+                       "op makes a new tensor"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status TensorServiceImpl::ExecuteImpl(grpc::CallbackServerContext* ctx,
+                                            const v1::ExecuteRequest& req,
+                                            v1::ExecuteResponse* resp) {
+  if (req.results_size() > 0) {
+    return absl::InvalidArgumentError(
+        "results names kept results' handles on the command stream only "
+        "(Command.execute)");
+  }
+  return ExecuteList(ctx, req.session(), req, resp);
+}
+
+absl::Status TensorServiceImpl::ExecuteList(grpc::CallbackServerContext* ctx,
+                                            std::string_view session,
                                             const v1::ExecuteRequest& req,
                                             v1::ExecuteResponse* resp) {
   std::vector<core::OpSpec> ops(static_cast<size_t>(req.ops_size()));
@@ -611,13 +656,14 @@ absl::Status TensorServiceImpl::ExecuteImpl(grpc::CallbackServerContext* ctx,
                           absl::StrCat("op #", i, ": ", s.message()));
     }
   }
+  if (req.results_size() > 0) RETURN_IF_ERROR(CheckNamedResults(req, ops));
   // The client's cancellation, asked every 32 ops: asking gRPC costs as
   // much as a tiny op.
   size_t polls = 0;
   ASSIGN_OR_RETURN(
       std::vector<core::TensorMeta> kept,
       runtime_->Execute(
-          req.session(), ops,
+          session, ops,
           {req.keep().data(), static_cast<size_t>(req.keep_size())},
           [ctx, &polls] { return polls++ % 32 == 0 && ctx->IsCancelled(); }));
   for (const core::TensorMeta& meta : kept) {
@@ -626,12 +672,26 @@ absl::Status TensorServiceImpl::ExecuteImpl(grpc::CallbackServerContext* ctx,
     if (meta.shape.NumElements() != 1) continue;
     // One element (a loss): its bytes ride the reply.
     ASSIGN_OR_RETURN(std::unique_ptr<core::Runtime::Reader> reader,
-                     runtime_->OpenReader(req.session(), meta.handle,
+                     runtime_->OpenReader(session, meta.handle,
                                           core::Runtime::ReaderUse::kCall));
     std::string* value = info->mutable_value();
     value->resize(meta.nbytes);
     RETURN_IF_ERROR(reader->Read(
         0, {reinterpret_cast<uint8_t*>(value->data()), meta.nbytes}));
+  }
+  // The client's handles: all of them, or none kept.
+  for (int i = 0; i < req.results_size(); ++i) {
+    const absl::Status renamed =
+        runtime_->RenameHandle(session, resp->kept(i).handle(), req.results(i));
+    if (!renamed.ok()) {
+      for (int j = 0; j < resp->kept_size(); ++j) {
+        (void)runtime_->Release(
+            session, j < i ? req.results(j) : resp->kept(j).handle());
+      }
+      resp->clear_kept();
+      return renamed;
+    }
+    resp->mutable_kept(i)->set_handle(req.results(i));
   }
   return absl::OkStatus();
 }

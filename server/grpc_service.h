@@ -241,6 +241,13 @@ class TensorServiceImpl final : public TensorServiceBase, public StreamService {
   absl::Status ExecuteImpl(grpc::CallbackServerContext* ctx,
                            const v1::ExecuteRequest& req,
                            v1::ExecuteResponse* resp);
+  // Execute's work in `session` (req.session() is not read), for the RPC
+  // and the stream's `execute` (which may name the kept results' handles:
+  // ExecuteRequest.results).
+  absl::Status ExecuteList(grpc::CallbackServerContext* ctx,
+                           std::string_view session,
+                           const v1::ExecuteRequest& req,
+                           v1::ExecuteResponse* resp);
   absl::Status ReadImpl(grpc::CallbackServerContext* ctx,
                         const v1::ReadRequest& req, v1::FetchChunk* resp);
   absl::Status ReleaseImpl(grpc::CallbackServerContext* ctx,
@@ -323,9 +330,10 @@ class TensorServiceImpl final : public TensorServiceBase, public StreamService {
     return RunImpl(ctx, req, resp);
   }
   absl::Status ExecuteCommand(grpc::CallbackServerContext* ctx,
+                              std::string_view session,
                               const v1::ExecuteRequest& req,
                               v1::ExecuteResponse* resp) override {
-    return ExecuteImpl(ctx, req, resp);
+    return ExecuteList(ctx, session, req, resp);
   }
   absl::Status ReadCommand(grpc::CallbackServerContext* ctx,
                            const v1::ReadRequest& req,

@@ -223,7 +223,11 @@ class StreamReactor final
     if (cmd.has_create()) in_session(cmd.create());
     if (cmd.has_to()) in_session(cmd.to());
     if (cmd.has_run()) in_session(cmd.run());
-    if (cmd.has_execute()) in_session(cmd.execute());
+    if (cmd.has_execute()) {  // its release list, not its ops
+      v1::ExecuteRequest listed;
+      *listed.mutable_release() = cmd.execute().release();
+      in_session(std::move(listed));
+    }
   }
 
   absl::Status Execute(const v1::Command& cmd, v1::CommandReply* reply) {
@@ -264,11 +268,12 @@ class StreamReactor final
               "an execute's results are its kept list, under the server's "
               "handles: leave `result` 0");
         }
-        v1::ExecuteRequest req = cmd.execute();
-        req.set_session(session_);
-        RETURN_IF_ERROR(s.ReleaseListedOf(req));
+        v1::ExecuteRequest listed;  // its release list, not its ops
+        listed.set_session(session_);
+        *listed.mutable_release() = cmd.execute().release();
+        RETURN_IF_ERROR(s.ReleaseListedOf(listed));
         v1::ExecuteResponse resp;
-        RETURN_IF_ERROR(s.ExecuteCommand(ctx_, req, &resp));
+        RETURN_IF_ERROR(s.ExecuteCommand(ctx_, session_, cmd.execute(), &resp));
         reply->mutable_kept()->Swap(resp.mutable_kept());
         return absl::OkStatus();
       }

@@ -147,7 +147,9 @@ class StreamService : public RpcHost {
   virtual absl::Status RunCommand(grpc::CallbackServerContext* ctx,
                                   const v1::RunRequest& req,
                                   v1::TensorResponse* resp) = 0;
+  // In `session`: the request's own `session` is not read (nor copied).
   virtual absl::Status ExecuteCommand(grpc::CallbackServerContext* ctx,
+                                      std::string_view session,
                                       const v1::ExecuteRequest& req,
                                       v1::ExecuteResponse* resp) = 0;
   virtual absl::Status ReadCommand(grpc::CallbackServerContext* ctx,

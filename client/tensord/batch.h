@@ -171,7 +171,7 @@ class Batch {
   friend class Client;
   friend class optim::Optimizer;  // records its step
   explicit Batch(std::shared_ptr<const internal::Session> session);
-  Value Record(const void* op);  // op: a tensord.v1.Op
+  Value Record(void* op);  // op: a tensord.v1.Op, moved into the list
   std::shared_ptr<internal::BatchState> state_;
 };
 

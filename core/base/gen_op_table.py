@@ -49,6 +49,7 @@ ROW_KEYS = {"id", "name", "kind", "variant", "wire", "arity", "grad_inputs",
             "saves_inputs", "saves_output", "grad_fn", "backward", "emit", "plan",
             "python", "cpp", "example", "doc", "functor", "params", "integers",
             "kernel_name", "bool_error", "method", "func"}
+KIND_KEYS = {"kind", "selector", "enum", "doc", "returns_input", "autograd_state"}
 INTEGERS = {"promote": "kPromote", "keep": "kKeep", "refuse": "kRefuse"}
 MAX_PARAMS = 2
 
@@ -109,6 +110,9 @@ def load(path):
     if order != sorted(order):
         raise TableError("rows are grouped by kind, in the order of `kinds`")
     for kind in kinds:
+        unknown = set(kind) - KIND_KEYS
+        if unknown:
+            raise TableError(f"kind {kind['kind']}: unknown field(s) {sorted(unknown)}")
         rows = [r for r in table["ops"] if r["kind"] == kind["kind"]]
         if not rows:
             raise TableError(f"kind {kind['kind']}: no row")
@@ -178,6 +182,9 @@ def rows_inc(table):
             cxx_string(row.get("kernel_name")), cxx_string(row.get("bool_error")),
             str(len(row.get("params", []))),
             "{" + ", ".join(repr(float(v)) for _, v in row.get("params", [])) + "}"]
+        kind = next(k for k in table["kinds"] if k["kind"] == row["kind"])
+        fields += ["true" if kind.get(k, False) else "false"
+                   for k in ("returns_input", "autograd_state")]
         out.append("    {" + ", ".join(fields) + "},")
     out.append("};")
     first = []

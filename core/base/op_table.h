@@ -64,6 +64,12 @@ struct OpRow {
   std::string_view kernel_name, bool_error;
   int param_count;
   double param_defaults[2];
+  // Of its kind: the op gives back inputs[0] (in-place ops, requires_grad_,
+  // backward, zero_grad, an optimizer step) rather than a new tensor; its
+  // result or errors depend on autograd state only the server holds (a
+  // grad that may be None), so a client cannot plan it ahead.
+  bool returns_input;
+  bool autograd_state;
 
   bool Differentiable(size_t input) const;
   bool SavesInput(size_t input) const;

@@ -571,6 +571,34 @@ TEST_F(OpsClientTest, BatchRunsInOneRoundTripAndFreesTheRest) {
   EXPECT_EQ(c.tensors().size(), tensors);
 }
 
+// A list the pipelined client plans whole goes on its stream unanswered:
+// its kept results are tensors at once, under the client's handles (2^63
+// and up), usable before anything is fetched. A list with an op that gives
+// back its operand waits for the server's handles.
+TEST_F(OpsClientTest, APlannedBatchNeedsNoAnswer) {
+  Client& c = *client_;
+  auto x = c.tensor<float>({1, 2, 3});
+  Batch b = c.batch();
+  auto y = b.mul(b.add(x, x), 0.5);
+  auto s = b.sum(y);
+  b.keep(y);
+  b.keep(s);
+  BatchResults r = b.run();
+  EXPECT_GE(r[y].handle(), uint64_t{1} << 63);
+  EXPECT_THAT(r[y].shape(), ElementsAre(3));
+  EXPECT_EQ(r[s].dtype(), DType::kFloat32);
+  EXPECT_THAT((r[y] + r[s]).fetch<float>(), ElementsAre(7, 8, 9));
+  EXPECT_EQ(r.item<float>(s), 6);
+
+  Batch in_place = c.batch();
+  auto z = in_place.add(x, 1);
+  in_place.mul_(z, 2.0);
+  in_place.keep(z);
+  BatchResults waited = in_place.run();
+  EXPECT_LT(waited[z].handle(), uint64_t{1} << 63);
+  EXPECT_THAT(waited[z].fetch<float>(), ElementsAre(4, 6, 8));
+}
+
 TEST_F(OpsClientTest, BatchErrorNamesTheOpAndLeaksNothing) {
   Client& c = *client_;
   auto x = c.ones({2, 3});

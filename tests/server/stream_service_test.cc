@@ -331,6 +331,74 @@ TEST_F(StreamServiceTest, AnExecuteIsOneCommand) {
   Close(*c);
 }
 
+// ExecuteRequest.results: the kept results under the client's handles, so
+// that a client that planned the list uses them before the reply; refused
+// before anything runs when they do not fit the keep list, and in the RPC.
+TEST_F(StreamServiceTest, AnExecuteNamesItsKeptResultsWhenAsked) {
+  auto c = Connect();
+  auto add_list = [](uint64_t seq, std::vector<uint32_t> keep,
+                     std::vector<uint64_t> results) {
+    v1::Command cmd;
+    cmd.set_seq(seq);
+    v1::ExecuteRequest* list = cmd.mutable_execute();
+    v1::BinaryArgs* add = list->add_ops()->mutable_binary();
+    add->set_op(v1::ADD);
+    add->mutable_lhs()->set_handle(kMine + 1);
+    add->mutable_rhs()->set_handle(kMine + 1);
+    v1::InPlaceArgs* mul = list->add_ops()->mutable_in_place();
+    mul->set_op(v1::MUL_);
+    mul->mutable_target()->set_result_of(0);
+    mul->mutable_scalar()->set_float_value(10);
+    for (uint32_t k : keep) list->add_keep(k);
+    for (uint64_t r : results) list->add_results(r);
+    return cmd;
+  };
+  auto replies = Send(*c,
+                      {Create(1, kMine + 1, {1, 2}),
+                       add_list(2, {0}, {kMine + 2}), Read(3, kMine + 2)},
+                      /*open=*/true);
+  ASSERT_EQ(replies.size(), 3u);
+  ASSERT_EQ(replies[1].code(), 0) << replies[1].message();
+  ASSERT_EQ(replies[1].kept_size(), 1);
+  EXPECT_EQ(replies[1].kept(0).handle(), kMine + 2);
+  EXPECT_EQ(Floats(replies[2]), (std::vector<float>{20, 40}));
+
+  struct Refused {
+    std::vector<uint32_t> keep;
+    std::vector<uint64_t> results;
+    std::string message;
+  };
+  const Refused refused[] = {
+      {{0}, {kMine + 3, kMine + 4}, "results names 2 handles for 1 kept"},
+      {{0, 0}, {kMine + 3, kMine + 4}, "keep names op #0 twice"},
+      {{1}, {kMine + 3}, "kept op #1 (mul_) gives back its operand"},
+      {{0}, {kMine + 2}, "in use"},  // the renaming's own rule
+  };
+  uint64_t seq = 4;
+  for (const Refused& r : refused) {
+    replies = Send(*c, {add_list(seq, r.keep, r.results)});
+    ASSERT_EQ(replies.size(), 1u);
+    EXPECT_EQ(replies[0].code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << r.message << ": " << replies[0].message();
+    EXPECT_THAT(replies[0].message(), HasSubstr(r.message));
+    v1::Command clear;
+    clear.set_seq(seq + 1);
+    clear.mutable_clear_error()->set_seq(seq);
+    ASSERT_EQ(Send(*c, {clear})[0].code(), 0);
+    seq += 2;
+  }
+  EXPECT_THAT(Handles(), ::testing::ElementsAre(kMine + 1, kMine + 2));
+  Close(*c);
+
+  grpc::ClientContext ctx;
+  v1::ExecuteRequest unary = add_list(0, {0}, {kMine + 9}).execute();
+  unary.set_session(session_);
+  v1::ExecuteResponse resp;
+  const grpc::Status status = stub_->Execute(&ctx, unary, &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("command stream only"));
+}
+
 TEST_F(StreamServiceTest, AReconnectReplaysAndRunsNothingTwice) {
   auto first = Connect();
   auto replies = Send(*first,
