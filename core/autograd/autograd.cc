@@ -23,7 +23,7 @@ using TensorPtr = std::shared_ptr<const StoredTensor>;
 // A tensor's metadata (and its memory, when `data`), without its autograd
 // state: what a node keeps.
 SavedTensor Save(const StoredTensor& t, bool data) {
-  auto copy = std::make_shared<StoredTensor>();
+  auto copy = NewStoredTensor();
   copy->device = t.device;
   copy->dtype = t.dtype;
   copy->shape = t.shape;
@@ -176,7 +176,8 @@ void ChargeGraph(std::shared_ptr<GradNode> root,
 }
 
 void AutogradEngine::RecordGrad(const OpSpec& op, std::span<const Value> in,
-                                const TensorPtr& result, TensorPtr extra) {
+                                const TensorPtr& result, TensorPtr extra,
+                                const FamilyPlan& plan) {
   if (op.no_grad || !IsFloating(result->dtype)) return;
   if (std::none_of(in.begin(), in.end(), [](const Value& v) {
         return v.tensor->autograd->ever_tracked.load(std::memory_order_relaxed);
@@ -212,6 +213,7 @@ void AutogradEngine::RecordGrad(const OpSpec& op, std::span<const Value> in,
   }
   node->output = Save(*result, row.saves_output);
   if (extra != nullptr) node->extra = Save(*extra, true);
+  if (row.saves_plan) node->plan = plan;
   // What the node saves is the session's from now on, listed as held by
   // autograd, whether or not its result is kept (an Execute's
   // intermediates): admission counts it as such (core/runtime/admission.h).

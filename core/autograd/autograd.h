@@ -37,6 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/autograd/autograd_meta.h"
 #include "core/base/ops.h"
+#include "core/planner/op_plan.h"
 
 namespace tensord::core {
 
@@ -67,6 +68,9 @@ struct GradNode {
   std::vector<SavedTensor> inputs;  // one per forward input
   SavedTensor output;               // data only for ops that read it
   SavedTensor extra;  // dropout: the mask it applied; a norm: invstd
+  // The forward's plan, for rows that save it (OpRow::saves_plan: the
+  // convolution's and pools' windows, a loss's shapes); else empty.
+  FamilyPlan plan;
   std::vector<GradEdge> next;       // one per forward input
 
   // PyTorch's name for the node: "MulBackward0", "ConvolutionBackward0".

@@ -17,7 +17,7 @@
 
 namespace tensord::core {
 
-struct StoredTensor;  // core/runtime/handle_table.h
+struct StoredTensor;  // core/runtime/stored_tensor.h
 struct GradNode;      // core/autograd/autograd.h
 class HeldCharge;     // core/runtime/session_memory.h
 class SessionMemory;  // core/runtime/session_memory.h

@@ -33,9 +33,10 @@ class AutogradEngine {
   // grad_fn when an input requires grad (and the op is not no_grad, is
   // differentiable and its result floating). `extra`: what the op's
   // backward needs beyond its inputs and output (dropout's mask, a norm's
-  // invstd).
+  // invstd); `plan`, the op's plan, kept when its row saves_plan.
   void RecordGrad(const OpSpec& op, std::span<const Value> in,
-                  const TensorPtr& result, TensorPtr extra);
+                  const TensorPtr& result, TensorPtr extra,
+                  const FamilyPlan& plan);
   // FAILED_PRECONDITION (PyTorch's messages) for an in-place op autograd
   // cannot allow: on a leaf that requires grad outside no_grad, or on a
   // tensor that is part of a graph (not recorded yet).

@@ -96,7 +96,7 @@ class Executor::GradMath {
                                               a->shape.ToString(), " as ",
                                               shape.ToString()));
     }
-    auto view = std::make_shared<StoredTensor>();
+    auto view = NewStoredTensor();
     view->device = a->device;
     view->dtype = a->dtype;
     view->shape = shape;

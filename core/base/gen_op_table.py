@@ -46,7 +46,7 @@ GRAD_INPUTS = {"all": "kAll", "none": "kNone", "first": "kFirst",
 SAVES_INPUTS = {"all": "kAll", "none": "kNone", "first": "kFirst"}
 GRAD_FN_KEYS = ("default", "scalar_first", "tensor_tensor", "all_dims", "bias")
 ROW_KEYS = {"id", "name", "kind", "variant", "wire", "arity", "grad_inputs",
-            "saves_inputs", "saves_output", "grad_fn", "backward", "emit", "plan",
+            "saves_inputs", "saves_output", "saves_plan", "grad_fn", "backward", "emit", "plan",
             "python", "cpp", "example", "doc", "functor", "params", "integers",
             "kernel_name", "bool_error", "method", "func"}
 KIND_KEYS = {"kind", "selector", "enum", "doc", "returns_input", "autograd_state"}
@@ -185,6 +185,7 @@ def rows_inc(table):
         kind = next(k for k in table["kinds"] if k["kind"] == row["kind"])
         fields += ["true" if kind.get(k, False) else "false"
                    for k in ("returns_input", "autograd_state")]
+        fields.append("true" if row.get("saves_plan", False) else "false")
         out.append("    {" + ", ".join(fields) + "},")
     out.append("};")
     first = []

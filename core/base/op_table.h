@@ -70,6 +70,9 @@ struct OpRow {
   // grad that may be None), so a client cannot plan it ahead.
   bool returns_input;
   bool autograd_state;
+  // The backward reads the forward's plan (the window, a loss's broadcast
+  // shape): autograd keeps it with the node, so the backward plans nothing.
+  bool saves_plan;
 
   bool Differentiable(size_t input) const;
   bool SavesInput(size_t input) const;

@@ -81,11 +81,12 @@ Executor::Emit Executor::EmitOf(size_t row) {
 
 absl::StatusOr<Executor::Value> Executor::Made(const OpSpec& op,
                                                std::span<const Value> in,
+                                               const OpResult& plan,
                                                absl::StatusOr<Output> out,
                                                TensorPtr extra) {
   if (!out.ok()) return out.status();
   TensorPtr result = Stored(SlotOf(in[0].tensor->device), std::move(*out));
-  autograd_->RecordGrad(op, in, result, std::move(extra));
+  autograd_->RecordGrad(op, in, result, std::move(extra), plan.plan);
   return Value{std::move(result), std::nullopt};
 }
 
@@ -104,7 +105,7 @@ absl::StatusOr<Executor::Value> Executor::EmitBinary(const OpSpec& op,
                                                      const OpResult& plan) {
   const bool with_scalar = op.scalar.has_value();
   // PlanOp's plan: the op is not planned again.
-  return Made(op, in,
+  return Made(op, in, plan,
               BinaryOut(plan.Plan<BinaryPlan>(), op.binary, *in[0].tensor,
                         Nth(in, 1), with_scalar ? &*op.scalar : nullptr,
                         with_scalar && op.scalar_first, nullptr));
@@ -114,21 +115,21 @@ absl::StatusOr<Executor::Value> Executor::EmitUnary(const OpSpec& op,
                                                     std::span<const Value> in,
                                                     const OpResult& plan) {
   return Made(
-      op, in,
+      op, in, plan,
       UnaryOut(plan.Plan<UnaryPlan>(), op.unary, *in[0].tensor, op.args));
 }
 
 absl::StatusOr<Executor::Value> Executor::EmitMatMul(const OpSpec& op,
                                                      std::span<const Value> in,
                                                      const OpResult& plan) {
-  return Made(op, in,
+  return Made(op, in, plan,
               MatMulOut(plan.Plan<MatMulPlan>(), *in[0].tensor, *in[1].tensor));
 }
 
 absl::StatusOr<Executor::Value> Executor::EmitLinear(const OpSpec& op,
                                                      std::span<const Value> in,
                                                      const OpResult& plan) {
-  return Made(op, in,
+  return Made(op, in, plan,
               LinearOut(plan.Plan<MatMulPlan>(), *in[0].tensor, *in[1].tensor,
                         Nth(in, 2)));
 }
@@ -136,14 +137,14 @@ absl::StatusOr<Executor::Value> Executor::EmitLinear(const OpSpec& op,
 absl::StatusOr<Executor::Value> Executor::EmitReduce(const OpSpec& op,
                                                      std::span<const Value> in,
                                                      const OpResult& plan) {
-  return Made(op, in,
+  return Made(op, in, plan,
               ReduceOut(plan.Plan<ReducePlan>(), op.reduce, *in[0].tensor));
 }
 
 absl::StatusOr<Executor::Value> Executor::EmitSoftmax(const OpSpec& op,
                                                       std::span<const Value> in,
                                                       const OpResult& plan) {
-  return Made(op, in,
+  return Made(op, in, plan,
               SoftmaxOut(plan.Plan<SoftmaxPlan>(), *in[0].tensor, op.log));
 }
 
@@ -156,7 +157,7 @@ absl::StatusOr<Executor::Value> Executor::EmitClamp(const OpSpec& op,
   const StoredTensor* lo = min_tensor ? in[1].tensor.get() : nullptr;
   const StoredTensor* hi =
       max_tensor ? in[min_tensor ? 2 : 1].tensor.get() : nullptr;
-  return Made(op, in,
+  return Made(op, in, plan,
               ClampOut(plan.Plan<ClampPlan>(), *in[0].tensor, op.clamp_min, lo,
                        op.clamp_max, hi));
 }
@@ -170,7 +171,7 @@ absl::StatusOr<Executor::Value> Executor::EmitWhere(const OpSpec& op,
       op.where_input.kind == Kind::kTensor ? in[next++].tensor.get() : nullptr;
   const StoredTensor* other =
       op.where_other.kind == Kind::kTensor ? in[next++].tensor.get() : nullptr;
-  return Made(op, in,
+  return Made(op, in, plan,
               WhereOut(plan.Plan<WherePlan>(), *in[0].tensor, op.where_input,
                        input, op.where_other, other));
 }
@@ -178,36 +179,39 @@ absl::StatusOr<Executor::Value> Executor::EmitWhere(const OpSpec& op,
 absl::StatusOr<Executor::Value> Executor::EmitPermute(const OpSpec& op,
                                                       std::span<const Value> in,
                                                       const OpResult& plan) {
-  return Made(op, in, PermuteOut(plan.Plan<PermutePlan>(), *in[0].tensor));
+  return Made(op, in, plan,
+              PermuteOut(plan.Plan<PermutePlan>(), *in[0].tensor));
 }
 
 absl::StatusOr<Executor::Value> Executor::EmitTranspose(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
-  return Made(op, in, PermuteOut(plan.Plan<PermutePlan>(), *in[0].tensor));
+  return Made(op, in, plan,
+              PermuteOut(plan.Plan<PermutePlan>(), *in[0].tensor));
 }
 
 absl::StatusOr<Executor::Value> Executor::EmitReshape(const OpSpec& op,
                                                       std::span<const Value> in,
                                                       const OpResult& plan) {
-  return Made(op, in, ReshapeOut(plan.Plan<ReshapePlan>(), *in[0].tensor));
+  return Made(op, in, plan,
+              ReshapeOut(plan.Plan<ReshapePlan>(), *in[0].tensor));
 }
 
 absl::StatusOr<Executor::Value> Executor::EmitSlice(const OpSpec& op,
                                                     std::span<const Value> in,
                                                     const OpResult& plan) {
-  return Made(op, in, SliceOut(*in[0].tensor, plan.Plan<SlicePlan>()));
+  return Made(op, in, plan, SliceOut(*in[0].tensor, plan.Plan<SlicePlan>()));
 }
 
 absl::StatusOr<Executor::Value> Executor::EmitCat(const OpSpec& op,
                                                   std::span<const Value> in,
                                                   const OpResult& plan) {
-  return Made(op, in, CatOut(plan.Plan<CatPlan>(), in));
+  return Made(op, in, plan, CatOut(plan.Plan<CatPlan>(), in));
 }
 
 absl::StatusOr<Executor::Value> Executor::EmitCast(const OpSpec& op,
                                                    std::span<const Value> in,
                                                    const OpResult& plan) {
-  return Made(op, in, CastOut(*in[0].tensor, op.dtype));
+  return Made(op, in, plan, CastPlannedOut(*in[0].tensor, op.dtype));
 }
 
 absl::StatusOr<Executor::Value> Executor::EmitInPlace(const OpSpec& op,
@@ -222,7 +226,7 @@ absl::StatusOr<Executor::Value> Executor::EmitInPlace(const OpSpec& op,
 absl::StatusOr<Executor::Value> Executor::EmitConv2d(const OpSpec& op,
                                                      std::span<const Value> in,
                                                      const OpResult& plan) {
-  return Made(op, in,
+  return Made(op, in, plan,
               Conv2dOut(plan.Plan<Conv2dPlan>(), *in[0].tensor, *in[1].tensor,
                         Nth(in, 2)));
 }
@@ -230,7 +234,7 @@ absl::StatusOr<Executor::Value> Executor::EmitConv2d(const OpSpec& op,
 absl::StatusOr<Executor::Value> Executor::EmitPool2d(const OpSpec& op,
                                                      std::span<const Value> in,
                                                      const OpResult& plan) {
-  return Made(op, in,
+  return Made(op, in, plan,
               Pool2dOut(plan.Plan<Pool2dPlan>(), PoolKindOf(op), *in[0].tensor,
                         op.window));
 }
@@ -238,14 +242,14 @@ absl::StatusOr<Executor::Value> Executor::EmitPool2d(const OpSpec& op,
 absl::StatusOr<Executor::Value> Executor::EmitLoss(const OpSpec& op,
                                                    std::span<const Value> in,
                                                    const OpResult& plan) {
-  return Made(op, in,
+  return Made(op, in, plan,
               LossOut(plan.Plan<LossPlan>(), op, *in[0].tensor, *in[1].tensor));
 }
 
 absl::StatusOr<Executor::Value> Executor::EmitAdaptiveAvgPool2d(
     const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   return Made(
-      op, in,
+      op, in, plan,
       AdaptiveAvgPool2dOut(plan.Plan<AdaptivePoolPlan>(), *in[0].tensor));
 }
 
@@ -257,7 +261,7 @@ absl::StatusOr<Executor::Value> Executor::EmitDropout(const OpSpec& op,
   absl::StatusOr<Output> out =
       DropoutOut(x, op.dropout_p, op.train, op.seed,
                  !op.no_grad && x.autograd->Tracked() ? &mask : nullptr);
-  return Made(op, in, std::move(out), std::move(mask));
+  return Made(op, in, plan, std::move(out), std::move(mask));
 }
 
 absl::StatusOr<Executor::Value> Executor::EmitOptimizerStep(

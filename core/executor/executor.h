@@ -185,9 +185,10 @@ class Executor {
   absl::StatusOr<Value> EmitDetach(const OpSpec& op, std::span<const Value> in,
                                    const OpResult& plan);
   // `out` stored on in[0]'s device and recorded for autograd (with
-  // `extra`, what its backward needs besides its operands).
+  // `extra`, what its backward needs besides its operands, and `plan`, the
+  // op's plan, which the node keeps when its row saves_plan).
   absl::StatusOr<Value> Made(const OpSpec& op, std::span<const Value> in,
-                             absl::StatusOr<Output> out,
+                             const OpResult& plan, absl::StatusOr<Output> out,
                              TensorPtr extra = nullptr);
 
   TensorPtr Stored(DeviceSlot& slot, Output out) const;
@@ -294,7 +295,8 @@ class Executor {
                                             DType dtype);
   // A seeded float32 random fill, a mask, the kept elements scaled. With
   // `mask`, the scale each element was multiplied by (0 or 1 / (1 - p), in
-  // x's dtype) is kept there for the backward.
+  // x's dtype) is kept there for the backward. Precondition: planned
+  // (PlanOp's PlanDropout: p in [0, 1], a floating x).
   absl::StatusOr<Output> DropoutOut(const StoredTensor& x, double p, bool train,
                                     std::optional<uint64_t> seed,
                                     TensorPtr* mask = nullptr);
@@ -310,7 +312,11 @@ class Executor {
   // narrow/select: the planned block of x.
   absl::StatusOr<Output> SliceOut(const StoredTensor& x, SlicePlan plan);
   absl::StatusOr<Output> CatOut(std::span<const Value> xs, int64_t dim);
+  // x as `dtype` (a copy when it is x's): checked against the device's
+  // capabilities (PlanCast), for the casts the executor and backward make
+  // themselves; CastPlannedOut for an op PlanOp has planned.
   absl::StatusOr<Output> CastOut(const StoredTensor& x, DType dtype);
+  absl::StatusOr<Output> CastPlannedOut(const StoredTensor& x, DType dtype);
   absl::Status InPlace(const OpSpec& op, const StoredTensor& self,
                        const StoredTensor* other);
 

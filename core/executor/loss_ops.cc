@@ -124,11 +124,7 @@ absl::StatusOr<std::vector<Executor::TensorPtr>> Executor::LossGrads(
   const TensorPtr& input = node.inputs[0].data;
   const TensorPtr& target = node.inputs[1].data;
   GradMath m(*this, g->device);
-  ASSIGN_OR_RETURN(LossPlan plan,
-                   PlanLoss(op.loss, op.reduction,
-                            OperandDesc{input->dtype, input->shape},
-                            OperandDesc{target->dtype, target->shape},
-                            TargetOf(m.device())));
+  const LossPlan& plan = std::get<LossPlan>(node.plan);  // the forward's
   std::vector<TensorPtr> out(2);
   if (op.loss == LossKind::kMse) {
     ASSIGN_OR_RETURN(TensorPtr diff, m.Bin(BinaryOp::kSub, input, target));

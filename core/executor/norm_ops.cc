@@ -81,7 +81,7 @@ absl::StatusOr<Executor::Value> Executor::EmitNorm(const OpSpec& op,
   for (size_t i = 0; i + 1 < steps.size(); ++i) {
     ASSIGN_OR_RETURN(y, m.Bin(steps[i].first, y, steps[i].second));
   }
-  return Made(op, in,
+  return Made(op, in, result,
               BinaryOut(steps.back().first, *y, steps.back().second.get(),
                         nullptr, false, nullptr),
               std::move(invstd));

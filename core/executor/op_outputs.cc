@@ -108,7 +108,7 @@ absl::StatusOr<Executor::Output> Executor::MatMulOut(MatMulPlan plan,
 // --- Ops ---------------------------------------------------------------------
 
 Executor::TensorPtr Executor::Stored(DeviceSlot& slot, Output out) const {
-  auto t = std::make_shared<StoredTensor>();
+  auto t = NewStoredTensor();
   t->device = slot.device.get();
   t->dtype = out.dtype;
   t->shape = std::move(out.shape);
@@ -300,8 +300,7 @@ absl::StatusOr<Executor::Output> Executor::DropoutOut(
     TensorPtr* mask_out) {
   DeviceSlot& slot = SlotOf(x.device);
   Device& device = *x.device;
-  RETURN_IF_ERROR(PlanDropout(x.dtype, p, train, TargetOf(device)));
-  if (!train || p == 0) return CastOut(x, x.dtype);  // a copy
+  if (!train || p == 0) return CastPlannedOut(x, x.dtype);  // a copy
   using Bound = OpSpec::Bound;
   const Bound zero{Bound::Kind::kScalar, Scalar::Float(0)};
   if (p == 1) {
@@ -537,6 +536,11 @@ absl::StatusOr<Executor::Output> Executor::CastOut(const StoredTensor& x,
                                                    DType dtype) {
   RETURN_IF_ERROR(ValidateDType(dtype));
   RETURN_IF_ERROR(PlanCast(x.dtype, dtype, TargetOf(*x.device)));
+  return CastPlannedOut(x, dtype);
+}
+
+absl::StatusOr<Executor::Output> Executor::CastPlannedOut(const StoredTensor& x,
+                                                          DType dtype) {
   DeviceSlot& slot = SlotOf(x.device);
   ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, dtype, x.shape));
   if (dtype == x.dtype) {

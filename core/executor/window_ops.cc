@@ -286,16 +286,8 @@ absl::StatusOr<std::vector<Executor::TensorPtr>> Executor::Conv2dGrads(
   const TensorPtr& w = node.inputs[1].data;
   const bool with_bias = node.inputs.size() > 2;
   GradMath m(*this, g->device);
-  std::optional<OperandDesc> bias_desc;
-  if (with_bias) {
-    bias_desc.emplace(
-        OperandDesc{node.inputs[2].data->dtype, node.inputs[2].data->shape});
-  }
-  ASSIGN_OR_RETURN(Conv2dPlan plan,
-                   PlanConv2d(OperandDesc{x->dtype, x->shape},
-                              OperandDesc{w->dtype, w->shape},
-                              bias_desc ? &*bias_desc : nullptr, node.op.window,
-                              TargetOf(m.device())));
+  // The forward's plan (the row saves it): nothing is planned again.
+  const Conv2dPlan& plan = std::get<Conv2dPlan>(node.plan);
   const WindowDims& win = plan.window;
   const int64_t gr = plan.groups, oc = plan.out_channels, oc_g = oc / gr;
   const int64_t cols = win.n * win.oh * win.ow;
@@ -353,10 +345,7 @@ absl::StatusOr<std::vector<Executor::TensorPtr>> Executor::Pool2dGrads(
   std::vector<TensorPtr> out(1);
   if (node.op.kind == OpSpec::Kind::kAdaptiveAvgPool2d) {
     // y = rows . x . cols per plane, so gx = rows^T . g . cols^T.
-    ASSIGN_OR_RETURN(AdaptivePoolPlan plan,
-                     PlanAdaptiveAvgPool2d(x->dtype, x->shape,
-                                           node.op.window.output_size,
-                                           TargetOf(m.device())));
+    const AdaptivePoolPlan& plan = std::get<AdaptivePoolPlan>(node.plan);
     ASSIGN_OR_RETURN(TensorPtr rows_t, AveragingMatrix(m.slot(), plan.oh,
                                                        plan.h, true, g->dtype));
     ASSIGN_OR_RETURN(TensorPtr cols_t, AveragingMatrix(m.slot(), plan.ow,
@@ -368,9 +357,7 @@ absl::StatusOr<std::vector<Executor::TensorPtr>> Executor::Pool2dGrads(
     return out;
   }
   const PoolKind kind = PoolKindOf(node.op);
-  ASSIGN_OR_RETURN(Pool2dPlan plan, PlanPool2d(kind, x->dtype, x->shape,
-                                               node.op.window,
-                                               TargetOf(m.device())));
+  const Pool2dPlan& plan = std::get<Pool2dPlan>(node.plan);
   const WindowDims& win = plan.window;
   const int64_t plane = win.oh * win.ow, cols = win.n * plane;
   const int64_t window = win.kh * win.kw;

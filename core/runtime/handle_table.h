@@ -44,30 +44,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "core/autograd/autograd_meta.h"
 #include "core/base/device.h"
 #include "core/base/dtype.h"
+#include "core/base/shape.h"
 #include "core/runtime/session_bound.h"
 #include "core/runtime/session_memory.h"
-#include "core/base/shape.h"
+#include "core/runtime/stored_tensor.h"
 
 namespace tensord::core {
 
 class SharedMemoryMapping;  // core/runtime/shared_memory.h
-
-// A device-resident tensor. Immutable once registered (but for its
-// autograd state, which guards itself); shared by the table and by readers
-// that must keep the memory alive after a release.
-struct StoredTensor {
-  Device* device = nullptr;  // borrowed: owned by the Runtime
-  DType dtype = DType::kFloat32;
-  Shape shape;
-  uint64_t nbytes = 0;
-  std::shared_ptr<Buffer> buffer;  // destroying it returns the budget bytes
-  // requires_grad, grad_fn, grad (core/autograd/autograd_meta.h). A copy of the struct
-  // shares it: it is the same tensor read another way.
-  std::shared_ptr<AutogradMeta> autograd = std::make_shared<AutogradMeta>();
-};
 
 struct HandleEntry {
   using Clock = std::chrono::steady_clock;

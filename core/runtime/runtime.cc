@@ -196,7 +196,7 @@ absl::StatusOr<DeviceSlot*> Runtime::Impl::FindSlot(
 absl::StatusOr<TensorMeta> Runtime::Impl::Register(
     std::string_view session, DeviceSlot& slot, DType dtype, Shape shape,
     uint64_t nbytes, std::shared_ptr<Buffer> buffer, std::string_view tag) {
-  auto tensor = std::make_shared<StoredTensor>();
+  auto tensor = NewStoredTensor();
   tensor->device = slot.device.get();
   tensor->dtype = dtype;
   tensor->shape = std::move(shape);

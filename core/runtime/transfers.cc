@@ -487,7 +487,7 @@ absl::StatusOr<TensorMeta> Runtime::To(std::string_view session,
                    impl_->Allocate(std::move(admission)));
   RETURN_IF_ERROR(dst_slot->device->CopyFromDevice(*t.device, *t.buffer,
                                                    *buffer, t.nbytes));
-  auto moved = std::make_shared<StoredTensor>();
+  auto moved = NewStoredTensor();
   moved->device = dst_slot->device.get();
   moved->dtype = t.dtype;
   moved->shape = t.shape;
@@ -497,7 +497,7 @@ absl::StatusOr<TensorMeta> Runtime::To(std::string_view session,
   OpSpec move;
   move.kind = OpSpec::Kind::kMoveTo;
   const Impl::Value in[] = {Impl::Value{src.tensor, src}};
-  impl_->executor().autograd().RecordGrad(move, in, moved, nullptr);
+  impl_->executor().autograd().RecordGrad(move, in, moved, nullptr, {});
   return impl_->Register(session, std::move(moved), src.tag);
 }
 

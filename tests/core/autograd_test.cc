@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/base/op_table.h"
+#include "core/planner/planner.h"
 #include "core/runtime/runtime.h"
 
 namespace tensord::core {
@@ -502,6 +503,44 @@ TEST_F(AutogradTest, Pooling) {
       return s;
     });
   }
+}
+
+// The backward of an op whose row saves_plan reads the forward's plan:
+// backward plans no convolution, pool or loss again (the planners' own
+// counters, core/planner/planner.h).
+TEST_F(AutogradTest, BackwardPlansNothingTheForwardPlanned) {
+  const uint64_t x = Make(Random({2, 3, 6, 6}));
+  const uint64_t w = Make(Random({4, 3, 3, 3}));
+  ASSERT_TRUE(RequiresGrad(w).ok());
+  const uint64_t t = Make(Ints({2}, {1, 3}));
+  std::vector<OpSpec> ops(5);
+  ops[0] = Op(Kind::kConv2d, {x, w});
+  ops[0].window = Window({});
+  ops[1].kind = Kind::kMaxPool2d;
+  ops[1].inputs = {Operand::Result(0)};
+  ops[1].window = Window({2});
+  ops[2].kind = Kind::kAdaptiveAvgPool2d;
+  ops[2].inputs = {Operand::Result(1)};
+  ops[2].window = Window({}, {}, {}, {}, 1, true, {1, 1});
+  ops[3].kind = Kind::kReshape;
+  ops[3].inputs = {Operand::Result(2)};
+  ops[3].dims = {2, 4};
+  ops[4].kind = Kind::kLoss;
+  ops[4].loss = LossKind::kCrossEntropy;
+  ops[4].inputs = {Operand::Result(3), Operand::Handle(t)};
+  const uint32_t keep[] = {4};
+  auto kept = rt_->Execute(session_, ops, keep);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  const Planner planners[] = {Planner::kConv2d, Planner::kPool2d,
+                              Planner::kAdaptiveAvgPool2d, Planner::kLoss};
+  std::vector<uint64_t> before;
+  for (Planner p : planners) before.push_back(PlanCalls(p));
+  ASSERT_TRUE(Backward((*kept)[0].handle).ok());
+  for (size_t i = 0; i < std::size(planners); ++i) {
+    EXPECT_EQ(PlanCalls(planners[i]), before[i])
+        << "planner " << static_cast<int>(planners[i]);
+  }
+  EXPECT_EQ(Grad(w)->size(), 4u * 3 * 3 * 3);
 }
 
 TEST_F(AutogradTest, Losses) {

@@ -12,7 +12,7 @@ namespace {
 using ::testing::HasSubstr;
 
 std::shared_ptr<const StoredTensor> Tensor(uint64_t nbytes) {
-  auto t = std::make_shared<StoredTensor>();
+  auto t = NewStoredTensor();
   t->nbytes = nbytes;
   return t;
 }

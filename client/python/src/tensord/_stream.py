@@ -25,7 +25,8 @@ Contract (tensord.proto, "The session's ordered command stream"):
     and raises RESOURCE_EXHAUSTED when the window stays full FULL_WAIT_S.
   * A dropped connection (UNAVAILABLE or CANCELLED, not by close()) is
     reconnected, as the C++ client does: up to MAX_RECONNECTS tries in a
-    row, RECONNECT_BACKOFF_S doubling, each a new Stream call naming the
+    row, RECONNECT_BACKOFF_S doubling (at most MAX_RECONNECT_BACKOFF_S:
+    about 3.6 s in all), each a new Stream call naming the
     same stream id with `received_through`; the server replays the replies
     it kept and skips the seqs it ran, and every command without a reply is
     sent again, so nothing is lost or run twice. `reconnects` counts them.
@@ -57,8 +58,13 @@ ACK_EVERY = 1024  # replies received before an acknowledgement goes alone
 BATCH_COMMANDS = 256
 BATCH_DELAY_S = 0.002
 FULL_WAIT_S = 60.0
-MAX_RECONNECTS = 4  # tries in a row; a reply read resets the count
-RECONNECT_BACKOFF_S = 0.025  # before the first try; doubles after each
+# Tries in a row (a reply read resets the count), RECONNECT_BACKOFF_S before
+# the first, doubling up to MAX_RECONNECT_BACKOFF_S: about 3.6 s in all, past
+# gRPC's own reconnect backoff (1 s, jittered by 20%), during which a channel
+# whose connection attempt failed fails calls at once.
+MAX_RECONNECTS = 8
+RECONNECT_BACKOFF_S = 0.025
+MAX_RECONNECT_BACKOFF_S = 1.0
 INSTANCE_KEY = "tensord-instance"
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
@@ -267,7 +273,7 @@ class CommandStream:
                 error = TensordError(grpc.StatusCode.INTERNAL, f"command stream reader: {e!r}")
                 transient = False
             if transient and tries < MAX_RECONNECTS and not self._closing:
-                time.sleep(RECONNECT_BACKOFF_S * 2 ** tries)
+                time.sleep(min(RECONNECT_BACKOFF_S * 2 ** tries, MAX_RECONNECT_BACKOFF_S))
                 tries += 1
                 with self._cond:
                     if not self._closing:
