@@ -381,6 +381,9 @@ TEST_F(ClusterTest, AMoveFromADeadNodeLeavesNothingHalfMade) {
 TEST_F(ClusterTest, TheClusterSessionReattachesEveryNode) {
   Cluster cluster(Addresses(), Quick());
   auto x = cluster.tensor<int64_t>({7}, "tensord-2/cpu:1");
+  // Made on the node's command stream: run before another client names it
+  // (Client::synchronize's rule).
+  cluster.node("tensord-2").synchronize();
   const std::string id = cluster.session();
   EXPECT_THAT(id, HasSubstr("tensord-0="));
   Cluster again = Cluster::Attach(Addresses(), id, Quick());
