@@ -61,7 +61,8 @@ test-asan: deps
 
 # The runtime and handle-table concurrency tests under ThreadSanitizer (core
 # only: Debian's gRPC is not TSan-instrumented). OpenBLAS's own threads are
-# not instrumented either, so it runs single-threaded here.
+# not instrumented either, so it runs single-threaded here, and so does
+# oneDNN's OpenMP team (libgomp is not instrumented).
 test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD_DIR) $(SAN_CMAKE_FLAGS) \
 	  -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
@@ -69,7 +70,8 @@ test-tsan: deps
 	cmake --build $(TSAN_BUILD_DIR) -j $(JOBS) --target $(TSAN_TESTS)
 	set -e; for t in $(TSAN_TESTS); do \
 	  echo "== tsan: $$t"; \
-	  OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
+	  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	    $(TSAN_BUILD_DIR)/tests/*/$$t --gtest_brief=1; \
 	done
 

@@ -30,6 +30,9 @@ case "${ID}:${VERSION_ID:-}" in
     runtime_pkgs=(
       libgrpc++1.51 libprotobuf32 libspdlog1.10 libopenblas0-pthread
       libcpp-httplib0.11 libtomlplusplus3 libsystemd0 libisal2
+      # oneDNN 2.x: the CPU device's convolutions (Ubuntu 24.04 ships 3.x,
+      # whose API the build does not use: conv2d stays im2col there).
+      libdnnl2
     ) ;;
 esac
 build_pkgs=(
@@ -39,6 +42,9 @@ build_pkgs=(
   libgtest-dev libgmock-dev
   # /metrics, the config file, sd_notify, fetched chunks' CRC-32 (ISA-L).
   libcpp-httplib-dev libtomlplusplus-dev libsystemd-dev libisal-dev
+  # oneDNN: the CPU device's conv2d (core/cpu/library_conv.h; optional to
+  # the build, which says whether it found a 2.x).
+  libdnnl-dev
   # The cross-language test generates Python stubs from our proto.
   python3 python3-grpcio python3-protobuf python3-numpy
   # The window ops (conv2d, pooling) are checked against PyTorch through the

@@ -22,7 +22,7 @@ const std::vector<std::string>& ConfigurableFlags() {
       "tls_cert",         "tls_key",       "tls_client_ca",
       "insecure",         "session_ttl",   "max_sessions",
       "session_max_bytes", "session_max_tensors", "max_message_bytes",
-      "max_inline_bytes", "max_tensor_bytes", "blas_threads",
+      "max_inline_bytes", "max_tensor_bytes", "blas_threads", "kernel_libraries",
       "node_name", "node_token_file", "peers", "peer_address_pattern"};
   return kFlags;
 }

@@ -88,6 +88,10 @@ ABSL_FLAG(std::string, max_inline_bytes, "4MiB",
 ABSL_FLAG(std::string, max_tensor_bytes, "",
           "largest single tensor, e.g. 16GiB (empty or 0 = no limit beyond "
           "the device budget)");
+ABSL_FLAG(bool, kernel_libraries, false,
+          "run the CPU device's conv2d on oneDNN (when built with it; off "
+          "by default until it wins the seed's training step here); false: "
+          "tensord's own kernels only");
 ABSL_FLAG(int, blas_threads, 0,
           "threads of the CPU device's BLAS; 0 = the CPUs this process may "
           "use (its affinity, capped by a container's CPU quota)");
@@ -204,6 +208,7 @@ int main(int argc, char** argv) {
   tensord::server::ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.runtime.host_devices = absl::GetFlag(FLAGS_host_devices);
+  options.runtime.kernel_libraries = absl::GetFlag(FLAGS_kernel_libraries);
   options.runtime.node_name = absl::GetFlag(FLAGS_node_name);
   options.node_token_file = absl::GetFlag(FLAGS_node_token_file);
   options.peers = absl::GetFlag(FLAGS_peers);
@@ -287,7 +292,9 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> names;
   for (const auto& d : (*server)->runtime().ListDevices()) {
-    names.push_back(d.name + " (" + d.properties.model + ")");
+    const std::string& library = d.properties.kernel_library;
+    names.push_back(d.name + " (" + d.properties.model +
+                    (library.empty() ? "" : "; conv2d on " + library) + ")");
   }
   spdlog::info("security: bearer tokens {}, TLS {}",
                absl::GetFlag(FLAGS_auth_token_file).empty() ? "off" : "required",

@@ -108,6 +108,8 @@ std::string_view KernelKindName(KernelKind kind) {
       return "im2col";
     case KernelKind::kCol2Im:
       return "col2im";
+    case KernelKind::kConv2d:
+      return "conv2d";
   }
   return "unknown";
 }
@@ -128,6 +130,7 @@ int KernelArity(KernelKind kind) {
     case KernelKind::kMatMul:
       return 2;
     case KernelKind::kWhere:
+    case KernelKind::kConv2d:  // two operands and the workspace
       return 3;
   }
   return -1;
@@ -146,7 +149,7 @@ static_assert(std::is_same_v<
               std::variant_alternative_t<
                   static_cast<size_t>(KernelKind::kCopyBlocks), KernelArgs>,
               BlockCopy>);
-static_assert(static_cast<int>(KernelKind::kCol2Im) + 1 == kKernelKindCount);
+static_assert(static_cast<int>(KernelKind::kConv2d) + 1 == kKernelKindCount);
 
 absl::Status CheckKernelCall(const KernelCall& call, std::string_view device) {
   const int want = KernelArity(call.kind());

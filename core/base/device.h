@@ -65,6 +65,9 @@ struct DeviceProperties {
   int compute_capability_major = 0;  // GPUs only
   int compute_capability_minor = 0;
   int multiprocessor_count = 0;
+  // The library behind its kLibrary kernels ("oneDNN 2.6.3"; "" if none):
+  // Device::KernelLibrary().
+  std::string kernel_library;
 };
 
 // A tensor operand as kernels see it: a buffer plus its dtype and shape.
@@ -239,10 +242,31 @@ struct Col2ImArgs {
   WindowDims dims;
 };
 
+// conv2d as one call of a library (oneDNN on the CPU), made only where the
+// device's kernel-selection table (Device::Select) says kLibrary for it;
+// elsewhere conv2d is im2col and a matrix product. Plain layouts: x and
+// the input gradient [n, c, h, w], the weight [out_channels,
+// c / groups, kh, kw], the output and its gradient [n, out_channels, oh,
+// ow]; one floating dtype. `pass` says what inputs[0] and inputs[1] are and
+// what `out` receives:
+//   kForward:         x, weight       -> the output (no bias: the caller adds it)
+//   kBackwardData:    grad, weight    -> the input's gradient
+//   kBackwardWeights: x, grad         -> the weight's gradient
+// inputs[2] is the workspace: bytes for the library's own layouts and
+// scratch, at least Device::WorkspaceBytes(args, dtype) of them, admitted
+// and allocated by the caller like any buffer (read as bool [bytes]).
+enum class ConvPass { kForward, kBackwardData, kBackwardWeights };
+struct Conv2dArgs {
+  WindowDims dims;
+  int64_t groups = 1;
+  int64_t out_channels = 1;
+  ConvPass pass = ConvPass::kForward;
+};
+
 // One alternative per kernel; KernelKind names them in the same order.
 using KernelArgs = std::variant<FillSpec, CastArgs, BinaryArgs, UnaryArgs,
                                 ReduceArgs, MatMulDims, PermuteArgs, BlockCopy,
-                                WhereArgs, Im2ColArgs, Col2ImArgs>;
+                                WhereArgs, Im2ColArgs, Col2ImArgs, Conv2dArgs>;
 enum class KernelKind {
   kFill,
   kCast,
@@ -255,9 +279,10 @@ enum class KernelKind {
   kWhere,
   kIm2Col,
   kCol2Im,
+  kConv2d,
 };
 inline constexpr int kKernelKindCount = std::variant_size_v<KernelArgs>;
-// "fill", "cast", "binary", ..., "where", "im2col", "col2im".
+// "fill", "cast", "binary", ..., "where", "im2col", "col2im", "conv2d".
 std::string_view KernelKindName(KernelKind kind);
 // How many inputs a kernel of `kind` takes (0 for fill, 3 for where).
 int KernelArity(KernelKind kind);
@@ -322,6 +347,30 @@ class Device {
   absl::Status Supports(OpKind op, DType dtype) const {
     return capabilities().Check(op, dtype, name());
   }
+
+  // The device's kernel-selection table: how it runs a kernel kind that
+  // can run more than one way, in `dtype` (internal; the capabilities say
+  // what a device computes, this says how). kComposed: from the kernels
+  // every device has (conv2d as im2col and a matrix product); kLibrary: as
+  // one library call (conv2d on oneDNN: KernelKind::kConv2d). Fixed for
+  // the device's life. The default: composed.
+  enum class Implementation { kComposed, kLibrary };
+  virtual Implementation Select(KernelKind kind, DType dtype) const {
+    (void)kind;
+    (void)dtype;
+    return Implementation::kComposed;
+  }
+  // The workspace bytes a kLibrary kernel of `args` needs in `dtype` (its
+  // last input). INTERNAL when the library cannot run it after all.
+  virtual absl::StatusOr<uint64_t> WorkspaceBytes(const KernelArgs& args,
+                                                  DType dtype) const {
+    (void)args;
+    (void)dtype;
+    return uint64_t{0};
+  }
+  // The library behind kLibrary kernels, for the log ("oneDNN 2.6.3"; ""
+  // when there is none).
+  virtual std::string KernelLibrary() const { return ""; }
 
   // Allocates grant.bytes() (0 allowed) of device memory. RESOURCE_EXHAUSTED
   // when the device itself is out of memory. Budgets are the Runtime's

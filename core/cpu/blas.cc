@@ -151,4 +151,6 @@ BlasInfo CurrentBlas() {
 
 void SetBlasThreads(int threads) { openblas_set_num_threads(std::max(1, threads)); }
 
+int BlasThreads() { return openblas_get_num_threads(); }
+
 }  // namespace tensord::core

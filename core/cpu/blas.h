@@ -70,6 +70,9 @@ struct BlasInfo {
 };
 BlasInfo CurrentBlas();
 void SetBlasThreads(int threads);
+// openblas_get_num_threads(): the host's compute threads (--blas-threads),
+// which the CPU device's library kernels use too.
+int BlasThreads();
 
 }  // namespace tensord::core
 

@@ -13,7 +13,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "core/cpu/blas.h"
 #include "core/cpu/cpu_kernels.h"
+#include "core/cpu/library_conv.h"
 #include "core/cpu/host_pool.h"
 #include "core/base/op_checks.h"
 #include "core/base/status.h"
@@ -125,6 +127,7 @@ class CpuDevice final : public Device {
         total_memory_(options.total_memory != 0 ? options.total_memory
                                                 : PhysicalMemory()),
         capabilities_(CpuCapabilities()),
+        kernel_libraries_(options.kernel_libraries),
         pool_(options.host_cache_bytes) {}
 
   const std::string& name() const override { return name_; }
@@ -136,10 +139,29 @@ class CpuDevice final : public Device {
     p.model = model_;
     p.total_memory = total_memory_;
     p.free_memory = std::min(AvailableMemory(), total_memory_);
+    p.kernel_library = KernelLibrary();
     return p;
   }
 
   const Capabilities& capabilities() const override { return capabilities_; }
+
+  // The kernel-selection table: conv2d on oneDNN in the dtypes it runs
+  // here, when libraries are on; everything else composed.
+  Implementation Select(KernelKind kind, DType dtype) const override {
+    return kernel_libraries_ && kind == KernelKind::kConv2d &&
+                   cpu::ConvLibraryRuns(dtype)
+               ? Implementation::kLibrary
+               : Implementation::kComposed;
+  }
+  absl::StatusOr<uint64_t> WorkspaceBytes(const KernelArgs& args,
+                                          DType dtype) const override {
+    const auto* conv = std::get_if<Conv2dArgs>(&args);
+    if (conv == nullptr) return uint64_t{0};
+    return cpu::LibraryConvWorkspace(*conv, dtype);
+  }
+  std::string KernelLibrary() const override {
+    return kernel_libraries_ ? cpu::ConvLibrary() : "";
+  }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(
       AllocationGrant grant) override {
@@ -266,6 +288,13 @@ class CpuDevice final : public Device {
                              call.out.buffer->data());
   }
 
+  static absl::Status Run(const Conv2dArgs& args, const KernelCall& call) {
+    return cpu::LibraryConv(args, call.out.dtype, call.inputs[0].buffer->data(),
+                            call.inputs[1].buffer->data(),
+                            call.out.buffer->data(),
+                            call.inputs[2].buffer->data(), BlasThreads());
+  }
+
   static absl::Status Run(const Im2ColArgs& args, const KernelCall& call) {
     const TensorRef& in = call.inputs[0];
     cpu::Im2ColKernel(DTypeSize(in.dtype), args.dims, args.pad_bits,
@@ -278,6 +307,7 @@ class CpuDevice final : public Device {
   const std::string model_;
   const uint64_t total_memory_;
   const Capabilities capabilities_;
+  const bool kernel_libraries_;
   HostPool pool_;  // must outlive buffers: the Runtime frees tensors first
 };
 

@@ -503,6 +503,12 @@ class CudaDevice final : public Device {
                  "col2im kernel");
   }
 
+  // Not selected here (Select: composed) until cuDNN runs it.
+  absl::Status Run(const Conv2dArgs&, const KernelCall&) {
+    return absl::InternalError(absl::StrCat(
+        name_, ": conv2d kernel: this device composes conv2d (im2col)"));
+  }
+
   absl::Status Run(const Im2ColArgs& args, const KernelCall& call) {
     const TensorRef& in = call.inputs[0];
     return Check(

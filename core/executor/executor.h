@@ -274,6 +274,16 @@ class Executor {
                                    const StoredTensor& x,
                                    const StoredTensor& weight,
                                    const StoredTensor* bias);
+  // One pass of conv2d as the device's library kernel (its selection
+  // table said kLibrary): the workspace it asks for admitted and
+  // allocated like any buffer, then the call (Conv2dArgs).
+  absl::Status LibraryConv(DeviceSlot& slot, const Conv2dPlan& plan,
+                           ConvPass pass, TensorRef in0, TensorRef in1,
+                           TensorRef out);
+  // out [n, oc, oh, ow] += bias [oc] per channel (nothing without one).
+  absl::Status AddChannelBias(Device& device, const Output& out,
+                              const StoredTensor* bias, const WindowDims& win,
+                              int64_t oc);
   absl::StatusOr<Output> Pool2dOut(const Pool2dPlan& plan, PoolKind kind,
                                    const StoredTensor& x,
                                    const WindowArgs& args);

@@ -68,6 +68,13 @@ absl::StatusOr<Executor::Output> Executor::Conv2dOut(const Conv2dPlan& plan,
   const int64_t k = win.c / g * win.kh * win.kw;
   ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, dtype, plan.out));
   if (out.shape.NumElements() == 0) return out;
+  if (k > 0 && device.Select(KernelKind::kConv2d, dtype) ==
+                   Device::Implementation::kLibrary) {
+    RETURN_IF_ERROR(LibraryConv(slot, plan, ConvPass::kForward, RefOf(x),
+                                RefOf(weight), out.ref()));
+    RETURN_IF_ERROR(AddChannelBias(device, out, bias, win, oc));
+    return out;
+  }
   // [g, oc/g, n * oh * ow]: with one image, `out` itself.
   Output product;
   if (win.n > 1) {
@@ -99,12 +106,31 @@ absl::StatusOr<Executor::Output> Executor::Conv2dOut(const Conv2dPlan& plan,
     ASSIGN_OR_RETURN(TensorRef dst, As(out.ref(), {win.n, oc, plane}));
     RETURN_IF_ERROR(device.Launch({PermuteArgs{{1, 0, 2}}, {src}, dst}));
   }
-  if (bias != nullptr) {
-    ASSIGN_OR_RETURN(TensorRef y, As(out.ref(), {win.n, oc, plane}));
-    ASSIGN_OR_RETURN(TensorRef b, As(RefOf(*bias), {oc, 1}));
-    RETURN_IF_ERROR(device.Launch({BinaryArgs{BinaryOp::kAdd}, {y, b}, y}));
-  }
+  RETURN_IF_ERROR(AddChannelBias(device, out, bias, win, oc));
   return out;
+}
+
+absl::Status Executor::AddChannelBias(Device& device, const Output& out,
+                                      const StoredTensor* bias,
+                                      const WindowDims& win, int64_t oc) {
+  if (bias == nullptr) return absl::OkStatus();
+  ASSIGN_OR_RETURN(TensorRef y, As(out.ref(), {win.n, oc, win.oh * win.ow}));
+  ASSIGN_OR_RETURN(TensorRef b, As(RefOf(*bias), {oc, 1}));
+  return device.Launch({BinaryArgs{BinaryOp::kAdd}, {y, b}, y});
+}
+
+absl::Status Executor::LibraryConv(DeviceSlot& slot, const Conv2dPlan& plan,
+                                   ConvPass pass, TensorRef in0, TensorRef in1,
+                                   TensorRef out) {
+  const Conv2dArgs args{plan.window, plan.groups, plan.out_channels, pass};
+  ASSIGN_OR_RETURN(const uint64_t bytes,
+                   slot.device->WorkspaceBytes(args, plan.dtype));
+  // Admitted and allocated as any buffer: the library allocates nothing.
+  ASSIGN_OR_RETURN(Shape shape, Dims({static_cast<int64_t>(bytes)}));
+  ASSIGN_OR_RETURN(Output workspace,
+                   AllocateOutput(slot, DType::kBool, std::move(shape)));
+  return slot.device->Launch(
+      {args, {std::move(in0), std::move(in1), workspace.ref()}, out});
 }
 
 absl::StatusOr<Executor::Output> Executor::Pool2dOut(PoolKind kind,
@@ -288,6 +314,17 @@ absl::StatusOr<std::vector<Executor::TensorPtr>> Executor::Conv2dGrads(
   GradMath m(*this, g->device);
   // The forward's plan (the row saves it): nothing is planned again.
   const Conv2dPlan& plan = std::get<Conv2dPlan>(node.plan);
+  const bool library = m.device().Select(KernelKind::kConv2d, plan.dtype) ==
+                       Device::Implementation::kLibrary;
+  // One library call per gradient, into a new tensor.
+  auto library_pass = [&](ConvPass pass, const StoredTensor& a,
+                          const StoredTensor& b,
+                          const Shape& shape) -> absl::StatusOr<TensorPtr> {
+    ASSIGN_OR_RETURN(Output grad, AllocateOutput(m.slot(), plan.dtype, shape));
+    RETURN_IF_ERROR(
+        LibraryConv(m.slot(), plan, pass, RefOf(a), RefOf(b), grad.ref()));
+    return Stored(m.slot(), std::move(grad));
+  };
   const WindowDims& win = plan.window;
   const int64_t gr = plan.groups, oc = plan.out_channels, oc_g = oc / gr;
   const int64_t cols = win.n * win.oh * win.ow;
@@ -297,6 +334,9 @@ absl::StatusOr<std::vector<Executor::TensorPtr>> Executor::Conv2dGrads(
   if (node.next[0].active()) {  // col2im(w^T g) per group
     if (k == 0) {
       ASSIGN_OR_RETURN(out[0], m.Zeros(x->shape, plan.dtype));
+    } else if (library) {
+      ASSIGN_OR_RETURN(out[0], library_pass(ConvPass::kBackwardData, *g, *w,
+                                            x->shape));
     } else {
       // g as [groups, oc / groups, n * oh * ow].
       ASSIGN_OR_RETURN(TensorPtr gcm, ChannelMajor(m, g, win, oc));
@@ -310,6 +350,9 @@ absl::StatusOr<std::vector<Executor::TensorPtr>> Executor::Conv2dGrads(
   if (node.next[1].active()) {  // (cols g^T)^T per group
     if (k == 0) {
       ASSIGN_OR_RETURN(out[1], m.Zeros(w->shape, plan.dtype));
+    } else if (library) {
+      ASSIGN_OR_RETURN(out[1], library_pass(ConvPass::kBackwardWeights, *x,
+                                            *g, w->shape));
     } else {
       // The columns [g, K, n*oh*ow] times g read as [g, n*oh*ow, oc/g]
       // (a permute of g, not of the far larger columns), then the small

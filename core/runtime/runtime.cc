@@ -88,6 +88,7 @@ absl::Status Runtime::Impl::Init(RuntimeOptions options) {
     CpuDeviceOptions cpu;
     cpu.name = n == 1 ? "cpu" : absl::StrCat("cpu:", i);
     cpu.index = i;
+    cpu.kernel_libraries = options.kernel_libraries;
     auto slot = std::make_unique<DeviceSlot>();
     slot->device = CreateCpuDevice(cpu);
     slot->budget = options.host_memory_budget;

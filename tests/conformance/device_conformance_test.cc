@@ -1029,6 +1029,108 @@ TEST_P(ConformanceTest, Col2ImSumsEveryWindowEntry) {
   }
 }
 
+// conv2d as one library kernel, where the device's selection table picks
+// one (the CPU on oneDNN, float32): each pass against the definition,
+// every window shape the planner admits (strides, padding, dilation,
+// groups, one image), the workspace exactly the bytes it asks for.
+TEST_P(ConformanceTest, LibraryConvEveryPassAndWindow) {
+  const DType dtype = DType::kFloat32;
+  // Libraries are off by default (--kernel-libraries): the CPU's own
+  // device with them on.
+  std::unique_ptr<Device> cpu_with_libraries;
+  Device* device = device_;
+  if (device_->kind() == DeviceKind::kCpu) {
+    CpuDeviceOptions options;
+    options.kernel_libraries = true;
+    cpu_with_libraries = CreateCpuDevice(options);
+    device = cpu_with_libraries.get();
+  }
+  if (device->Select(KernelKind::kConv2d, dtype) !=
+      Device::Implementation::kLibrary) {
+    GTEST_SKIP() << device->name() << " composes conv2d (no library)";
+  }
+  struct Case {
+    WindowDims d;
+    int64_t groups, oc;
+  };
+  const std::vector<Case> cases = {
+      {TestWindow(2, 3, 5, 6, 3, 2, 1, 1, 1), 1, 4},
+      {TestWindow(1, 4, 9, 7, 2, 3, 2, 1, 2), 2, 6},
+      {TestWindow(3, 2, 8, 8, 1, 1, 3, 0, 1), 1, 5},
+      {TestWindow(2, 16, 12, 12, 3, 3, 1, 1, 1), 1, 32},
+      {TestWindow(1, 6, 7, 7, 3, 3, 1, 1, 1), 6, 6},  // depthwise
+  };
+  for (const Case& c : cases) {
+    const WindowDims& d = c.d;
+    const int64_t g = c.groups, oc = c.oc, cg = d.c / g, og = oc / g;
+    const Shape x_shape = S({d.n, d.c, d.h, d.w});
+    const Shape w_shape = S({oc, cg, d.kh, d.kw});
+    const Shape y_shape = S({d.n, oc, d.oh, d.ow});
+    SCOPED_TRACE(x_shape.ToString() + " * " + w_shape.ToString() + " -> " +
+                 y_shape.ToString());
+    const std::vector<uint8_t> x = RandomValues(dtype, x_shape.NumElements(), 3);
+    const std::vector<uint8_t> w = RandomValues(dtype, w_shape.NumElements(), 5);
+    const std::vector<uint8_t> gy =
+        RandomValues(dtype, y_shape.NumElements(), 7);
+    // The definition, in double: y, and the gradients of sum(y * gy).
+    std::vector<double> y(y_shape.NumElements()), dx(x_shape.NumElements()),
+        dw(w_shape.NumElements());
+    for (int64_t b = 0; b < d.n; ++b)
+      for (int64_t o = 0; o < oc; ++o)
+        for (int64_t r = 0; r < d.oh; ++r)
+          for (int64_t q = 0; q < d.ow; ++q) {
+            const int64_t yi = ((b * oc + o) * d.oh + r) * d.ow + q;
+            for (int64_t ci = 0; ci < cg; ++ci)
+              for (int64_t i = 0; i < d.kh; ++i)
+                for (int64_t j = 0; j < d.kw; ++j) {
+                  const int64_t row = r * d.sh - d.ph + i * d.dh;
+                  const int64_t col = q * d.sw - d.pw + j * d.dw;
+                  if (row < 0 || row >= d.h || col < 0 || col >= d.w) continue;
+                  const int64_t xc = o / og * cg + ci;
+                  const int64_t xi = ((b * d.c + xc) * d.h + row) * d.w + col;
+                  const int64_t wi = ((o * cg + ci) * d.kh + i) * d.kw + j;
+                  y[yi] += ValueAt(dtype, x, xi) * ValueAt(dtype, w, wi);
+                  dx[xi] += ValueAt(dtype, gy, yi) * ValueAt(dtype, w, wi);
+                  dw[wi] += ValueAt(dtype, gy, yi) * ValueAt(dtype, x, xi);
+                }
+          }
+    struct Pass {
+      ConvPass pass;
+      const std::vector<uint8_t>* a;
+      Shape a_shape;
+      const std::vector<uint8_t>* b;
+      Shape b_shape;
+      Shape out_shape;
+      const std::vector<double>* want;
+    };
+    const Pass passes[] = {
+        {ConvPass::kForward, &x, x_shape, &w, w_shape, y_shape, &y},
+        {ConvPass::kBackwardData, &gy, y_shape, &w, w_shape, x_shape, &dx},
+        {ConvPass::kBackwardWeights, &x, x_shape, &gy, y_shape, w_shape, &dw},
+    };
+    for (const Pass& p : passes) {
+      SCOPED_TRACE(static_cast<int>(p.pass));
+      const Conv2dArgs args{d, g, oc, p.pass};
+      absl::StatusOr<uint64_t> bytes = device->WorkspaceBytes(args, dtype);
+      ASSERT_TRUE(bytes.ok()) << bytes.status();
+      DevTensor a = Upload(*device, dtype, p.a_shape, *p.a);
+      DevTensor b = Upload(*device, dtype, p.b_shape, *p.b);
+      DevTensor workspace =
+          Empty(*device, DType::kBool, S({static_cast<int64_t>(*bytes)}));
+      DevTensor out = Empty(*device, dtype, p.out_shape);
+      const absl::Status launched = device->Launch(
+          {args, {a.ref(), b.ref(), workspace.ref()}, out.ref()});
+      ASSERT_TRUE(launched.ok()) << launched;
+      const std::vector<uint8_t> got = Download(out);
+      for (size_t k = 0; k < p.want->size(); ++k) {
+        ASSERT_NEAR(ValueAt(dtype, got, k), (*p.want)[k],
+                    1e-4 * std::max(1.0, std::abs((*p.want)[k])))
+            << "element " << k;
+      }
+    }
+  }
+}
+
 TEST_P(ConformanceTest, PermuteEveryDType) {
   const std::vector<std::pair<std::vector<int64_t>, std::vector<int>>> cases = {
       {{}, {}},

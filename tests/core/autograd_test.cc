@@ -543,6 +543,130 @@ TEST_F(AutogradTest, BackwardPlansNothingTheForwardPlanned) {
   EXPECT_EQ(Grad(w)->size(), 4u * 3 * 3 * 3);
 }
 
+// conv2d on the CPU's library (oneDNN, float32) and composed of tensord's
+// kernels (--kernel-libraries=false) agree: forward, bias, and the
+// gradients of x, the weight and the bias, on strided, padded, dilated and
+// grouped windows and an unbatched input.
+TEST(LibraryConvTest, EqualsTheComposedConvolution) {
+  auto make_runtime = [](bool libraries) {
+    RuntimeOptions options;
+    options.host_memory_budget = 256 << 20;
+    options.kernel_libraries = libraries;
+    return Runtime::Create(std::move(options)).value();
+  };
+  std::unique_ptr<Runtime> library = make_runtime(true);
+  std::unique_ptr<Runtime> composed = make_runtime(false);
+  if (library->ListDevices()[0].properties.kernel_library.empty()) {
+    GTEST_SKIP() << "this build runs conv2d without a library";
+  }
+  EXPECT_TRUE(composed->ListDevices()[0].properties.kernel_library.empty());
+  struct Case {
+    std::vector<int64_t> x, w;
+    WindowArgs window;
+  };
+  auto window = [](int64_t stride, int64_t padding, int64_t dilation,
+                   int64_t groups) {
+    WindowArgs w;
+    w.stride = {stride};
+    w.padding = {padding};
+    w.dilation = {dilation};
+    w.groups = groups;
+    return w;
+  };
+  const std::vector<Case> cases = {
+      {{4, 3, 12, 12}, {8, 3, 3, 3}, window(1, 1, 1, 1)},
+      {{2, 4, 11, 9}, {6, 2, 3, 2}, window(2, 1, 2, 2)},
+      {{3, 6, 8, 8}, {6, 1, 3, 3}, window(1, 1, 1, 6)},
+      {{3, 7, 7}, {5, 3, 2, 2}, window(1, 0, 1, 1)},  // unbatched
+      // Seed 001's two convolutions at batch 8, twice each: the second
+      // run reuses the cached primitives.
+      {{8, 3, 32, 32}, {6, 3, 5, 5}, window(1, 0, 1, 1)},
+      {{8, 6, 14, 14}, {16, 6, 5, 5}, window(1, 0, 1, 1)},
+      {{8, 3, 32, 32}, {6, 3, 5, 5}, window(1, 0, 1, 1)},
+      {{8, 6, 14, 14}, {16, 6, 5, 5}, window(1, 0, 1, 1)},
+  };
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  auto values = [&](const std::vector<int64_t>& dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    std::vector<float> v(n);
+    for (float& f : v) f = uniform(gen);
+    return v;
+  };
+  for (const Case& c : cases) {
+    const std::vector<float> x = values(c.x), w = values(c.w),
+                             b = values({c.w[0]});
+    std::vector<std::vector<float>> results[2];
+    for (int r = 0; r < 2; ++r) {
+      Runtime& rt = r == 0 ? *library : *composed;
+      const std::string session = rt.OpenSession("conv").value();
+      auto upload = [&](const std::vector<int64_t>& dims,
+                        const std::vector<float>& v) {
+        const std::span<const uint8_t> bytes(
+            reinterpret_cast<const uint8_t*>(v.data()),
+            v.size() * sizeof(float));
+        const uint64_t h = rt.CreateFromData(session, "cpu", DType::kFloat32,
+                                             dims, bytes, "")
+                               .value()
+                               .handle;
+        OpSpec grad;
+        grad.kind = Kind::kRequiresGrad;
+        grad.requires_grad = true;
+        grad.inputs = {Operand::Handle(h)};
+        EXPECT_TRUE(rt.Run(session, grad).ok());
+        return h;
+      };
+      const uint64_t hx = upload(c.x, x), hw = upload(c.w, w),
+                     hb = upload({c.w[0]}, b);
+      auto read = [&](uint64_t h) {
+        const TensorMeta meta = rt.GetTensor(session, h).value();
+        std::vector<float> out(meta.nbytes / sizeof(float));
+        EXPECT_TRUE(rt.OpenReader(session, h)
+                        .value()
+                        ->Read(0, {reinterpret_cast<uint8_t*>(out.data()),
+                                   meta.nbytes})
+                        .ok());
+        return out;
+      };
+      std::vector<OpSpec> ops(3);
+      ops[0].kind = Kind::kConv2d;
+      ops[0].inputs = {Operand::Handle(hx), Operand::Handle(hw),
+                       Operand::Handle(hb)};
+      ops[0].window = c.window;
+      ops[1].kind = Kind::kUnary;  // a nonlinear loss: gradients that vary
+      ops[1].unary = UnaryOp::kTanh;
+      ops[1].inputs = {Operand::Result(0)};
+      ops[2].kind = Kind::kReduce;
+      ops[2].reduce = ReduceOp::kSum;
+      ops[2].inputs = {Operand::Result(1)};
+      const uint32_t keep[] = {0, 2};
+      const std::vector<TensorMeta> kept =
+          rt.Execute(session, ops, keep).value();
+      OpSpec backward;
+      backward.kind = Kind::kBackward;
+      backward.inputs = {Operand::Handle(kept[1].handle)};
+      ASSERT_TRUE(rt.Run(session, backward).ok());
+      results[r].push_back(read(kept[0].handle));
+      for (uint64_t h : {hx, hw, hb}) {
+        OpSpec grad;
+        grad.kind = Kind::kGrad;
+        grad.inputs = {Operand::Handle(h)};
+        results[r].push_back(read(rt.Run(session, grad).value().handle));
+      }
+    }
+    const char* names[] = {"y", "x.grad", "w.grad", "b.grad"};
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      ASSERT_EQ(results[0][i].size(), results[1][i].size()) << names[i];
+      for (size_t k = 0; k < results[0][i].size(); ++k) {
+        ASSERT_NEAR(results[0][i][k], results[1][i][k],
+                    1e-4 * std::max(1.0f, std::abs(results[1][i][k])))
+            << names[i] << " element " << k;
+      }
+    }
+  }
+}
+
 TEST_F(AutogradTest, Losses) {
   const Input targets = Ints({4}, {2, 0, -100, 1});
   for (LossKind loss : {LossKind::kCrossEntropy, LossKind::kNll}) {

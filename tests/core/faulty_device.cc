@@ -15,7 +15,7 @@ namespace {
 size_t Index(FaultSite site) { return static_cast<size_t>(site); }
 
 bool IsKernel(FaultSite site) {
-  return site >= FaultSite::kFill && site <= FaultSite::kCol2Im;
+  return site >= FaultSite::kFill && site <= FaultSite::kConv2d;
 }
 
 absl::StatusCode DefaultCode(FaultSite site) {
@@ -57,6 +57,8 @@ std::string_view FaultSiteName(FaultSite site) {
       return "Im2Col";
     case FaultSite::kCol2Im:
       return "Col2Im";
+    case FaultSite::kConv2d:
+      return "Conv2d";
     case FaultSite::kAnyKernel:
       return "kernel";
     case FaultSite::kSynchronize:
@@ -315,6 +317,8 @@ FaultSite SiteOf(KernelKind kind) {
       return FaultSite::kIm2Col;
     case KernelKind::kCol2Im:
       return FaultSite::kCol2Im;
+    case KernelKind::kConv2d:
+      return FaultSite::kConv2d;
   }
   return FaultSite::kAnyKernel;  // unreachable
 }

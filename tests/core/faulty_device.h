@@ -87,6 +87,7 @@ enum class FaultSite {
   kWhere,
   kIm2Col,
   kCol2Im,
+  kConv2d,  // the library kernel (FaultyDevice composes: never reached)
   kAnyKernel,  // every kernel above, counted together
   kSynchronize,
 };
