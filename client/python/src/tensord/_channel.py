@@ -43,7 +43,15 @@ def open_channel(address=None, token_file=None, tls=False, tls_ca_file=None,
     tls_key_file = tls_key_file or env("TENSORD_CLIENT_KEY")
     target = resolve_address(address)
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-               ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
+               ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+               # A dropped connection is tried again within 100 ms, and a
+               # failing one at most every second: gRPC's defaults (1 s,
+               # growing to 2 min) fail calls at once meanwhile, which
+               # outlasted the command stream's reconnect tries (_stream.py)
+               # when a connection was cut during a reconnect.
+               ("grpc.initial_reconnect_backoff_ms", 100),
+               ("grpc.min_reconnect_backoff_ms", 100),
+               ("grpc.max_reconnect_backoff_ms", 1000)]
     if tls or tls_ca_file or tls_cert_file:
         if bool(tls_cert_file) != bool(tls_key_file):
             raise TensordError(grpc.StatusCode.INVALID_ARGUMENT,
