@@ -88,10 +88,9 @@ ABSL_FLAG(std::string, max_inline_bytes, "4MiB",
 ABSL_FLAG(std::string, max_tensor_bytes, "",
           "largest single tensor, e.g. 16GiB (empty or 0 = no limit beyond "
           "the device budget)");
-ABSL_FLAG(bool, kernel_libraries, false,
-          "run the CPU device's conv2d on oneDNN (when built with it; off "
-          "by default until it wins the seed's training step here); false: "
-          "tensord's own kernels only");
+ABSL_FLAG(bool, kernel_libraries, true,
+          "run the CPU device's conv2d and max/avg pooling on oneDNN (when "
+          "built with it: float32); false: tensord's own kernels only");
 ABSL_FLAG(int, blas_threads, 0,
           "threads of the CPU device's BLAS; 0 = the CPUs this process may "
           "use (its affinity, capped by a container's CPU quota)");

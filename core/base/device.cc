@@ -110,6 +110,8 @@ std::string_view KernelKindName(KernelKind kind) {
       return "col2im";
     case KernelKind::kConv2d:
       return "conv2d";
+    case KernelKind::kPool2d:
+      return "pool2d";
   }
   return "unknown";
 }
@@ -131,6 +133,7 @@ int KernelArity(KernelKind kind) {
       return 2;
     case KernelKind::kWhere:
     case KernelKind::kConv2d:  // two operands and the workspace
+    case KernelKind::kPool2d:
       return 3;
   }
   return -1;
@@ -149,7 +152,7 @@ static_assert(std::is_same_v<
               std::variant_alternative_t<
                   static_cast<size_t>(KernelKind::kCopyBlocks), KernelArgs>,
               BlockCopy>);
-static_assert(static_cast<int>(KernelKind::kConv2d) + 1 == kKernelKindCount);
+static_assert(static_cast<int>(KernelKind::kPool2d) + 1 == kKernelKindCount);
 
 absl::Status CheckKernelCall(const KernelCall& call, std::string_view device) {
   const int want = KernelArity(call.kind());

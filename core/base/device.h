@@ -263,10 +263,29 @@ struct Conv2dArgs {
   ConvPass pass = ConvPass::kForward;
 };
 
+// max_pool2d / avg_pool2d as one call of a library (oneDNN on the CPU),
+// made only where Device::Select says kLibrary for it; elsewhere pooling
+// is im2col and a reduction. Plain layouts: x and its gradient [n, c, h,
+// w], the output and its gradient [n, c, oh, ow]; one floating dtype.
+// inputs = {in, x, workspace}:
+//   kForward:  in = x               -> the output
+//   kBackward: in = the output's gradient -> x's gradient (max pooling
+//              finds each window's first maximum in x again, PyTorch's
+//              index; average pooling reads no x, and `in` stands in)
+// The workspace is as Conv2dArgs' (Device::WorkspaceBytes).
+enum class PoolAlgorithm { kMax, kAvgIncludePad, kAvgExcludePad };
+enum class PoolPass { kForward, kBackward };
+struct Pool2dArgs {
+  WindowDims dims;
+  PoolAlgorithm algorithm = PoolAlgorithm::kMax;
+  PoolPass pass = PoolPass::kForward;
+};
+
 // One alternative per kernel; KernelKind names them in the same order.
-using KernelArgs = std::variant<FillSpec, CastArgs, BinaryArgs, UnaryArgs,
-                                ReduceArgs, MatMulDims, PermuteArgs, BlockCopy,
-                                WhereArgs, Im2ColArgs, Col2ImArgs, Conv2dArgs>;
+using KernelArgs =
+    std::variant<FillSpec, CastArgs, BinaryArgs, UnaryArgs, ReduceArgs,
+                 MatMulDims, PermuteArgs, BlockCopy, WhereArgs, Im2ColArgs,
+                 Col2ImArgs, Conv2dArgs, Pool2dArgs>;
 enum class KernelKind {
   kFill,
   kCast,
@@ -280,6 +299,7 @@ enum class KernelKind {
   kIm2Col,
   kCol2Im,
   kConv2d,
+  kPool2d,
 };
 inline constexpr int kKernelKindCount = std::variant_size_v<KernelArgs>;
 // "fill", "cast", "binary", ..., "where", "im2col", "col2im", "conv2d".
@@ -348,15 +368,17 @@ class Device {
     return capabilities().Check(op, dtype, name());
   }
 
-  // The device's kernel-selection table: how it runs a kernel kind that
-  // can run more than one way, in `dtype` (internal; the capabilities say
-  // what a device computes, this says how). kComposed: from the kernels
-  // every device has (conv2d as im2col and a matrix product); kLibrary: as
-  // one library call (conv2d on oneDNN: KernelKind::kConv2d). Fixed for
-  // the device's life. The default: composed.
+  // The device's kernel-selection table: how it runs a kernel that can
+  // run more than one way (`args`, a Conv2dArgs or Pool2dArgs: the kind,
+  // its shape class) in `dtype` (internal; the capabilities say what a
+  // device computes, this says how). kComposed: from the kernels every
+  // device has (conv2d as im2col and a matrix product, pooling as im2col
+  // and a reduction); kLibrary: as one library call of args' kind (on the
+  // CPU, oneDNN). A function of its arguments for the device's life. The
+  // default: composed.
   enum class Implementation { kComposed, kLibrary };
-  virtual Implementation Select(KernelKind kind, DType dtype) const {
-    (void)kind;
+  virtual Implementation Select(const KernelArgs& args, DType dtype) const {
+    (void)args;
     (void)dtype;
     return Implementation::kComposed;
   }

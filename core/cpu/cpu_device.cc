@@ -13,12 +13,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "core/cpu/blas.h"
-#include "core/cpu/cpu_kernels.h"
-#include "core/cpu/library_conv.h"
-#include "core/cpu/host_pool.h"
 #include "core/base/op_checks.h"
 #include "core/base/status.h"
+#include "core/cpu/blas.h"
+#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/host_pool.h"
+#include "core/cpu/library_kernels.h"
 
 namespace tensord::core {
 namespace {
@@ -145,22 +145,24 @@ class CpuDevice final : public Device {
 
   const Capabilities& capabilities() const override { return capabilities_; }
 
-  // The kernel-selection table: conv2d on oneDNN in the dtypes it runs
-  // here, when libraries are on; everything else composed.
-  Implementation Select(KernelKind kind, DType dtype) const override {
-    return kernel_libraries_ && kind == KernelKind::kConv2d &&
-                   cpu::ConvLibraryRuns(dtype)
+  // The kernel-selection table: conv2d and pooling on oneDNN where it runs
+  // the dtype and window class (cpu::LibraryRuns), when libraries are on;
+  // everything else composed.
+  Implementation Select(const KernelArgs& args, DType dtype) const override {
+    return kernel_libraries_ && cpu::LibraryRuns(args, dtype)
                ? Implementation::kLibrary
                : Implementation::kComposed;
   }
   absl::StatusOr<uint64_t> WorkspaceBytes(const KernelArgs& args,
                                           DType dtype) const override {
-    const auto* conv = std::get_if<Conv2dArgs>(&args);
-    if (conv == nullptr) return uint64_t{0};
-    return cpu::LibraryConvWorkspace(*conv, dtype);
+    if (!std::holds_alternative<Conv2dArgs>(args) &&
+        !std::holds_alternative<Pool2dArgs>(args)) {
+      return uint64_t{0};
+    }
+    return cpu::LibraryWorkspace(args, dtype);
   }
   std::string KernelLibrary() const override {
-    return kernel_libraries_ ? cpu::ConvLibrary() : "";
+    return kernel_libraries_ ? cpu::KernelLibraryName() : "";
   }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(
@@ -288,11 +290,12 @@ class CpuDevice final : public Device {
                              call.out.buffer->data());
   }
 
-  static absl::Status Run(const Conv2dArgs& args, const KernelCall& call) {
-    return cpu::LibraryConv(args, call.out.dtype, call.inputs[0].buffer->data(),
-                            call.inputs[1].buffer->data(),
-                            call.out.buffer->data(),
-                            call.inputs[2].buffer->data(), BlasThreads());
+  static absl::Status Run(const Conv2dArgs&, const KernelCall& call) {
+    return cpu::RunLibraryKernel(call);
+  }
+
+  static absl::Status Run(const Pool2dArgs&, const KernelCall& call) {
+    return cpu::RunLibraryKernel(call);
   }
 
   static absl::Status Run(const Im2ColArgs& args, const KernelCall& call) {

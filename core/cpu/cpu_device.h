@@ -19,11 +19,11 @@ struct CpuDeviceOptions {
   // Freed blocks of >= 1 MiB kept warm for reuse (core/cpu/host_pool.h).
   // Not counted against the budget, which counts live tensors.
   uint64_t host_cache_bytes = uint64_t{1} << 30;
-  // Run conv2d on a library (oneDNN, when the build has it:
-  // core/cpu/library_conv.h); off (the default until the library wins the
-  // seed's step: issue 33's thread policy): every op composed of tensord's
-  // own kernels (--kernel-libraries).
-  bool kernel_libraries = false;
+  // Run conv2d and max/avg pooling on a library (oneDNN, when the build
+  // has it: core/cpu/library_kernels.h, where it runs the dtype and
+  // window); false: every op composed of tensord's own kernels
+  // (--kernel-libraries).
+  bool kernel_libraries = true;
 };
 
 std::unique_ptr<Device> CreateCpuDevice(const CpuDeviceOptions& options);

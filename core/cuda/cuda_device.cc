@@ -503,10 +503,14 @@ class CudaDevice final : public Device {
                  "col2im kernel");
   }
 
-  // Not selected here (Select: composed) until cuDNN runs it.
+  // Not selected here (Select: composed) until cuDNN runs them.
   absl::Status Run(const Conv2dArgs&, const KernelCall&) {
     return absl::InternalError(absl::StrCat(
         name_, ": conv2d kernel: this device composes conv2d (im2col)"));
+  }
+  absl::Status Run(const Pool2dArgs&, const KernelCall&) {
+    return absl::InternalError(absl::StrCat(
+        name_, ": pool2d kernel: this device composes pooling (im2col)"));
   }
 
   absl::Status Run(const Im2ColArgs& args, const KernelCall& call) {

@@ -274,11 +274,11 @@ class Executor {
                                    const StoredTensor& x,
                                    const StoredTensor& weight,
                                    const StoredTensor* bias);
-  // One pass of conv2d as the device's library kernel (its selection
-  // table said kLibrary): the workspace it asks for admitted and
-  // allocated like any buffer, then the call (Conv2dArgs).
-  absl::Status LibraryConv(DeviceSlot& slot, const Conv2dPlan& plan,
-                           ConvPass pass, TensorRef in0, TensorRef in1,
+  // One library kernel (`args`: a Conv2dArgs or Pool2dArgs the device's
+  // selection table said kLibrary for): the workspace it asks for admitted
+  // and allocated like any buffer, then the call.
+  absl::Status LibraryCall(DeviceSlot& slot, const KernelArgs& args,
+                           DType dtype, TensorRef in0, TensorRef in1,
                            TensorRef out);
   // out [n, oc, oh, ow] += bias [oc] per channel (nothing without one).
   absl::Status AddChannelBias(Device& device, const Output& out,

@@ -39,6 +39,12 @@ uint64_t NegativeInfinityBits(DType dtype) {
   }
 }
 
+PoolAlgorithm PoolAlgorithmOf(PoolKind kind, const WindowArgs& args) {
+  if (kind == PoolKind::kMax) return PoolAlgorithm::kMax;
+  return args.count_include_pad ? PoolAlgorithm::kAvgIncludePad
+                                : PoolAlgorithm::kAvgExcludePad;
+}
+
 }  // namespace
 
 absl::StatusOr<Executor::Output> Executor::Conv2dOut(const StoredTensor& x,
@@ -68,10 +74,11 @@ absl::StatusOr<Executor::Output> Executor::Conv2dOut(const Conv2dPlan& plan,
   const int64_t k = win.c / g * win.kh * win.kw;
   ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, dtype, plan.out));
   if (out.shape.NumElements() == 0) return out;
-  if (k > 0 && device.Select(KernelKind::kConv2d, dtype) ==
-                   Device::Implementation::kLibrary) {
-    RETURN_IF_ERROR(LibraryConv(slot, plan, ConvPass::kForward, RefOf(x),
-                                RefOf(weight), out.ref()));
+  const Conv2dArgs library{win, g, oc, ConvPass::kForward};
+  if (k > 0 &&
+      device.Select(library, dtype) == Device::Implementation::kLibrary) {
+    RETURN_IF_ERROR(
+        LibraryCall(slot, library, dtype, RefOf(x), RefOf(weight), out.ref()));
     RETURN_IF_ERROR(AddChannelBias(device, out, bias, win, oc));
     return out;
   }
@@ -119,12 +126,11 @@ absl::Status Executor::AddChannelBias(Device& device, const Output& out,
   return device.Launch({BinaryArgs{BinaryOp::kAdd}, {y, b}, y});
 }
 
-absl::Status Executor::LibraryConv(DeviceSlot& slot, const Conv2dPlan& plan,
-                                   ConvPass pass, TensorRef in0, TensorRef in1,
+absl::Status Executor::LibraryCall(DeviceSlot& slot, const KernelArgs& args,
+                                   DType dtype, TensorRef in0, TensorRef in1,
                                    TensorRef out) {
-  const Conv2dArgs args{plan.window, plan.groups, plan.out_channels, pass};
   ASSIGN_OR_RETURN(const uint64_t bytes,
-                   slot.device->WorkspaceBytes(args, plan.dtype));
+                   slot.device->WorkspaceBytes(args, dtype));
   // Admitted and allocated as any buffer: the library allocates nothing.
   ASSIGN_OR_RETURN(Shape shape, Dims({static_cast<int64_t>(bytes)}));
   ASSIGN_OR_RETURN(Output workspace,
@@ -152,6 +158,13 @@ absl::StatusOr<Executor::Output> Executor::Pool2dOut(const Pool2dPlan& plan,
   const int64_t window = win.kh * win.kw;
   ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, x.dtype, plan.out));
   if (out.shape.NumElements() == 0) return out;
+  const Pool2dArgs library{win, PoolAlgorithmOf(kind, args),
+                           PoolPass::kForward};
+  if (device.Select(library, x.dtype) == Device::Implementation::kLibrary) {
+    RETURN_IF_ERROR(
+        LibraryCall(slot, library, x.dtype, RefOf(x), RefOf(x), out.ref()));
+    return out;
+  }
   ASSIGN_OR_RETURN(Shape shape, Dims({win.c, window, cols}));
   ASSIGN_OR_RETURN(Output unfolded,
                    AllocateOutput(slot, x.dtype, std::move(shape)));
@@ -314,15 +327,19 @@ absl::StatusOr<std::vector<Executor::TensorPtr>> Executor::Conv2dGrads(
   GradMath m(*this, g->device);
   // The forward's plan (the row saves it): nothing is planned again.
   const Conv2dPlan& plan = std::get<Conv2dPlan>(node.plan);
-  const bool library = m.device().Select(KernelKind::kConv2d, plan.dtype) ==
+  const Conv2dArgs library_args{plan.window, plan.groups, plan.out_channels,
+                                ConvPass::kForward};
+  const bool library = m.device().Select(library_args, plan.dtype) ==
                        Device::Implementation::kLibrary;
   // One library call per gradient, into a new tensor.
   auto library_pass = [&](ConvPass pass, const StoredTensor& a,
                           const StoredTensor& b,
                           const Shape& shape) -> absl::StatusOr<TensorPtr> {
     ASSIGN_OR_RETURN(Output grad, AllocateOutput(m.slot(), plan.dtype, shape));
-    RETURN_IF_ERROR(
-        LibraryConv(m.slot(), plan, pass, RefOf(a), RefOf(b), grad.ref()));
+    Conv2dArgs args = library_args;
+    args.pass = pass;
+    RETURN_IF_ERROR(LibraryCall(m.slot(), args, plan.dtype, RefOf(a), RefOf(b),
+                                grad.ref()));
     return Stored(m.slot(), std::move(grad));
   };
   const WindowDims& win = plan.window;
@@ -406,6 +423,18 @@ absl::StatusOr<std::vector<Executor::TensorPtr>> Executor::Pool2dGrads(
   const int64_t window = win.kh * win.kw;
   if (x->shape.NumElements() == 0) {
     ASSIGN_OR_RETURN(out[0], m.Zeros(x->shape, g->dtype));
+    return out;
+  }
+  const Pool2dArgs library{win, PoolAlgorithmOf(kind, node.op.window),
+                           PoolPass::kBackward};
+  if (m.device().Select(library, g->dtype) ==
+      Device::Implementation::kLibrary) {
+    ASSIGN_OR_RETURN(Output gx, AllocateOutput(m.slot(), g->dtype, x->shape));
+    // Average pooling saves no x (its row): g stands in, unread.
+    const StoredTensor& seen = kind == PoolKind::kMax ? *x : *g;
+    RETURN_IF_ERROR(LibraryCall(m.slot(), library, g->dtype, RefOf(*g),
+                                RefOf(seen), gx.ref()));
+    out[0] = Stored(m.slot(), std::move(gx));
     return out;
   }
   ASSIGN_OR_RETURN(TensorPtr gcm, ChannelMajor(m, g, win, win.c));

@@ -1035,8 +1035,7 @@ TEST_P(ConformanceTest, Col2ImSumsEveryWindowEntry) {
 // groups, one image), the workspace exactly the bytes it asks for.
 TEST_P(ConformanceTest, LibraryConvEveryPassAndWindow) {
   const DType dtype = DType::kFloat32;
-  // Libraries are off by default (--kernel-libraries): the CPU's own
-  // device with them on.
+  // The CPU's device with libraries on, whatever the fixture's options.
   std::unique_ptr<Device> cpu_with_libraries;
   Device* device = device_;
   if (device_->kind() == DeviceKind::kCpu) {
@@ -1044,10 +1043,6 @@ TEST_P(ConformanceTest, LibraryConvEveryPassAndWindow) {
     options.kernel_libraries = true;
     cpu_with_libraries = CreateCpuDevice(options);
     device = cpu_with_libraries.get();
-  }
-  if (device->Select(KernelKind::kConv2d, dtype) !=
-      Device::Implementation::kLibrary) {
-    GTEST_SKIP() << device->name() << " composes conv2d (no library)";
   }
   struct Case {
     WindowDims d;
@@ -1060,6 +1055,10 @@ TEST_P(ConformanceTest, LibraryConvEveryPassAndWindow) {
       {TestWindow(2, 16, 12, 12, 3, 3, 1, 1, 1), 1, 32},
       {TestWindow(1, 6, 7, 7, 3, 3, 1, 1, 1), 6, 6},  // depthwise
   };
+  if (device->Select(Conv2dArgs{cases[0].d, 1, 4, ConvPass::kForward}, dtype) !=
+      Device::Implementation::kLibrary) {
+    GTEST_SKIP() << device->name() << " composes conv2d (no library)";
+  }
   for (const Case& c : cases) {
     const WindowDims& d = c.d;
     const int64_t g = c.groups, oc = c.oc, cg = d.c / g, og = oc / g;
@@ -1126,6 +1125,134 @@ TEST_P(ConformanceTest, LibraryConvEveryPassAndWindow) {
         ASSERT_NEAR(ValueAt(dtype, got, k), (*p.want)[k],
                     1e-4 * std::max(1.0, std::abs((*p.want)[k])))
             << "element " << k;
+      }
+    }
+  }
+}
+
+// Max and average pooling as one library kernel where the selection table
+// picks one (the CPU on oneDNN, float32): both passes against PyTorch's
+// definition — the gradient to each window's first maximum, ties included
+// (the values are small integers), and the divisor with or without the
+// padding — over strides, padding and ceil mode's overhanging last window.
+// Dilation, and average pooling counting the padding where a window
+// overhangs it, stay composed.
+TEST_P(ConformanceTest, LibraryPoolEveryPassAndWindow) {
+  const DType dtype = DType::kFloat32;
+  std::unique_ptr<Device> cpu_with_libraries;
+  Device* device = device_;
+  if (device_->kind() == DeviceKind::kCpu) {
+    CpuDeviceOptions options;
+    options.kernel_libraries = true;
+    cpu_with_libraries = CreateCpuDevice(options);
+    device = cpu_with_libraries.get();
+  }
+  const WindowDims plain = TestWindow(2, 3, 8, 8, 2, 2, 2, 0, 1);
+  if (device->Select(Pool2dArgs{plain, PoolAlgorithm::kMax, PoolPass::kForward},
+                     dtype) != Device::Implementation::kLibrary) {
+    GTEST_SKIP() << device->name() << " composes pooling (no library)";
+  }
+  WindowDims ceil = TestWindow(1, 2, 7, 7, 2, 2, 2, 0, 1);  // ceil mode
+  ceil.oh = 4;
+  ceil.ow = 3;
+  const std::vector<WindowDims> windows = {
+      plain,
+      TestWindow(1, 4, 9, 7, 3, 3, 2, 1, 1),  // padding
+      TestWindow(3, 2, 6, 6, 3, 2, 1, 1, 1),  // overlapping windows
+      ceil,
+  };
+  const PoolAlgorithm algorithms[] = {PoolAlgorithm::kMax,
+                                      PoolAlgorithm::kAvgIncludePad,
+                                      PoolAlgorithm::kAvgExcludePad};
+  // Where the library does not compute what PyTorch does: composed.
+  EXPECT_EQ(device->Select(Pool2dArgs{TestWindow(1, 1, 9, 9, 2, 2, 1, 0, 2),
+                                      PoolAlgorithm::kMax, PoolPass::kForward},
+                           dtype),
+            Device::Implementation::kComposed);
+  EXPECT_EQ(device->Select(Pool2dArgs{ceil, PoolAlgorithm::kAvgIncludePad,
+                                      PoolPass::kForward},
+                           dtype),
+            Device::Implementation::kComposed);
+  for (const WindowDims& d : windows) {
+    for (PoolAlgorithm algorithm : algorithms) {
+      const Pool2dArgs forward{d, algorithm, PoolPass::kForward};
+      if (device->Select(forward, dtype) != Device::Implementation::kLibrary) {
+        continue;  // the overhanging window counting its padding
+      }
+      const Shape x_shape = S({d.n, d.c, d.h, d.w});
+      const Shape y_shape = S({d.n, d.c, d.oh, d.ow});
+      SCOPED_TRACE(x_shape.ToString() + " -> " + y_shape.ToString() +
+                   " algorithm " + std::to_string(static_cast<int>(algorithm)));
+      // Small integers: windows with tied maxima.
+      std::vector<float> xs(x_shape.NumElements());
+      for (size_t i = 0; i < xs.size(); ++i) xs[i] = (i * 7 + i / 5) % 3;
+      std::vector<uint8_t> x(xs.size() * sizeof(float));
+      std::memcpy(x.data(), xs.data(), x.size());
+      const std::vector<uint8_t> gy =
+          RandomValues(dtype, y_shape.NumElements(), 7);
+      std::vector<double> y(y_shape.NumElements()), dx(x_shape.NumElements());
+      for (int64_t p = 0; p < d.n * d.c; ++p)
+        for (int64_t r = 0; r < d.oh; ++r)
+          for (int64_t q = 0; q < d.ow; ++q) {
+            const int64_t yi = (p * d.oh + r) * d.ow + q;
+            int64_t first_max = -1, inside = 0;
+            double sum = 0;
+            for (int64_t i = 0; i < d.kh; ++i)
+              for (int64_t j = 0; j < d.kw; ++j) {
+                const int64_t row = r * d.sh - d.ph + i;
+                const int64_t col = q * d.sw - d.pw + j;
+                if (row < 0 || row >= d.h || col < 0 || col >= d.w) continue;
+                const int64_t xi = (p * d.h + row) * d.w + col;
+                sum += xs[xi];
+                ++inside;
+                if (first_max < 0 || xs[xi] > xs[first_max]) first_max = xi;
+              }
+            const double divisor = algorithm == PoolAlgorithm::kAvgExcludePad
+                                       ? inside
+                                       : d.kh * d.kw;
+            const double g = ValueAt(dtype, gy, yi);
+            if (algorithm == PoolAlgorithm::kMax) {
+              y[yi] = xs[first_max];
+              dx[first_max] += g;
+              continue;
+            }
+            y[yi] = sum / divisor;
+            for (int64_t i = 0; i < d.kh; ++i)
+              for (int64_t j = 0; j < d.kw; ++j) {
+                const int64_t row = r * d.sh - d.ph + i;
+                const int64_t col = q * d.sw - d.pw + j;
+                if (row < 0 || row >= d.h || col < 0 || col >= d.w) continue;
+                dx[(p * d.h + row) * d.w + col] += g / divisor;
+              }
+          }
+      const Pool2dArgs backward{d, algorithm, PoolPass::kBackward};
+      struct Pass {
+        Pool2dArgs args;
+        const std::vector<uint8_t>* in;
+        Shape in_shape, out_shape;
+        const std::vector<double>* want;
+      };
+      const Pass passes[] = {{forward, &x, x_shape, y_shape, &y},
+                             {backward, &gy, y_shape, x_shape, &dx}};
+      for (const Pass& pass : passes) {
+        SCOPED_TRACE(static_cast<int>(pass.args.pass));
+        absl::StatusOr<uint64_t> bytes =
+            device->WorkspaceBytes(pass.args, dtype);
+        ASSERT_TRUE(bytes.ok()) << bytes.status();
+        DevTensor in = Upload(*device, dtype, pass.in_shape, *pass.in);
+        DevTensor xt = Upload(*device, dtype, x_shape, x);
+        DevTensor workspace =
+            Empty(*device, DType::kBool, S({static_cast<int64_t>(*bytes)}));
+        DevTensor out = Empty(*device, dtype, pass.out_shape);
+        const absl::Status launched = device->Launch(
+            {pass.args, {in.ref(), xt.ref(), workspace.ref()}, out.ref()});
+        ASSERT_TRUE(launched.ok()) << launched;
+        const std::vector<uint8_t> got = Download(out);
+        for (size_t k = 0; k < pass.want->size(); ++k) {
+          ASSERT_NEAR(ValueAt(dtype, got, k), (*pass.want)[k],
+                      1e-5 * std::max(1.0, std::abs((*pass.want)[k])))
+              << "element " << k;
+        }
       }
     }
   }

@@ -543,10 +543,11 @@ TEST_F(AutogradTest, BackwardPlansNothingTheForwardPlanned) {
   EXPECT_EQ(Grad(w)->size(), 4u * 3 * 3 * 3);
 }
 
-// conv2d on the CPU's library (oneDNN, float32) and composed of tensord's
-// kernels (--kernel-libraries=false) agree: forward, bias, and the
-// gradients of x, the weight and the bias, on strided, padded, dilated and
-// grouped windows and an unbatched input.
+// conv2d and pooling on the CPU's library (oneDNN, float32) and composed
+// of tensord's kernels (--kernel-libraries=false) agree: forward, bias, and
+// the gradients of x, the weight and the bias, on strided, padded, dilated
+// and grouped windows and an unbatched input, with max and average pooling
+// (padding counted or not) after the convolution.
 TEST(LibraryConvTest, EqualsTheComposedConvolution) {
   auto make_runtime = [](bool libraries) {
     RuntimeOptions options;
@@ -563,6 +564,17 @@ TEST(LibraryConvTest, EqualsTheComposedConvolution) {
   struct Case {
     std::vector<int64_t> x, w;
     WindowArgs window;
+    Kind pool = Kind::kConv2d;  // kMaxPool2d/kAvgPool2d after the conv
+    WindowArgs pool_window = {};
+  };
+  auto pooling = [](int64_t kernel, int64_t stride, int64_t padding,
+                    bool count_include_pad) {
+    WindowArgs w;
+    w.kernel_size = {kernel};
+    w.stride = {stride};
+    w.padding = {padding};
+    w.count_include_pad = count_include_pad;
+    return w;
   };
   auto window = [](int64_t stride, int64_t padding, int64_t dilation,
                    int64_t groups) {
@@ -584,6 +596,32 @@ TEST(LibraryConvTest, EqualsTheComposedConvolution) {
       {{8, 6, 14, 14}, {16, 6, 5, 5}, window(1, 0, 1, 1)},
       {{8, 3, 32, 32}, {6, 3, 5, 5}, window(1, 0, 1, 1)},
       {{8, 6, 14, 14}, {16, 6, 5, 5}, window(1, 0, 1, 1)},
+      // Seed 001's pooling, and the others pooling runs.
+      {{8, 3, 32, 32},
+       {6, 3, 5, 5},
+       window(1, 0, 1, 1),
+       Kind::kMaxPool2d,
+       pooling(2, 2, 0, true)},
+      {{2, 4, 11, 9},
+       {6, 2, 3, 2},
+       window(2, 1, 2, 2),
+       Kind::kMaxPool2d,
+       pooling(3, 1, 1, true)},
+      {{4, 3, 12, 12},
+       {8, 3, 3, 3},
+       window(1, 1, 1, 1),
+       Kind::kAvgPool2d,
+       pooling(3, 2, 1, true)},
+      {{4, 3, 12, 12},
+       {8, 3, 3, 3},
+       window(1, 1, 1, 1),
+       Kind::kAvgPool2d,
+       pooling(3, 2, 1, false)},
+      {{3, 7, 7},
+       {5, 3, 2, 2},
+       window(1, 0, 1, 1),
+       Kind::kAvgPool2d,
+       pooling(2, 2, 0, true)},  // unbatched
   };
   std::mt19937 gen(11);
   std::uniform_real_distribution<float> uniform(-1, 1);
@@ -629,24 +667,34 @@ TEST(LibraryConvTest, EqualsTheComposedConvolution) {
                         .ok());
         return out;
       };
-      std::vector<OpSpec> ops(3);
+      std::vector<OpSpec> ops(1);
       ops[0].kind = Kind::kConv2d;
       ops[0].inputs = {Operand::Handle(hx), Operand::Handle(hw),
                        Operand::Handle(hb)};
       ops[0].window = c.window;
-      ops[1].kind = Kind::kUnary;  // a nonlinear loss: gradients that vary
-      ops[1].unary = UnaryOp::kTanh;
-      ops[1].inputs = {Operand::Result(0)};
-      ops[2].kind = Kind::kReduce;
-      ops[2].reduce = ReduceOp::kSum;
-      ops[2].inputs = {Operand::Result(1)};
-      const uint32_t keep[] = {0, 2};
+      if (c.pool != Kind::kConv2d) {
+        ops.emplace_back();
+        ops[1].kind = c.pool;
+        ops[1].inputs = {Operand::Result(0)};
+        ops[1].window = c.pool_window;
+      }
+      const uint32_t last = static_cast<uint32_t>(ops.size()) - 1;
+      ops.emplace_back();
+      ops.back().kind = Kind::kUnary;  // a nonlinear loss: gradients that vary
+      ops.back().unary = UnaryOp::kTanh;
+      ops.back().inputs = {Operand::Result(last)};
+      ops.emplace_back();
+      ops.back().kind = Kind::kReduce;
+      ops.back().reduce = ReduceOp::kSum;
+      ops.back().inputs = {Operand::Result(last + 1)};
+      const uint32_t keep[] = {last, last + 2};
       const std::vector<TensorMeta> kept =
           rt.Execute(session, ops, keep).value();
       OpSpec backward;
       backward.kind = Kind::kBackward;
       backward.inputs = {Operand::Handle(kept[1].handle)};
-      ASSERT_TRUE(rt.Run(session, backward).ok());
+      const absl::Status back = rt.Run(session, backward).status();
+      ASSERT_TRUE(back.ok()) << back;
       results[r].push_back(read(kept[0].handle));
       for (uint64_t h : {hx, hw, hb}) {
         OpSpec grad;

@@ -15,7 +15,7 @@ namespace {
 size_t Index(FaultSite site) { return static_cast<size_t>(site); }
 
 bool IsKernel(FaultSite site) {
-  return site >= FaultSite::kFill && site <= FaultSite::kConv2d;
+  return site >= FaultSite::kFill && site <= FaultSite::kPool2d;
 }
 
 absl::StatusCode DefaultCode(FaultSite site) {
@@ -59,6 +59,8 @@ std::string_view FaultSiteName(FaultSite site) {
       return "Col2Im";
     case FaultSite::kConv2d:
       return "Conv2d";
+    case FaultSite::kPool2d:
+      return "Pool2d";
     case FaultSite::kAnyKernel:
       return "kernel";
     case FaultSite::kSynchronize:
@@ -319,6 +321,8 @@ FaultSite SiteOf(KernelKind kind) {
       return FaultSite::kCol2Im;
     case KernelKind::kConv2d:
       return FaultSite::kConv2d;
+    case KernelKind::kPool2d:
+      return FaultSite::kPool2d;
   }
   return FaultSite::kAnyKernel;  // unreachable
 }

@@ -87,7 +87,8 @@ enum class FaultSite {
   kWhere,
   kIm2Col,
   kCol2Im,
-  kConv2d,  // the library kernel (FaultyDevice composes: never reached)
+  kConv2d,  // the library kernels (FaultyDevice composes: never reached)
+  kPool2d,
   kAnyKernel,  // every kernel above, counted together
   kSynchronize,
 };

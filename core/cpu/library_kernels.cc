@@ -1,0 +1,237 @@
+#include "core/cpu/library_kernels.h"
+
+#include <array>
+#include <atomic>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/status.h"
+#include "core/cpu/blas.h"
+
+#ifdef TENSORD_WITH_ONEDNN
+#include "core/cpu/onednn_call.h"
+#endif
+
+namespace tensord::core::cpu {
+namespace {
+
+std::atomic<uint64_t> made{0}, reused{0}, evicted{0}, reorders{0};
+
+// Below this many floating-point operations a library call runs on its
+// calling thread alone: waking a sleeping team costs tens of microseconds
+// on a small VM (bench/train_bench, seed 001 at batch 4).
+constexpr double kParallelGrainFlops = 4e6;
+
+double Flops(const KernelArgs& args) {
+  if (const auto* conv = std::get_if<Conv2dArgs>(&args)) {
+    const WindowDims& w = conv->dims;
+    return 2.0 * w.n * conv->out_channels * w.oh * w.ow * (w.c / conv->groups) *
+           w.kh * w.kw;
+  }
+  if (const auto* pool = std::get_if<Pool2dArgs>(&args)) {
+    const WindowDims& w = pool->dims;
+    return 1.0 * w.n * w.c * w.oh * w.ow * w.kh * w.kw;
+  }
+  return 0;
+}
+
+}  // namespace
+
+LibraryKernelCounters GetLibraryKernelCounters() {
+  return {made.load(), reused.load(), evicted.load(), reorders.load()};
+}
+
+void NoteLibraryReorder() { reorders.fetch_add(1); }
+
+int LibraryThreads(double flops) {
+  return flops < kParallelGrainFlops ? 1 : BlasThreads();
+}
+
+#ifndef TENSORD_WITH_ONEDNN
+
+const std::string& KernelLibraryName() {
+  static const std::string none;
+  return none;
+}
+bool LibraryRuns(const KernelArgs&, DType) { return false; }
+absl::StatusOr<uint64_t> LibraryWorkspace(const KernelArgs&, DType) {
+  return absl::InternalError("this build has no oneDNN");
+}
+absl::Status RunLibraryKernel(const KernelCall&) {
+  return absl::InternalError("this build has no oneDNN");
+}
+
+#else  // TENSORD_WITH_ONEDNN
+
+namespace {
+
+using onednn::PreparedCall;
+
+// The cache's bound: a network has a few dozen window shapes, each with a
+// few passes.
+constexpr size_t kMaxPreparedCalls = 256;
+
+// kind, pass, algorithm, dtype, then the window and (conv2d) groups and
+// out_channels.
+using Key = std::array<int64_t, 20>;
+
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    size_t h = 0;
+    for (int64_t d : k) h = h * 1000003 ^ static_cast<size_t>(d);
+    return h;
+  }
+};
+
+Key KeyOf(const KernelArgs& args, DType dtype) {
+  Key key{};
+  key[0] = static_cast<int64_t>(args.index());
+  key[3] = static_cast<int64_t>(dtype);
+  const WindowDims* w = nullptr;
+  if (const auto* conv = std::get_if<Conv2dArgs>(&args)) {
+    key[1] = static_cast<int64_t>(conv->pass);
+    key[18] = conv->groups;
+    key[19] = conv->out_channels;
+    w = &conv->dims;
+  } else if (const auto* pool = std::get_if<Pool2dArgs>(&args)) {
+    key[1] = static_cast<int64_t>(pool->pass);
+    key[2] = static_cast<int64_t>(pool->algorithm);
+    w = &pool->dims;
+  }
+  if (w != nullptr) {
+    const int64_t dims[] = {w->n,  w->c,  w->h,  w->w,  w->kh, w->kw, w->sh,
+                            w->sw, w->ph, w->pw, w->dh, w->dw, w->oh, w->ow};
+    std::copy(std::begin(dims), std::end(dims), key.begin() + 4);
+  }
+  return key;
+}
+
+absl::StatusOr<PreparedCall> Prepare(const KernelArgs& args, DType dtype) {
+  if (const auto* conv = std::get_if<Conv2dArgs>(&args)) {
+    return onednn::PrepareConv(*conv, dtype);
+  }
+  if (const auto* pool = std::get_if<Pool2dArgs>(&args)) {
+    return onednn::PreparePool(*pool, dtype);
+  }
+  return absl::InternalError(
+      absl::StrCat("no library kernel for kernel kind ", args.index()));
+}
+
+// The bounded cache of prepared calls, least recently used first out. A
+// window the library refused is kept as its error, so Select asks once.
+class Cache {
+ public:
+  using Entry = std::shared_ptr<const absl::StatusOr<PreparedCall> >;
+
+  Entry Get(const KernelArgs& args, DType dtype) {
+    const Key key = KeyOf(args, dtype);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = index_.find(key);
+      if (it != index_.end()) {
+        order_.splice(order_.begin(), order_, it->second);
+        reused.fetch_add(1);
+        return it->second->second;
+      }
+    }
+    // Made outside the lock: preparing takes milliseconds.
+    auto prepared = std::make_shared<const absl::StatusOr<PreparedCall> >(
+        Prepare(args, dtype));
+    made.fetch_add(1);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = index_.find(key);
+    if (it != index_.end()) return it->second->second;  // another thread's
+    order_.emplace_front(key, prepared);
+    index_.emplace(key, order_.begin());
+    if (order_.size() > kMaxPreparedCalls) {
+      index_.erase(order_.back().first);
+      order_.pop_back();
+      evicted.fetch_add(1);
+    }
+    return prepared;
+  }
+
+ private:
+  std::mutex mu_;
+  std::list<std::pair<Key, Entry> > order_;
+  std::unordered_map<Key, std::list<std::pair<Key, Entry> >::iterator, KeyHash>
+      index_;
+};
+
+Cache& TheCache() {
+  static auto* cache = new Cache;
+  return *cache;
+}
+
+std::string Probe() {
+  Conv2dArgs conv;
+  conv.dims = WindowDims{1, 1, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1, 2, 2};
+  Pool2dArgs pool;
+  pool.dims = conv.dims;
+  if (!onednn::PrepareConv(conv, DType::kFloat32).ok() ||
+      !onednn::PreparePool(pool, DType::kFloat32).ok()) {
+    return "";
+  }
+  const dnnl_version_t* v = dnnl_version();
+  return absl::StrCat("oneDNN ", v->major, ".", v->minor, ".", v->patch);
+}
+
+// Whether the library computes what PyTorch does for `args`' window.
+bool WindowClassRuns(const KernelArgs& args) {
+  const auto* pool = std::get_if<Pool2dArgs>(&args);
+  if (pool == nullptr) return std::holds_alternative<Conv2dArgs>(args);
+  const WindowDims& w = pool->dims;
+  if (w.dh != 1 || w.dw != 1) return false;  // oneDNN 2.6's pooling: none
+  if (pool->algorithm != PoolAlgorithm::kAvgIncludePad) return true;
+  // The divisor counts the padding but not a ceil-mode overhang.
+  return (w.oh - 1) * w.sh + w.kh - w.h - w.ph == w.ph &&
+         (w.ow - 1) * w.sw + w.kw - w.w - w.pw == w.pw;
+}
+
+absl::StatusOr<const PreparedCall*> Lookup(const KernelArgs& args, DType dtype,
+                                           Cache::Entry& hold) {
+  hold = TheCache().Get(args, dtype);
+  if (!hold->ok()) return hold->status();
+  return &**hold;
+}
+
+}  // namespace
+
+const std::string& KernelLibraryName() {
+  static const std::string* library = new std::string(Probe());
+  return *library;
+}
+
+bool LibraryRuns(const KernelArgs& args, DType dtype) {
+  if (dtype != DType::kFloat32 || KernelLibraryName().empty() ||
+      !WindowClassRuns(args)) {
+    return false;
+  }
+  return TheCache().Get(args, dtype)->ok();
+}
+
+absl::StatusOr<uint64_t> LibraryWorkspace(const KernelArgs& args, DType dtype) {
+  Cache::Entry hold;
+  ASSIGN_OR_RETURN(const PreparedCall* call, Lookup(args, dtype, hold));
+  return static_cast<uint64_t>(call->bytes());
+}
+
+absl::Status RunLibraryKernel(const KernelCall& call) {
+  Cache::Entry hold;
+  ASSIGN_OR_RETURN(const PreparedCall* prepared,
+                   Lookup(call.args, call.out.dtype, hold));
+  void* const given[3] = {call.inputs[0].buffer->data(),
+                          call.inputs[1].buffer->data(),
+                          call.out.buffer->data()};
+  return prepared->Run(given, call.inputs[2].buffer->data(),
+                       LibraryThreads(Flops(call.args)),
+                       KernelKindName(call.kind()));
+}
+
+#endif  // TENSORD_WITH_ONEDNN
+
+}  // namespace tensord::core::cpu

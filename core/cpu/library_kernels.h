@@ -1,0 +1,72 @@
+// The CPU device's library kernels: conv2d (KernelKind::kConv2d) and the
+// 2-d max/average pooling ops (KernelKind::kPool2d) as calls of oneDNN,
+// which the device's kernel-selection table (CpuDevice::Select) picks
+// where LibraryRuns says the library runs the call; everything else stays
+// composed of the kernels every device has.
+//
+// What the library runs: float32 (oneDNN has no float64, and its bf16
+// waits for a bench); pooling without dilation, and average pooling with
+// padding counted only where no ceil-mode window reaches past the padding
+// (oneDNN would count the overhang in the divisor, PyTorch does not).
+// Support is probed once at run time (a primitive is made for a small
+// window): a build without oneDNN, or a CPU oneDNN cannot serve, runs
+// nothing here.
+//
+// Each call's PreparedCall (core/cpu/onednn_call.h) comes from one bounded
+// cache per process keyed by the kind, pass, dtype and window
+// (LibraryKernelCounters counts what was made, reused, evicted and
+// reordered). Tensors stay in plain layouts at the API; a primitive that
+// prefers blocked ones has its inputs reordered into the workspace and its
+// output back out of it.
+//
+// Threads: a call runs on the calling thread's OpenMP team (libgomp) of
+// LibraryThreads(work) threads: one below a grain of work, where waking a
+// team costs more than it saves, else the BLAS thread count the daemon set
+// (--blas-threads).
+//
+// Thread-safety: every function may be called from any thread; calls run
+// concurrently (the cache has its own lock; each call has its own
+// workspace).
+#ifndef TENSORD_CORE_CPU_LIBRARY_KERNELS_H_
+#define TENSORD_CORE_CPU_LIBRARY_KERNELS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/base/device.h"
+
+namespace tensord::core::cpu {
+
+// "oneDNN 2.6.3" when this build has oneDNN and it runs on this CPU; ""
+// otherwise.
+const std::string& KernelLibraryName();
+
+// Whether the library runs `args` (a Conv2dArgs or Pool2dArgs) in `dtype`.
+bool LibraryRuns(const KernelArgs& args, DType dtype);
+
+// The workspace bytes `args` needs in `dtype`: reordered copies, regions
+// and scratch. INTERNAL if the library refuses the window.
+absl::StatusOr<uint64_t> LibraryWorkspace(const KernelArgs& args, DType dtype);
+
+// Runs `call` (kConv2d or kPool2d; its last input is the workspace, at
+// least LibraryWorkspace bytes).
+absl::Status RunLibraryKernel(const KernelCall& call);
+
+// The OpenMP threads a library call of `flops` work runs on.
+int LibraryThreads(double flops);
+
+struct LibraryKernelCounters {
+  uint64_t primitives = 0;  // prepared calls made (cache misses)
+  uint64_t reused = 0;      // cache hits
+  uint64_t evicted = 0;     // dropped to keep the cache bounded
+  uint64_t reorders = 0;    // layout conversions run
+};
+LibraryKernelCounters GetLibraryKernelCounters();
+// Counts one reorder (onednn_call.cc).
+void NoteLibraryReorder();
+
+}  // namespace tensord::core::cpu
+
+#endif  // TENSORD_CORE_CPU_LIBRARY_KERNELS_H_
