@@ -835,10 +835,11 @@ std::vector<uint64_t> ParseSizes(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // As the daemon does (server/main.cc): the best BLAS kernel for this CPU,
-  // a thread per usable CPU, no lock-order graph on every absl::Mutex. Both
-  // matmul rows then use the same kernel: the one the daemon would run.
-  tensord::core::ReexecWithBestBlasKernel(argv);
+  // As the daemon does (server/main.cc): the best BLAS kernel for this CPU
+  // and the OpenMP thread policy, a thread per usable CPU, no lock-order
+  // graph on every absl::Mutex. Both matmul rows then use the same kernel:
+  // the one the daemon would run.
+  tensord::core::ReexecForHostCompute(argv);
   tensord::core::SetBlasThreads(tensord::core::UsableCpus());
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   tensord::server::ParseProgramFlags(

@@ -122,18 +122,40 @@ int UsableCpus() {
 
 namespace {
 constexpr char kReplacedCoreEnv[] = "TENSORD_BLAS_CORE_REPLACED";
+constexpr char kPassiveTeamEnv[] = "TENSORD_OMP_PASSIVE_SET";
 }  // namespace
 
-void ReexecWithBestBlasKernel(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // chosen already
-  const std::string best = BestCoreType(CpuFeatures::Detect());
-  const std::string current = CurrentBlas().core;
-  if (!CoreIsWeaker(current, best)) return;
-  ::setenv("OPENBLAS_CORETYPE", best.c_str(), 1);
-  ::setenv(kReplacedCoreEnv, current.c_str(), 1);
+bool SetHostComputeEnvironment() {
+  bool set = false;
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {  // else chosen already
+    const std::string best = BestCoreType(CpuFeatures::Detect());
+    const std::string current = CurrentBlas().core;
+    if (CoreIsWeaker(current, best)) {
+      ::setenv("OPENBLAS_CORETYPE", best.c_str(), 1);
+      ::setenv(kReplacedCoreEnv, current.c_str(), 1);
+      set = true;
+    }
+  }
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    ::setenv(kPassiveTeamEnv, "1", 1);
+    set = true;
+  }
+  return set;
+}
+
+void ReexecForHostCompute(char** argv) {
+  if (!SetHostComputeEnvironment()) return;
   ::execv("/proc/self/exe", argv);
-  ::unsetenv("OPENBLAS_CORETYPE");  // the exec failed: carry on as we are
-  ::unsetenv(kReplacedCoreEnv);
+  // The exec failed: carry on as we are (the libraries read none of it).
+  if (std::getenv(kReplacedCoreEnv) != nullptr) {
+    ::unsetenv("OPENBLAS_CORETYPE");
+    ::unsetenv(kReplacedCoreEnv);
+  }
+  if (std::getenv(kPassiveTeamEnv) != nullptr) {
+    ::unsetenv("OMP_WAIT_POLICY");
+    ::unsetenv(kPassiveTeamEnv);
+  }
 }
 
 std::string ReplacedBlasCore() {

@@ -54,13 +54,21 @@ std::optional<int> CpusFromCfsQuota(long long quota_us, long long period_us);
 // quota (v2 or v1); at least 1.
 int UsableCpus();
 
-// If the library runs a weaker kernel than BestCoreType and the user did
-// not choose one (OPENBLAS_CORETYPE unset), executes /proc/self/exe again
-// with `argv` and OPENBLAS_CORETYPE set; returns otherwise (also when the
-// exec fails). Call first thing in main, before any thread starts.
-void ReexecWithBestBlasKernel(char** argv);
-// The library's own choice when ReexecWithBestBlasKernel replaced it, else
-// "" (for the log).
+// The environment this process's host compute wants and did not start
+// with, set in it now: OPENBLAS_CORETYPE when the library runs a weaker
+// kernel than BestCoreType and the user chose none; OMP_WAIT_POLICY=PASSIVE
+// (the thread policy: libgomp's team, oneDNN's, sleeps as soon as a call
+// ends instead of spinning on the cores OpenBLAS's threads and the service
+// use) unless the user set it. Both are read only when the libraries load,
+// so true means: execute the program again (ReexecForHostCompute).
+bool SetHostComputeEnvironment();
+// Executes /proc/self/exe again with `argv` when SetHostComputeEnvironment
+// set anything; returns otherwise (also when the exec fails, with the
+// environment as it was). Call first thing in main, before any thread
+// starts.
+void ReexecForHostCompute(char** argv);
+// The library's own choice when ReexecForHostCompute replaced it, else ""
+// (for the log).
 std::string ReplacedBlasCore();
 
 struct BlasInfo {

@@ -314,12 +314,30 @@ absl::Status WhereKernel(DType dtype, const void* cond, const Shape& cond_shape,
     const T* py = static_cast<const T*>(y);
     T* po = static_cast<T*>(out);
     const scalar::Select select;
-    // Odometer over out's index, each operand's offset carried along.
+    // A tight loop along out's last dim (each operand's stride there 0 or
+    // 1); an odometer over the rows before it, each operand's offset
+    // carried along.
+    const int64_t inner = rank == 0 ? 1 : out_shape.dim(rank - 1);
+    const int64_t ic = rank == 0 ? 0 : sc[rank - 1];
+    const int64_t ix = rank == 0 ? 0 : sx[rank - 1];
+    const int64_t iy = rank == 0 ? 0 : sy[rank - 1];
     std::vector<int64_t> index(rank, 0);
     int64_t oc = 0, ox = 0, oy = 0;
-    for (int64_t i = 0; i < numel; ++i) {
-      po[i] = select(pc[oc], px[ox], py[oy]);
-      for (int d = rank - 1; d >= 0; --d) {
+    for (int64_t i = 0; i < numel; i += inner) {
+      const BoolStorage* rc = pc + oc;
+      const T* rx = px + ox;
+      const T* ry = py + oy;
+      T* ro = po + i;
+      if (ic == 1 && ix == 1 && iy == 1) {
+        for (int64_t j = 0; j < inner; ++j) ro[j] = select(rc[j], rx[j], ry[j]);
+      } else if (ic == 1 && ix == 1 && iy == 0) {  // where(c, x, scalar)
+        for (int64_t j = 0; j < inner; ++j) ro[j] = select(rc[j], rx[j], *ry);
+      } else {
+        for (int64_t j = 0; j < inner; ++j) {
+          ro[j] = select(rc[j * ic], rx[j * ix], ry[j * iy]);
+        }
+      }
+      for (int d = rank - 2; d >= 0; --d) {
         oc += sc[d];
         ox += sx[d];
         oy += sy[d];

@@ -19,7 +19,8 @@
 namespace tensord::core::cpu {
 namespace {
 
-std::atomic<uint64_t> made{0}, reused{0}, evicted{0}, reorders{0};
+std::atomic<uint64_t> made{0}, reused{0}, evicted{0}, reorders{0},
+    team_calls{0}, alone_calls{0}, contended{0};
 
 // Below this many floating-point operations a library call runs on its
 // calling thread alone: waking a sleeping team costs tens of microseconds
@@ -42,7 +43,9 @@ double Flops(const KernelArgs& args) {
 }  // namespace
 
 LibraryKernelCounters GetLibraryKernelCounters() {
-  return {made.load(), reused.load(), evicted.load(), reorders.load()};
+  return {made.load(),     reused.load(),     evicted.load(),
+          reorders.load(), team_calls.load(), alone_calls.load(),
+          contended.load()};
 }
 
 void NoteLibraryReorder() { reorders.fetch_add(1); }
@@ -70,6 +73,14 @@ absl::Status RunLibraryKernel(const KernelCall&) {
 namespace {
 
 using onednn::PreparedCall;
+
+// Held by the one library call running on a team: a call that finds it
+// taken runs on its own thread, so concurrent sessions never run two teams
+// on the same cores.
+std::mutex& TeamMutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
 
 // The cache's bound: a network has a few dozen window shapes, each with a
 // few passes.
@@ -227,8 +238,14 @@ absl::Status RunLibraryKernel(const KernelCall& call) {
   void* const given[3] = {call.inputs[0].buffer->data(),
                           call.inputs[1].buffer->data(),
                           call.out.buffer->data()};
-  return prepared->Run(given, call.inputs[2].buffer->data(),
-                       LibraryThreads(Flops(call.args)),
+  int threads = LibraryThreads(Flops(call.args));
+  std::unique_lock<std::mutex> team(TeamMutex(), std::defer_lock);
+  if (threads > 1 && !team.try_lock()) {
+    threads = 1;
+    contended.fetch_add(1);
+  }
+  (threads > 1 ? team_calls : alone_calls).fetch_add(1);
+  return prepared->Run(given, call.inputs[2].buffer->data(), threads,
                        KernelKindName(call.kind()));
 }
 

@@ -19,10 +19,15 @@
 // prefers blocked ones has its inputs reordered into the workspace and its
 // output back out of it.
 //
-// Threads: a call runs on the calling thread's OpenMP team (libgomp) of
-// LibraryThreads(work) threads: one below a grain of work, where waking a
-// team costs more than it saves, else the BLAS thread count the daemon set
-// (--blas-threads).
+// Threads (the thread policy): a call runs on the calling thread's OpenMP
+// team (libgomp) of LibraryThreads(work) threads: one below a grain of
+// work, where waking a team costs more than it saves, else the BLAS thread
+// count the daemon set (--blas-threads). One call at a time runs on a
+// team: a call that finds another's team running runs on its own thread
+// (counted as contended), so concurrent sessions never put two teams on
+// the same cores. The daemon starts libgomp passive (OMP_WAIT_POLICY,
+// core/cpu/blas.h): a team sleeps as soon as its call ends, leaving the
+// cores to OpenBLAS's threads and the service.
 //
 // Thread-safety: every function may be called from any thread; calls run
 // concurrently (the cache has its own lock; each call has its own
@@ -62,6 +67,9 @@ struct LibraryKernelCounters {
   uint64_t reused = 0;      // cache hits
   uint64_t evicted = 0;     // dropped to keep the cache bounded
   uint64_t reorders = 0;    // layout conversions run
+  uint64_t team_calls = 0;  // calls run on a team of threads
+  uint64_t alone_calls = 0;  // calls run on their calling thread alone
+  uint64_t contended = 0;    // of those, calls that found the team busy
 };
 LibraryKernelCounters GetLibraryKernelCounters();
 // Counts one reorder (onednn_call.cc).

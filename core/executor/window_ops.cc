@@ -391,9 +391,13 @@ absl::StatusOr<std::vector<Executor::TensorPtr>> Executor::Conv2dGrads(
     }
   }
   if (with_bias && node.next[2].active()) {  // g summed but for channels
+    // Over the plane, then over the batch: two reductions of one run of
+    // adjacent dims each, where one over dims {0, 2} would first permute
+    // all of g (the reducer's plan for dims apart).
     ASSIGN_OR_RETURN(TensorPtr g3, m.Reshape(g, {win.n, oc, win.oh * win.ow}));
-    const int64_t dims[] = {0, 2};
-    ASSIGN_OR_RETURN(out[2], m.Sum(g3, dims, false));
+    const int64_t plane[] = {2}, batch[] = {0};
+    ASSIGN_OR_RETURN(TensorPtr per_image, m.Sum(g3, plane, false));
+    ASSIGN_OR_RETURN(out[2], m.Sum(per_image, batch, false));
   }
   return out;
 }

@@ -1,5 +1,7 @@
 #include "core/runtime/device_registry.h"
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "core/cpu/blas.h"
 #include "core/cpu/blas_placement.h"
@@ -13,7 +15,7 @@
 
 namespace tensord::core {
 
-void PrepareHostCompute(char** argv) { ReexecWithBestBlasKernel(argv); }
+void PrepareHostCompute(char** argv) { ReexecForHostCompute(argv); }
 
 std::string ConfigureHostCompute(int blas_threads) {
   const int usable = UsableCpus();
@@ -26,7 +28,10 @@ std::string ConfigureHostCompute(int blas_threads) {
       replaced.empty()
           ? ""
           : absl::StrCat(" (forced over the library's choice, ", replaced, ")"),
-      "; ", blas.threads, " threads (", usable, " usable CPUs)");
+      "; ", blas.threads, " threads (", usable, " usable CPUs); OpenMP ",
+      std::getenv("OMP_WAIT_POLICY") == nullptr
+          ? std::string("wait policy unset")
+          : absl::StrCat("OMP_WAIT_POLICY=", std::getenv("OMP_WAIT_POLICY")));
 }
 
 AcceleratorDiscovery DiscoverAccelerators(const AcceleratorOptions& options) {

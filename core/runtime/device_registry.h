@@ -32,9 +32,10 @@ struct AcceleratorOptions {
 
 // The CPU device's compute for this machine (core/cpu/blas.h): when the
 // BLAS library picked a weaker kernel than the CPU runs and the user chose
-// none (OPENBLAS_CORETYPE), re-executes the program with `argv` and the
-// better kernel (does not return then). Call first in main, before any
-// thread starts.
+// none (OPENBLAS_CORETYPE), or the OpenMP wait policy is unset
+// (OMP_WAIT_POLICY: PASSIVE, the thread policy), re-executes the program
+// with `argv` and that environment (does not return then). Call first in
+// main, before any thread starts.
 void PrepareHostCompute(char** argv);
 
 // Sizes the CPU device's BLAS threads (`blas_threads`; 0 = one per CPU this

@@ -9,8 +9,11 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
+#include "core/cpu/blas.h"
+#include "core/cpu/library_kernels.h"
 #include "tests/core/device_test_access.h"
 
 namespace tensord::core {
@@ -432,6 +435,76 @@ TEST_F(CpuDeviceTest, MalformedKernelCallIsInternalAndNamesTheKind) {
           ->Launch({BinaryArgs{BinaryOp::kAdd}, {a.ref(), a.ref()}, out.ref()})
           .ok());
   EXPECT_EQ(out.values<float>(), (std::vector<float>{2, 2}));
+}
+
+// The thread policy (core/cpu/library_kernels.h): library calls from many
+// threads at once (concurrent sessions) each compute what one call alone
+// does, but only one runs on a team of threads at a time; the others run
+// on their own threads, counted as contended. Calls below the grain never
+// wake a team.
+TEST_F(CpuDeviceTest, LibraryCallsShareOneTeam) {
+  using cpu::GetLibraryKernelCounters;
+  using cpu::LibraryKernelCounters;
+  using cpu::LibraryThreads;
+  if (device_->KernelLibrary().empty()) {
+    GTEST_SKIP() << "this build runs conv2d without a library";
+  }
+  SetBlasThreads(2);
+  Conv2dArgs args;
+  args.dims = WindowDims{8, 16, 32, 32, 3, 3, 1, 1, 0, 0, 1, 1, 30, 30};
+  args.out_channels = 32;  // 66 MFLOP: over the grain
+  ASSERT_EQ(device_->Select(args, DType::kFloat32),
+            Device::Implementation::kLibrary);
+  ASSERT_GT(LibraryThreads(2.0 * 8 * 32 * 30 * 30 * 16 * 9), 1);
+  EXPECT_EQ(LibraryThreads(1e5), 1);
+  const uint64_t bytes = device_->WorkspaceBytes(args, DType::kFloat32).value();
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  std::vector<float> xs(8 * 16 * 32 * 32), ws(32 * 16 * 3 * 3);
+  for (float& v : xs) v = uniform(gen);
+  for (float& v : ws) v = uniform(gen);
+  const HostTensor x = From(DType::kFloat32, {8, 16, 32, 32}, xs);
+  const HostTensor w = From(DType::kFloat32, {32, 16, 3, 3}, ws);
+  auto conv = [&]() {
+    HostTensor workspace = Empty(DType::kBool, {static_cast<int64_t>(bytes)});
+    HostTensor y = Empty(DType::kFloat32, {8, 32, 30, 30});
+    const absl::Status s =
+        device_->Launch({args, {x.ref(), w.ref(), workspace.ref()}, y.ref()});
+    EXPECT_TRUE(s.ok()) << s;
+    return y.values<float>();
+  };
+  const std::vector<float> alone = conv();
+  const LibraryKernelCounters before = GetLibraryKernelCounters();
+  constexpr int kThreads = 4, kCalls = 8;
+  int rounds = 0;
+  std::vector<std::vector<float>> results(kThreads * kCalls);
+  // Contention is a race: rounds until one call found the team busy.
+  while (GetLibraryKernelCounters().contended == before.contended &&
+         rounds < 50) {
+    ++rounds;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int c = 0; c < kCalls; ++c) results[t * kCalls + c] = conv();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (const std::vector<float>& y : results) {
+      ASSERT_EQ(y.size(), alone.size());
+      for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_NEAR(y[i], alone[i], 1e-4f * std::max(1.0f, std::abs(alone[i])));
+      }
+    }
+  }
+  const LibraryKernelCounters after = GetLibraryKernelCounters();
+  const uint64_t calls = uint64_t{kThreads} * kCalls * rounds;
+  EXPECT_EQ((after.team_calls - before.team_calls) +
+                (after.alone_calls - before.alone_calls),
+            calls);
+  EXPECT_GT(after.team_calls, before.team_calls);
+  EXPECT_GT(after.contended, before.contended) << rounds << " rounds";
+  EXPECT_LE(after.contended - before.contended,
+            after.alone_calls - before.alone_calls);
 }
 
 }  // namespace
