@@ -3,12 +3,15 @@
 // beside the same step in local PyTorch (Debian's python3-torch, in its own
 // process, on as many threads as the daemon's OpenBLAS uses), interleaved:
 // tensord, torch, tensord, torch... at each batch size. The best time per
-// step of --repeats runs counts; the ratio is tensord / torch. Also conv2d
-// forward GFLOP/s (seed 001's conv1 at batch 64) through the service and in
-// PyTorch. By default the server runs in this process on a loopback TCP
-// port; --address measures an external tensord. Prints a table and one JSON
-// line; torch's BLAS is printed as torch reports it (Debian's: "generic",
-// i.e. libblas.so.3, OpenBLAS on this machine, and oneDNN for convolutions).
+// step of --repeats runs counts; the ratio is tensord / torch. Also conv2d's
+// GFLOP/s at seed 001's two convolutions at batch 64 through the service
+// and in PyTorch: forward (conv and sum, eight per .item()) and forward with
+// both gradients (conv, sum and backward, eight per .item(): three times
+// the forward's FLOPs). By default the server runs in this process on a
+// loopback TCP port; --address measures an external tensord. Prints a table and
+// one JSON line; torch's BLAS is printed as torch reports it (Debian's:
+// "generic", i.e. libblas.so.3, OpenBLAS on this machine, and oneDNN for
+// convolutions).
 //
 //   train_bench [--batches 4,64] [--steps 50] [--repeats 3] [--threads 2]
 //               [--device cuda:0 --address A --python python3]
@@ -16,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -75,34 +79,63 @@ double TensordStep(const tensord::Client& client, const std::string& device,
   return Seconds(t0, Clock::now()) * 1e3 / steps;
 }
 
-// conv1's forward GFLOP/s at batch 64 through tensord.
-double TensordConv(const tensord::Client& client, const std::string& device,
-                   int steps) {
-  auto x = client.randn({64, 3, 32, 32}, device, 3);
-  auto w = client.randn({6, 3, 5, 5}, device, 4);
-  auto b = client.randn({6}, device, 5);
-  (void)tensord::conv2d(x, w, b).sum().item<float>();
-  const auto t0 = Clock::now();
-  for (int i = 0; i < steps; ++i) {
-    (void)tensord::conv2d(x, w, b).sum().item<float>();
+// Seed 001's convolutions at batch 64: input channels, size, output
+// channels (5x5 kernels, no padding).
+struct ConvShape {
+  const char* name;
+  int64_t c, hw, oc;
+  double Flops() const {
+    const int64_t o = hw - 4;
+    return 2.0 * 64 * oc * o * o * c * 5 * 5;
   }
-  const double flops = 2.0 * 64 * 6 * 28 * 28 * 3 * 5 * 5;
-  return flops * steps / Seconds(t0, Clock::now()) / 1e9;
+};
+constexpr ConvShape kConvs[] = {{"conv1", 3, 32, 6}, {"conv2", 6, 14, 16}};
+constexpr int kQueued = 8;  // convolutions per sync, both sides
+
+// GFLOP/s of `shape` through tensord: forward, or forward and both
+// gradients (`backward`).
+double TensordConv(const tensord::Client& client, const std::string& device,
+                   int steps, const ConvShape& shape, bool backward) {
+  auto x = client.randn({64, shape.c, shape.hw, shape.hw}, device, 3);
+  auto w = client.randn({shape.oc, shape.c, 5, 5}, device, 4);
+  auto b = client.randn({shape.oc}, device, 5);
+  if (backward) {
+    x.requires_grad_();
+    w.requires_grad_();
+    b.requires_grad_();
+  }
+  // kQueued calls per round trip: one call per round trip would time the
+  // round trip.
+  auto once = [&] {
+    std::optional<tensord::Tensor> s;
+    for (int k = 0; k < kQueued; ++k) {
+      s = tensord::conv2d(x, w, b).sum();
+      if (backward) s->backward();
+    }
+    (void)s->item<float>();
+  };
+  once();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < steps; ++i) once();
+  return shape.Flops() * (backward ? 3 : 1) * kQueued * steps /
+         Seconds(t0, Clock::now()) / 1e9;
 }
 
 // The same step in local PyTorch: {ms per step, conv GFLOP/s, BLAS}.
 struct TorchResult {
-  double ms = 0, conv_gflops = 0;
+  double ms = 0;
+  double conv_gflops[2][2] = {};  // [kConvs][backward]
   std::string blas;
 };
 TorchResult TorchStep(const std::string& device, int batch, int steps,
-                      int threads) {
+                      int threads, int conv_steps) {
   std::ostringstream script;
   script << R"PY(
 import time, torch, torch.nn as nn, torch.nn.functional as F
 torch.set_num_threads()PY"
          << threads << R"PY()
-dev = torch.device(")PY" << device << R"PY(")
+dev = torch.device(")PY"
+         << device << R"PY(")
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
@@ -127,17 +160,29 @@ for _ in range(3): step()
 t0 = time.perf_counter()
 for _ in range(steps): step()
 ms = (time.perf_counter() - t0) * 1e3 / steps
-cx = torch.randn(64, 3, 32, 32, device=dev); cw = torch.randn(6, 3, 5, 5, device=dev)
-cb = torch.randn(6, device=dev)
-F.conv2d(cx, cw, cb).sum().item()
-t0 = time.perf_counter()
-for _ in range(steps): F.conv2d(cx, cw, cb).sum().item()
-gf = 2.0 * 64 * 6 * 28 * 28 * 3 * 5 * 5 * steps / (time.perf_counter() - t0) / 1e9
+gf = []
+for c, hw, oc in ((3, 32, 6), (6, 14, 16)):
+    for backward in (False, True):
+        cx = torch.randn(64, c, hw, hw, device=dev, requires_grad=backward)
+        cw = torch.randn(oc, c, 5, 5, device=dev, requires_grad=backward)
+        cb = torch.randn(oc, device=dev, requires_grad=backward)
+        def once():
+            for _ in range(8):
+                s = F.conv2d(cx, cw, cb).sum()
+                if backward: s.backward()
+            s.item()
+        once()
+        t0 = time.perf_counter()
+        for _ in range()PY"
+         << conv_steps << R"PY(): once()
+        flops = 2.0 * 64 * oc * (hw - 4) ** 2 * c * 25 * (3 if backward else 1)
+        gf.append(flops * 8 * )PY"
+         << conv_steps << R"PY( / (time.perf_counter() - t0) / 1e9)
 import re
 blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
 blas = blas.group(1) if blas else "unknown"
 if "USE_MKLDNN=ON" in torch.__config__.show(): blas += "+oneDNN"
-print(ms, gf, blas)
+print(ms, *gf, blas)
 )PY";
   const std::string path = "/tmp/tensord_train_bench.py";
   FILE* f = std::fopen(path.c_str(), "w");
@@ -148,7 +193,8 @@ print(ms, gf, blas)
   char line[512] = {0};
   if (p != nullptr && std::fgets(line, sizeof(line), p) != nullptr) {
     std::istringstream in(line);
-    in >> r.ms >> r.conv_gflops >> r.blas;
+    in >> r.ms >> r.conv_gflops[0][0] >> r.conv_gflops[0][1] >>
+        r.conv_gflops[1][0] >> r.conv_gflops[1][1] >> r.blas;
   }
   if (p != nullptr) pclose(p);
   return r;
@@ -161,9 +207,10 @@ int main(int argc, char** argv) {
       argc, argv,
       {.name = "train_bench",
        .summary = "seed 001's training step through tensord beside local "
-                  "PyTorch, interleaved, at each batch size; conv2d forward "
-                  "GFLOP/s beside PyTorch's. Prints a table and one JSON "
-                  "line.",
+                  "PyTorch, interleaved, at each batch size; conv2d GFLOP/s "
+                  "(seed 001's two convolutions at batch 64, forward and "
+                  "with both gradients) beside PyTorch's. Prints a table "
+                  "and one JSON line.",
        .example = "train_bench --batches 4,64 --steps 50 --repeats 3",
        .flag_files = {__FILE__}});
   const int steps = std::max(1, absl::GetFlag(FLAGS_steps));
@@ -189,7 +236,7 @@ int main(int argc, char** argv) {
     double best_ours = 1e30, best_torch = 1e30;
     for (int r = 0; r < repeats; ++r) {
       best_ours = std::min(best_ours, TensordStep(client, device, batch, steps));
-      TorchResult t = TorchStep(device, batch, steps, threads);
+      TorchResult t = TorchStep(device, batch, steps, threads, 1);
       if (t.ms > 0) best_torch = std::min(best_torch, t.ms);
       blas = t.blas;
     }
@@ -204,18 +251,39 @@ int main(int argc, char** argv) {
     json += std::to_string(best_torch);
     json += '}';
   }
-  double ours = 0, theirs = 0;
+  // Each side's best of --repeats runs, interleaved.
+  double ours[2][2] = {}, theirs[2][2] = {};
   for (int r = 0; r < repeats; ++r) {
-    ours = std::max(ours, TensordConv(client, device, steps));
-    theirs = std::max(theirs, TorchStep(device, 1, 1, threads).conv_gflops);
+    for (int c = 0; c < 2; ++c) {
+      for (int backward = 0; backward < 2; ++backward) {
+        ours[c][backward] =
+            std::max(ours[c][backward],
+                     TensordConv(client, device, steps, kConvs[c], backward));
+      }
+    }
+    const TorchResult t = TorchStep(device, 1, 1, threads, steps);
+    for (int c = 0; c < 2; ++c) {
+      for (int backward = 0; backward < 2; ++backward) {
+        theirs[c][backward] =
+            std::max(theirs[c][backward], t.conv_gflops[c][backward]);
+      }
+    }
   }
-  std::printf("%-22s %8d %8.2f GF/s %8.2f GF/s %8.2f\n", "conv2d_forward", 64,
-              ours, theirs, ours / theirs);
-  json += ",{\"row\":\"conv2d_forward\",\"batch\":64,\"tensord_gflops\":";
-  json += std::to_string(ours);
-  json += ",\"torch_gflops\":";
-  json += std::to_string(theirs);
-  json += "}],\"torch_blas\":\"";
+  for (int c = 0; c < 2; ++c) {
+    for (int backward = 0; backward < 2; ++backward) {
+      const std::string row =
+          std::string(kConvs[c].name) + (backward ? "_fwd_bwd" : "_forward");
+      std::printf("%-22s %8d %8.2f GF/s %8.2f GF/s %8.2f\n", row.c_str(), 64,
+                  ours[c][backward], theirs[c][backward],
+                  ours[c][backward] / theirs[c][backward]);
+      json += ",{\"row\":\"" + row + "\",\"batch\":64,\"tensord_gflops\":";
+      json += std::to_string(ours[c][backward]);
+      json += ",\"torch_gflops\":";
+      json += std::to_string(theirs[c][backward]);
+      json += '}';
+    }
+  }
+  json += "],\"torch_blas\":\"";
   json += blas;
   json += "\"}";
   std::printf("torch BLAS: %s; torch threads: %d\n%s\n", blas.c_str(), threads,

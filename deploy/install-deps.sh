@@ -30,7 +30,7 @@ case "${ID}:${VERSION_ID:-}" in
     runtime_pkgs=(
       libgrpc++1.51 libprotobuf32 libspdlog1.10 libopenblas0-pthread
       libcpp-httplib0.11 libtomlplusplus3 libsystemd0 libisal2
-      # oneDNN 2.x: the CPU device's convolutions (Ubuntu 24.04 ships 3.x,
+      # oneDNN 2.x: the CPU device's convolutions and pooling (Ubuntu 24.04 ships 3.x,
       # whose API the build does not use: conv2d stays im2col there).
       libdnnl2
     ) ;;
@@ -42,7 +42,7 @@ build_pkgs=(
   libgtest-dev libgmock-dev
   # /metrics, the config file, sd_notify, fetched chunks' CRC-32 (ISA-L).
   libcpp-httplib-dev libtomlplusplus-dev libsystemd-dev libisal-dev
-  # oneDNN: the CPU device's conv2d (core/cpu/library_conv.h; optional to
+  # oneDNN: the CPU device's conv2d and pooling (core/cpu/library_kernels.h; optional to
   # the build, which says whether it found a 2.x).
   libdnnl-dev
   # The cross-language test generates Python stubs from our proto.

@@ -14,6 +14,9 @@
 
 #ifdef TENSORD_WITH_ONEDNN
 #include "core/cpu/onednn_call.h"
+
+// libgomp's, oneDNN's OpenMP runtime (linked by name: no -fopenmp).
+extern "C" void omp_set_num_threads(int threads);
 #endif
 
 namespace tensord::core::cpu {
@@ -26,19 +29,6 @@ std::atomic<uint64_t> made{0}, reused{0}, evicted{0}, reorders{0},
 // calling thread alone: waking a sleeping team costs tens of microseconds
 // on a small VM (bench/train_bench, seed 001 at batch 4).
 constexpr double kParallelGrainFlops = 4e6;
-
-double Flops(const KernelArgs& args) {
-  if (const auto* conv = std::get_if<Conv2dArgs>(&args)) {
-    const WindowDims& w = conv->dims;
-    return 2.0 * w.n * conv->out_channels * w.oh * w.ow * (w.c / conv->groups) *
-           w.kh * w.kw;
-  }
-  if (const auto* pool = std::get_if<Pool2dArgs>(&args)) {
-    const WindowDims& w = pool->dims;
-    return 1.0 * w.n * w.c * w.oh * w.ow * w.kh * w.kw;
-  }
-  return 0;
-}
 
 }  // namespace
 
@@ -74,6 +64,19 @@ namespace {
 
 using onednn::PreparedCall;
 
+double Flops(const KernelArgs& args) {
+  if (const auto* conv = std::get_if<Conv2dArgs>(&args)) {
+    const WindowDims& w = conv->dims;
+    return 2.0 * w.n * conv->out_channels * w.oh * w.ow * (w.c / conv->groups) *
+           w.kh * w.kw;
+  }
+  if (const auto* pool = std::get_if<Pool2dArgs>(&args)) {
+    const WindowDims& w = pool->dims;
+    return 1.0 * w.n * w.c * w.oh * w.ow * w.kh * w.kw;
+  }
+  return 0;
+}
+
 // Held by the one library call running on a team: a call that finds it
 // taken runs on its own thread, so concurrent sessions never run two teams
 // on the same cores.
@@ -86,9 +89,9 @@ std::mutex& TeamMutex() {
 // few passes.
 constexpr size_t kMaxPreparedCalls = 256;
 
-// kind, pass, algorithm, dtype, then the window and (conv2d) groups and
-// out_channels.
-using Key = std::array<int64_t, 20>;
+// kind, pass, algorithm, dtype, then the window, (conv2d) groups and
+// out_channels, and the threads the call runs on.
+using Key = std::array<int64_t, 21>;
 
 struct KeyHash {
   size_t operator()(const Key& k) const {
@@ -98,8 +101,9 @@ struct KeyHash {
   }
 };
 
-Key KeyOf(const KernelArgs& args, DType dtype) {
+Key KeyOf(const KernelArgs& args, DType dtype, int threads) {
   Key key{};
+  key[20] = threads;
   key[0] = static_cast<int64_t>(args.index());
   key[3] = static_cast<int64_t>(dtype);
   const WindowDims* w = nullptr;
@@ -121,7 +125,12 @@ Key KeyOf(const KernelArgs& args, DType dtype) {
   return key;
 }
 
-absl::StatusOr<PreparedCall> Prepare(const KernelArgs& args, DType dtype) {
+// oneDNN sizes a primitive's work split by the OpenMP threads when it is
+// made (a convolution made on one thread runs on one thread whatever the
+// team at execution), so each call is made for the threads it runs on.
+absl::StatusOr<PreparedCall> Prepare(const KernelArgs& args, DType dtype,
+                                     int threads) {
+  omp_set_num_threads(threads);
   if (const auto* conv = std::get_if<Conv2dArgs>(&args)) {
     return onednn::PrepareConv(*conv, dtype);
   }
@@ -138,8 +147,8 @@ class Cache {
  public:
   using Entry = std::shared_ptr<const absl::StatusOr<PreparedCall> >;
 
-  Entry Get(const KernelArgs& args, DType dtype) {
-    const Key key = KeyOf(args, dtype);
+  Entry Get(const KernelArgs& args, DType dtype, int threads) {
+    const Key key = KeyOf(args, dtype, threads);
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = index_.find(key);
@@ -151,7 +160,7 @@ class Cache {
     }
     // Made outside the lock: preparing takes milliseconds.
     auto prepared = std::make_shared<const absl::StatusOr<PreparedCall> >(
-        Prepare(args, dtype));
+        Prepare(args, dtype, threads));
     made.fetch_add(1);
     std::lock_guard<std::mutex> lock(mu_);
     auto it = index_.find(key);
@@ -203,9 +212,12 @@ bool WindowClassRuns(const KernelArgs& args) {
          (w.ow - 1) * w.sw + w.kw - w.w - w.pw == w.pw;
 }
 
+// The threads a call of `args` runs on when no other call holds the team.
+int TeamThreads(const KernelArgs& args) { return LibraryThreads(Flops(args)); }
+
 absl::StatusOr<const PreparedCall*> Lookup(const KernelArgs& args, DType dtype,
-                                           Cache::Entry& hold) {
-  hold = TheCache().Get(args, dtype);
+                                           int threads, Cache::Entry& hold) {
+  hold = TheCache().Get(args, dtype, threads);
   if (!hold->ok()) return hold->status();
   return &**hold;
 }
@@ -222,29 +234,40 @@ bool LibraryRuns(const KernelArgs& args, DType dtype) {
       !WindowClassRuns(args)) {
     return false;
   }
-  return TheCache().Get(args, dtype)->ok();
+  return TheCache().Get(args, dtype, TeamThreads(args))->ok();
 }
 
 absl::StatusOr<uint64_t> LibraryWorkspace(const KernelArgs& args, DType dtype) {
   Cache::Entry hold;
-  ASSIGN_OR_RETURN(const PreparedCall* call, Lookup(args, dtype, hold));
+  ASSIGN_OR_RETURN(const PreparedCall* call,
+                   Lookup(args, dtype, TeamThreads(args), hold));
   return static_cast<uint64_t>(call->bytes());
 }
 
 absl::Status RunLibraryKernel(const KernelCall& call) {
-  Cache::Entry hold;
-  ASSIGN_OR_RETURN(const PreparedCall* prepared,
-                   Lookup(call.args, call.out.dtype, hold));
-  void* const given[3] = {call.inputs[0].buffer->data(),
-                          call.inputs[1].buffer->data(),
-                          call.out.buffer->data()};
-  int threads = LibraryThreads(Flops(call.args));
+  const DType dtype = call.out.dtype;
+  const uint64_t workspace_bytes = call.inputs[2].shape.NumElements();
+  const int wanted = TeamThreads(call.args);
+  int threads = wanted;
   std::unique_lock<std::mutex> team(TeamMutex(), std::defer_lock);
   if (threads > 1 && !team.try_lock()) {
     threads = 1;
     contended.fetch_add(1);
   }
+  Cache::Entry hold;
+  ASSIGN_OR_RETURN(const PreparedCall* prepared,
+                   Lookup(call.args, dtype, threads, hold));
+  if (prepared->bytes() > workspace_bytes) {
+    // Alone it wants more scratch than the team's call the executor
+    // admitted: wait for the team instead.
+    team.lock();
+    threads = wanted;
+    ASSIGN_OR_RETURN(prepared, Lookup(call.args, dtype, threads, hold));
+  }
   (threads > 1 ? team_calls : alone_calls).fetch_add(1);
+  void* const given[3] = {call.inputs[0].buffer->data(),
+                          call.inputs[1].buffer->data(),
+                          call.out.buffer->data()};
   return prepared->Run(given, call.inputs[2].buffer->data(), threads,
                        KernelKindName(call.kind()));
 }
