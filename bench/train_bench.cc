@@ -7,11 +7,12 @@
 // GFLOP/s at seed 001's two convolutions at batch 64 through the service
 // and in PyTorch: forward (conv and sum, eight per .item()) and forward with
 // both gradients (conv, sum and backward, eight per .item(): three times
-// the forward's FLOPs). By default the server runs in this process on a
-// loopback TCP port; --address measures an external tensord. Prints a table and
-// one JSON line; torch's BLAS is printed as torch reports it (Debian's:
-// "generic", i.e. libblas.so.3, OpenBLAS on this machine, and oneDNN for
-// convolutions).
+// the forward's FLOPs); a ResNet-style block (conv-bn-relu, conv-bn, + x,
+// relu) at batch 32, forward and backward, milliseconds per pass. By default
+// the server runs in this process on a loopback TCP port; --address measures an
+// external tensord. Prints a table and one JSON line; torch's BLAS is printed
+// as torch reports it (Debian's: "generic", i.e. libblas.so.3, OpenBLAS on this
+// machine, and oneDNN for convolutions).
 //
 //   train_bench [--batches 4,64] [--steps 50] [--repeats 3] [--threads 2]
 //               [--device cuda:0 --address A --python python3]
@@ -121,9 +122,47 @@ double TensordConv(const tensord::Client& client, const std::string& device,
          Seconds(t0, Clock::now()) / 1e9;
 }
 
+// A ResNet-style block at batch 32 (x [32, 16, 32, 32]; conv 3x3 pad 1,
+// batch norm in training, relu, conv, batch norm, + x, relu), forward and
+// backward of its sum per .item(): milliseconds per pass.
+double TensordBlock(const tensord::Client& client, const std::string& device,
+                    int steps) {
+  using tensord::DType;
+  auto x = client.randn({32, 16, 32, 32}, device, 6);
+  auto w1 = client.randn({16, 16, 3, 3}, device, 7) * 0.1;
+  auto w2 = client.randn({16, 16, 3, 3}, device, 8) * 0.1;
+  auto g1 = client.ones({16}, DType::kFloat32, device),
+       b1 = client.zeros({16}, DType::kFloat32, device);
+  auto g2 = client.ones({16}, DType::kFloat32, device),
+       b2 = client.zeros({16}, DType::kFloat32, device);
+  auto m1 = client.zeros({16}, DType::kFloat32, device),
+       v1 = client.ones({16}, DType::kFloat32, device);
+  auto m2 = client.zeros({16}, DType::kFloat32, device),
+       v2 = client.ones({16}, DType::kFloat32, device);
+  for (auto* t : {&x, &w1, &w2, &g1, &b1, &g2, &b2}) t->requires_grad_();
+  tensord::Conv2dOptions same;
+  same.padding = {1};
+  tensord::BatchNormOptions train;
+  train.training = true;
+  auto once = [&] {
+    auto h = tensord::batch_norm(tensord::conv2d(x, w1, std::nullopt, same), m1,
+                                 v1, g1, b1, train)
+                 .relu();
+    h = tensord::batch_norm(tensord::conv2d(h, w2, std::nullopt, same), m2, v2,
+                            g2, b2, train);
+    auto s = (h + x).relu().sum();
+    s.backward();
+    (void)s.item<float>();
+  };
+  once();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < steps; ++i) once();
+  return Seconds(t0, Clock::now()) * 1e3 / steps;
+}
+
 // The same step in local PyTorch: {ms per step, conv GFLOP/s, BLAS}.
 struct TorchResult {
-  double ms = 0;
+  double ms = 0, block_ms = 0;
   double conv_gflops[2][2] = {};  // [kConvs][backward]
   std::string blas;
 };
@@ -178,11 +217,26 @@ for c, hw, oc in ((3, 32, 6), (6, 14, 16)):
         flops = 2.0 * 64 * oc * (hw - 4) ** 2 * c * 25 * (3 if backward else 1)
         gf.append(flops * 8 * )PY"
          << conv_steps << R"PY( / (time.perf_counter() - t0) / 1e9)
+x = torch.randn(32, 16, 32, 32, device=dev, requires_grad=True)
+w1 = (torch.randn(16, 16, 3, 3, device=dev) * 0.1).requires_grad_()
+w2 = (torch.randn(16, 16, 3, 3, device=dev) * 0.1).requires_grad_()
+g1, b1, g2, b2 = [torch.full((16,), v, device=dev, requires_grad=True) for v in (1., 0., 1., 0.)]
+m1, v1, m2, v2 = [torch.full((16,), v, device=dev) for v in (0., 1., 0., 1.)]
+def block():
+    h = F.relu(F.batch_norm(F.conv2d(x, w1, padding=1), m1, v1, g1, b1, training=True))
+    h = F.batch_norm(F.conv2d(h, w2, padding=1), m2, v2, g2, b2, training=True)
+    s = F.relu(h + x).sum(); s.backward(); s.item()
+block()
+t0 = time.perf_counter()
+for _ in range()PY"
+         << conv_steps << R"PY(): block()
+block_ms = (time.perf_counter() - t0) * 1e3 / )PY"
+         << conv_steps << R"PY(
 import re
 blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
 blas = blas.group(1) if blas else "unknown"
 if "USE_MKLDNN=ON" in torch.__config__.show(): blas += "+oneDNN"
-print(ms, *gf, blas)
+print(ms, *gf, block_ms, blas)
 )PY";
   const std::string path = "/tmp/tensord_train_bench.py";
   FILE* f = std::fopen(path.c_str(), "w");
@@ -194,7 +248,7 @@ print(ms, *gf, blas)
   if (p != nullptr && std::fgets(line, sizeof(line), p) != nullptr) {
     std::istringstream in(line);
     in >> r.ms >> r.conv_gflops[0][0] >> r.conv_gflops[0][1] >>
-        r.conv_gflops[1][0] >> r.conv_gflops[1][1] >> r.blas;
+        r.conv_gflops[1][0] >> r.conv_gflops[1][1] >> r.block_ms >> r.blas;
   }
   if (p != nullptr) pclose(p);
   return r;
@@ -253,6 +307,7 @@ int main(int argc, char** argv) {
   }
   // Each side's best of --repeats runs, interleaved.
   double ours[2][2] = {}, theirs[2][2] = {};
+  double block_ours = 1e30, block_theirs = 1e30;
   for (int r = 0; r < repeats; ++r) {
     for (int c = 0; c < 2; ++c) {
       for (int backward = 0; backward < 2; ++backward) {
@@ -261,7 +316,9 @@ int main(int argc, char** argv) {
                      TensordConv(client, device, steps, kConvs[c], backward));
       }
     }
+    block_ours = std::min(block_ours, TensordBlock(client, device, steps));
     const TorchResult t = TorchStep(device, 1, 1, threads, steps);
+    if (t.block_ms > 0) block_theirs = std::min(block_theirs, t.block_ms);
     for (int c = 0; c < 2; ++c) {
       for (int backward = 0; backward < 2; ++backward) {
         theirs[c][backward] =
@@ -283,7 +340,13 @@ int main(int argc, char** argv) {
       json += '}';
     }
   }
-  json += "],\"torch_blas\":\"";
+  std::printf("%-22s %8d %9.3f ms %9.3f ms %8.2f\n", "resnet_block_fwd_bwd", 32,
+              block_ours, block_theirs, block_ours / block_theirs);
+  json += ",{\"row\":\"resnet_block_fwd_bwd\",\"batch\":32,\"tensord_ms\":";
+  json += std::to_string(block_ours);
+  json += ",\"torch_ms\":";
+  json += std::to_string(block_theirs);
+  json += "}],\"torch_blas\":\"";
   json += blas;
   json += "\"}";
   std::printf("torch BLAS: %s; torch threads: %d\n%s\n", blas.c_str(), threads,

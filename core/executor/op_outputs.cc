@@ -231,6 +231,28 @@ absl::StatusOr<Executor::Output> Executor::ReduceOut(ReducePlan plan,
                                                      const StoredTensor& x) {
   DeviceSlot& slot = SlotOf(x.device);
   Device& device = *x.device;
+  if (!plan.stages.empty()) {
+    Output temp;
+    ASSIGN_OR_RETURN(TensorRef in, AsDType(slot, x, plan.compute, temp));
+    Output partial;  // the stage before's result, freed after the next
+    for (size_t i = 0; i < plan.stages.size(); ++i) {
+      const ReduceDims& stage = plan.stages[i];
+      Output next;
+      if (i + 1 == plan.stages.size()) {
+        ASSIGN_OR_RETURN(
+            next, AllocateOutput(slot, plan.out_dtype, std::move(plan.out)));
+      } else {
+        const int64_t left[] = {stage.outer * stage.inner};
+        ASSIGN_OR_RETURN(Shape shape, Shape::Make(left));
+        ASSIGN_OR_RETURN(next,
+                         AllocateOutput(slot, plan.compute, std::move(shape)));
+      }
+      RETURN_IF_ERROR(device.Launch({ReduceArgs{op, stage}, {in}, next.ref()}));
+      partial = std::move(next);
+      in = partial.ref();
+    }
+    return partial;
+  }
   const StoredTensor* src = &x;
   TensorPtr permuted;  // reduced dims moved to the end, freed on return
   if (!plan.perm.empty()) {

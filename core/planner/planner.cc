@@ -450,6 +450,28 @@ absl::StatusOr<ReducePlan> PlanReduce(ReduceOp op, DType dtype, const Shape& x,
     const int k = static_cast<int>(kept.size());
     plan.dims.outer = moved.NumElements(0, k);
     plan.dims.n = moved.NumElements(k, rank);
+    // A sum or mean in float32, float64 or int64 can instead reduce each
+    // run of adjacent dims in turn, the last run first (a mean of equal
+    // groups' means is their mean): no permute of the whole input.
+    const bool exact_stages = plan.compute == DType::kFloat32 ||
+                              plan.compute == DType::kFloat64 ||
+                              plan.compute == DType::kInt64;
+    if ((op == ReduceOp::kSum || op == ReduceOp::kMean) && exact_stages) {
+      std::vector<int64_t> left = x.DimsVector();
+      size_t end = gone.size();
+      while (end > 0) {
+        size_t begin = end - 1;
+        while (begin > 0 && gone[begin - 1] == gone[begin] - 1) --begin;
+        const int64_t first = gone[begin], last = gone[end - 1];
+        ReduceDims stage;
+        for (int64_t i = 0; i < first; ++i) stage.outer *= left[i];
+        for (int64_t i = first; i <= last; ++i) stage.n *= left[i];
+        for (size_t i = last + 1; i < left.size(); ++i) stage.inner *= left[i];
+        plan.stages.push_back(stage);
+        left.erase(left.begin() + first, left.begin() + last + 1);
+        end = begin;
+      }
+    }
   }
   if (needs_element && plan.dims.n == 0) {
     const std::string name = absl::StrCat(ToAbsl(ReduceOpName(op)), "()");

@@ -164,6 +164,10 @@ struct ReducePlan {
   // the end: the input is permuted by `perm` (empty: no permute).
   std::vector<int64_t> perm;
   ReduceDims dims;  // outer x n x inner, reduced over n
+  // Or, for a sum or mean of such dims in float32, float64 or int64: one
+  // reduction per run of adjacent dims, the last run first, each over what
+  // the one before left (empty: `perm` and `dims`).
+  std::vector<ReduceDims> stages;
 };
 // FAILED_PRECONDITION for mean or norm of a non-floating tensor (PyTorch's
 // messages); INVALID_ARGUMENT for a bad dim, or max/min/argmax over an

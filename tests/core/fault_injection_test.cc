@@ -649,12 +649,21 @@ std::vector<OpCase> OpCases() {
     cases.push_back(c);
   }
   {
-    // Dims 0 and 2 are apart: a permute, then one reduce.
-    OpCase c{"sum_two_dims",
+    // Dims 0 and 2 are apart: a sum reduces one run, then the other, the
+    // first result freed.
+    OpCase c{
+        "sum_two_dims", {F32({2, 3, 4})}, op(K::kReduce, {x}), {S::kReduce}};
+    c.op.reduce = ReduceOp::kSum;
+    c.op.reduce_dims = {0, 2};
+    cases.push_back(c);
+  }
+  {
+    // A norm of dims apart: a permute, then one reduce.
+    OpCase c{"norm_two_dims",
              {F32({2, 3, 4})},
              op(K::kReduce, {x}),
              {S::kPermute, S::kReduce}};
-    c.op.reduce = ReduceOp::kSum;
+    c.op.reduce = ReduceOp::kNorm;
     c.op.reduce_dims = {0, 2};
     cases.push_back(c);
   }

@@ -195,6 +195,29 @@ TEST(PlannerTest, ReduceOverSeveralDims) {
   EXPECT_EQ(mean->dims.n, 8);
   EXPECT_EQ(mean->dims.inner, 1);
   EXPECT_EQ(mean->out, S({1, 3, 1, 5}));
+  // ... or, a sum or mean in float32/64 or int64, one reduction per run,
+  // the last first: dim 2 of [2, 3, 4, 5], then dim 0 of [2, 3, 5].
+  ASSERT_EQ(mean->stages.size(), 2u);
+  EXPECT_EQ(mean->stages[0].outer, 6);
+  EXPECT_EQ(mean->stages[0].n, 4);
+  EXPECT_EQ(mean->stages[0].inner, 5);
+  EXPECT_EQ(mean->stages[1].outer, 1);
+  EXPECT_EQ(mean->stages[1].n, 2);
+  EXPECT_EQ(mean->stages[1].inner, 15);
+  const int64_t batch_norm[] = {0, 2, 3};  // two runs: {2, 3}, then {0}
+  auto bn = PlanReduce(ReduceOp::kSum, DType::kInt32, x, batch_norm, false,
+                       kAnyDevice);
+  ASSERT_EQ(bn->stages.size(), 2u);
+  EXPECT_EQ(bn->stages[0].outer, 6);
+  EXPECT_EQ(bn->stages[0].n, 20);
+  EXPECT_EQ(bn->stages[0].inner, 1);
+  EXPECT_EQ(bn->stages[1].outer, 1);
+  EXPECT_EQ(bn->stages[1].n, 2);
+  EXPECT_EQ(bn->stages[1].inner, 3);
+  // A half type's partial sums would round: it permutes instead.
+  EXPECT_TRUE(
+      PlanReduce(ReduceOp::kSum, DType::kFloat16, x, apart, false, kAnyDevice)
+          ->stages.empty());
   // Every dim named is all of them; none named is all too.
   const int64_t every[] = {3, 0, 1, 2};
   auto all =

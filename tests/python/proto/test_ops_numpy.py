@@ -117,6 +117,24 @@ class OpsNumpyTest(tensord_stubs.SessionTestCase):
                 self.check(out, np.asarray(expected, np.int64))
         self.check(self.run_op(reduce=pb.ReduceArgs(op=pb.NORM, x=h(tx))),
                    np.asarray(np.linalg.norm(x)))
+        # Dims apart: reduced a run at a time (sum, mean).
+        y = self.rng.standard_normal((3, 4, 5, 6))
+        for dtype in (np.float64, np.float32, np.int32):
+            v = (y * 4).astype(dtype)
+            tv = self.create(v)
+            for dims in ([0, 2], [0, 2, 3], [1, 3], [0, 3]):
+                for keepdim in (False, True):
+                    out = self.run_op(reduce=pb.ReduceArgs(
+                        op=pb.SUM, x=h(tv), dims=dims, keepdim=keepdim))
+                    want = v.astype(np.float64).sum(axis=tuple(dims), keepdims=keepdim)
+                    kind = np.int64 if dtype == np.int32 else dtype
+                    self.check(out, want.astype(kind), rtol=1e-6)
+                    if dtype != np.int32:
+                        out = self.run_op(reduce=pb.ReduceArgs(
+                            op=pb.MEAN, x=h(tv), dims=dims, keepdim=keepdim))
+                        self.check(out, v.astype(np.float64).mean(
+                            axis=tuple(dims), keepdims=keepdim).astype(dtype),
+                            rtol=1e-6)
         ti = self.create(np.array([[1, 2], [3, 4]], np.int32))
         self.check(self.run_op(reduce=pb.ReduceArgs(op=pb.SUM, x=h(ti), dim=0)),
                    np.array([4, 6], np.int64))
