@@ -1029,21 +1029,25 @@ TEST_P(ConformanceTest, Col2ImSumsEveryWindowEntry) {
   }
 }
 
+// The device under test with its library kernels on: the CPU's made anew
+// with them (held by `made`), whatever the fixture's options; any other
+// device itself.
+Device* WithLibraries(Device* device, std::unique_ptr<Device>& made) {
+  if (device->kind() != DeviceKind::kCpu) return device;
+  CpuDeviceOptions options;
+  options.kernel_libraries = true;
+  made = CreateCpuDevice(options);
+  return made.get();
+}
+
 // conv2d as one library kernel, where the device's selection table picks
 // one (the CPU on oneDNN, float32): each pass against the definition,
 // every window shape the planner admits (strides, padding, dilation,
 // groups, one image), the workspace exactly the bytes it asks for.
 TEST_P(ConformanceTest, LibraryConvEveryPassAndWindow) {
   const DType dtype = DType::kFloat32;
-  // The CPU's device with libraries on, whatever the fixture's options.
   std::unique_ptr<Device> cpu_with_libraries;
-  Device* device = device_;
-  if (device_->kind() == DeviceKind::kCpu) {
-    CpuDeviceOptions options;
-    options.kernel_libraries = true;
-    cpu_with_libraries = CreateCpuDevice(options);
-    device = cpu_with_libraries.get();
-  }
+  Device* device = WithLibraries(device_, cpu_with_libraries);
   struct Case {
     WindowDims d;
     int64_t groups, oc;
@@ -1140,13 +1144,7 @@ TEST_P(ConformanceTest, LibraryConvEveryPassAndWindow) {
 TEST_P(ConformanceTest, LibraryPoolEveryPassAndWindow) {
   const DType dtype = DType::kFloat32;
   std::unique_ptr<Device> cpu_with_libraries;
-  Device* device = device_;
-  if (device_->kind() == DeviceKind::kCpu) {
-    CpuDeviceOptions options;
-    options.kernel_libraries = true;
-    cpu_with_libraries = CreateCpuDevice(options);
-    device = cpu_with_libraries.get();
-  }
+  Device* device = WithLibraries(device_, cpu_with_libraries);
   const WindowDims plain = TestWindow(2, 3, 8, 8, 2, 2, 2, 0, 1);
   if (device->Select(Pool2dArgs{plain, PoolAlgorithm::kMax, PoolPass::kForward},
                      dtype) != Device::Implementation::kLibrary) {
