@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <random>
 #include <utility>
 
@@ -344,6 +345,11 @@ void CommandStream::Drain() {
 uint64_t CommandStream::NewHandle() {
   std::lock_guard<std::mutex> lock(mu_);
   return next_handle_++;
+}
+
+void CommandStream::ThrowPendingFailure() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ThrowFailureLocked(std::numeric_limits<uint64_t>::max());
 }
 
 std::optional<Error> CommandStream::Dead(uint64_t handle) const {

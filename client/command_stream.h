@@ -98,6 +98,12 @@ class CommandStream {
   // Why tensor `handle` (made by a command of this stream) does not exist,
   // or nullopt when nothing says so.
   std::optional<Error> Dead(uint64_t handle) const;
+  // Throws the failure the stream stopped at, if one is waiting to be
+  // reported, and clears it on the server as Wait does; returns otherwise.
+  // A caller that finds its operand dead reports the failure here first:
+  // else the server would refuse every later command until some Wait
+  // reported it.
+  void ThrowPendingFailure();
 
   static constexpr int kMaxCommandsPerMessage = 1024;  // the server's bound
 

@@ -122,6 +122,7 @@ void Session::Unregister(uint64_t handle) const {
 void Session::CheckAlive(uint64_t handle) const {
   if (CommandStream* stream = started_.load()) {
     if (std::optional<Error> why = stream->Dead(handle)) {
+      stream->ThrowPendingFailure();  // reported (and cleared) once, here
       throw Error(why->code(), "tensor " + std::to_string(handle) +
                                    " was never made: " + why->message());
     }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -12,11 +13,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "server/server.h"
-#include "tests/client/in_process_fixture.h"
 #include "tensord/client.h"
+#include "tests/client/in_process_fixture.h"
 
 namespace tensord {
 namespace {
@@ -679,6 +681,27 @@ TEST_F(OpsClientTest, SafetensorsRoundTripAndHeaderParsesInPython) {
             params.at("layer.weight").fetch<float>());
   EXPECT_EQ(loaded.at("layer.bias").device(), Device("cpu:1"));
   EXPECT_THAT(loaded.at("steps").fetch<int64_t>(), ElementsAre(7));
+}
+
+// A failure whose reply is in before its sync point asks: the sync point
+// (here item() on the failed op's result, a tensor never made) reports the
+// failure and clears it on the server, so the next commands run. (Reported
+// through the dead tensor alone, the stream stayed stopped: the next
+// create was refused and its tensor "never made" too — the race
+// ConvolutionAndPoolingRunSeed001sForwardPass hit under load.)
+TEST_F(OpsClientTest, AFailureAlreadyInIsClearedWhereItIsReported) {
+  Client& c = *client_;
+  auto loss = cross_entropy(c.zeros({4, 10}), c.tensor<int64_t>({3, 0, 10, 3}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // reply in
+  try {
+    (void)loss.item<float>();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(e.message(), HasSubstr("Target 10 is out of bounds."));
+  }
+  auto z = c.zeros({2, 2}) + 1;
+  EXPECT_THAT(z.fetch<float>(), ElementsAre(1, 1, 1, 1));
 }
 
 }  // namespace
