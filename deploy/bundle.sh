@@ -25,7 +25,13 @@
 # standard locations (/usr/local/cuda/lib64, /usr/local/cuda/lib,
 # /usr/local/cuda/targets/<arch>-linux/lib) or the dynamic loader's cache;
 # CUDA_ARCHS=90 deploy/bundle.sh --lean is a 32 MiB .tar.xz (symbols
-# stripped too). Needs patchelf (Debian: apt-get install patchelf). Prints the tarball's path on its last line.
+# stripped too).
+# cuDNN (conv2d and pooling on GPUs): either bundle carries only its 130 KB
+# front library, libcudnn.so.9, which loads its engines (libcudnn_cnn,
+# _ops, _graph, _engines_*, ~500 MB) when the daemon starts -- from the
+# machine, through the front library's RUNPATH (the CUDA locations above)
+# or LD_LIBRARY_PATH (a PyTorch wheel's nvidia/cudnn/lib). A machine
+# without them runs conv2d and pooling composed and says so in the log. Needs patchelf (Debian: apt-get install patchelf). Prints the tarball's path on its last line.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -164,10 +170,11 @@ for lib in "$stage"/lib/*; do
   [[ -e "$lib" ]] || continue
   # NVIDIA's libraries come stripped; ours (and Debian's) may not.
   case "$(basename "$lib")" in
-    libcublas*|libcudart*|libcurand*) ;;
+    libcublas*|libcudart*|libcurand*|libcudnn*) ;;
     *) strip --strip-debug "$lib" 2>/dev/null || true ;;
   esac
-  if [[ $lean -eq 1 ]]; then
+  if [[ $lean -eq 1 || "$(basename "$lib")" == libcudnn.so* ]]; then
+    # cuDNN's front library looks for its engines on the machine.
     patchelf --set-rpath "\$ORIGIN:$cuda_runpath" "$lib"
   else
     patchelf --set-rpath '$ORIGIN' "$lib"

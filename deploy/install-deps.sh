@@ -9,7 +9,14 @@
 #   deploy/install-deps.sh --runtime  only what the tensord binary needs
 #
 # The CUDA toolkit is not installed here (it is not in Debian's main archive):
-# when nvcc is on PATH the build picks it up (TENSORD_CUDA=AUTO).
+# when nvcc is on PATH the build picks it up (TENSORD_CUDA=AUTO). Nor is
+# cuDNN 9 (conv2d and pooling on GPUs; not part of the toolkit): the build
+# finds cudnn.h and libcudnn in the toolkit's directories or under
+# CUDNN_ROOT. A fresh machine gets it from NVIDIA's wheel,
+#   pip install nvidia-cudnn-cu13   (then CUDNN_ROOT=<site-packages>/nvidia/cudnn)
+# or NVIDIA's apt repository (cudnn9-cuda-13), or the cuDNN variants of the
+# CUDA images (deploy/docker/Dockerfile). Without it the build says so and
+# the CUDA device runs conv2d and pooling composed.
 set -euo pipefail
 
 # Shared-library packages are named after their soname, and Ubuntu 24.04

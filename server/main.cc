@@ -48,9 +48,10 @@ ABSL_FLAG(std::string, memory_limit, "",
 ABSL_FLAG(std::string, gpu_memory_limit, "",
           "memory budget of each GPU (default: its memory less a 5% reserve)");
 ABSL_FLAG(bool, allow_tf32, false,
-          "float32 matmuls on GPUs may use TF32 tensor cores (10-bit "
-          "mantissa inputs, float32 accumulation), as PyTorch's "
-          "torch.backends.cuda.matmul.allow_tf32; off: exact float32");
+          "float32 matmuls and cuDNN convolutions on GPUs may use TF32 "
+          "tensor cores (10-bit mantissa inputs, float32 accumulation), as "
+          "PyTorch's torch.backends.cuda.matmul.allow_tf32 and "
+          "torch.backends.cudnn.allow_tf32; off: exact float32");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off");
 ABSL_FLAG(std::string, port_file, "",
@@ -89,8 +90,10 @@ ABSL_FLAG(std::string, max_tensor_bytes, "",
           "largest single tensor, e.g. 16GiB (empty or 0 = no limit beyond "
           "the device budget)");
 ABSL_FLAG(bool, kernel_libraries, true,
-          "run the CPU device's conv2d and max/avg pooling on oneDNN (when "
-          "built with it: float32); false: tensord's own kernels only");
+          "run conv2d and max/avg pooling on the vendor libraries where they "
+          "compute them as PyTorch does: oneDNN on the CPU device (float32), "
+          "cuDNN on GPUs (when built with them); false: tensord's own "
+          "kernels only");
 ABSL_FLAG(int, blas_threads, 0,
           "threads of the CPU device's BLAS; 0 = the CPUs this process may "
           "use (its affinity, capped by a container's CPU quota)");
@@ -273,7 +276,8 @@ int main(int argc, char** argv) {
 
   tensord::core::AcceleratorDiscovery accelerators =
       tensord::core::DiscoverAccelerators(
-          {.allow_tf32 = absl::GetFlag(FLAGS_allow_tf32)});
+          {.allow_tf32 = absl::GetFlag(FLAGS_allow_tf32),
+           .kernel_libraries = absl::GetFlag(FLAGS_kernel_libraries)});
   spdlog::info("{}", accelerators.summary);
   options.runtime.extra_devices = std::move(accelerators.devices);
 

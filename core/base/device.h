@@ -302,6 +302,12 @@ enum class KernelKind {
   kPool2d,
 };
 inline constexpr int kKernelKindCount = std::variant_size_v<KernelArgs>;
+// Whether `args` is of a kind a device may run as one library call
+// (conv2d, pooling): the kinds Device::Select chooses for.
+inline bool IsLibraryKind(const KernelArgs& args) {
+  return std::holds_alternative<Conv2dArgs>(args) ||
+         std::holds_alternative<Pool2dArgs>(args);
+}
 // "fill", "cast", "binary", ..., "where", "im2col", "col2im", "conv2d".
 std::string_view KernelKindName(KernelKind kind);
 // How many inputs a kernel of `kind` takes (0 for fill, 3 for where).

@@ -155,10 +155,7 @@ class CpuDevice final : public Device {
   }
   absl::StatusOr<uint64_t> WorkspaceBytes(const KernelArgs& args,
                                           DType dtype) const override {
-    if (!std::holds_alternative<Conv2dArgs>(args) &&
-        !std::holds_alternative<Pool2dArgs>(args)) {
-      return uint64_t{0};
-    }
+    if (!IsLibraryKind(args)) return uint64_t{0};
     return cpu::LibraryWorkspace(args, dtype);
   }
   std::string KernelLibrary() const override {

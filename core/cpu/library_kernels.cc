@@ -1,14 +1,12 @@
 #include "core/cpu/library_kernels.h"
 
-#include <array>
 #include <atomic>
-#include <list>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/library_cache.h"
 #include "core/base/status.h"
 #include "core/cpu/blas.h"
 
@@ -22,18 +20,22 @@ extern "C" void omp_set_num_threads(int threads);
 namespace tensord::core::cpu {
 namespace {
 
-std::atomic<uint64_t> made{0}, reused{0}, evicted{0}, reorders{0},
-    team_calls{0}, alone_calls{0}, contended{0};
+std::atomic<uint64_t> reorders{0}, team_calls{0}, alone_calls{0}, contended{0};
 
 // Below this many floating-point operations a library call runs on its
 // calling thread alone: waking a sleeping team costs tens of microseconds
 // on a small VM (bench/train_bench, seed 001 at batch 4).
 constexpr double kParallelGrainFlops = 4e6;
 
+// What the cache of prepared calls made, reused and evicted (none without
+// oneDNN).
+LibraryCacheCounts CacheCounts();
+
 }  // namespace
 
 LibraryKernelCounters GetLibraryKernelCounters() {
-  return {made.load(),     reused.load(),     evicted.load(),
+  const LibraryCacheCounts cache = CacheCounts();
+  return {cache.made,      cache.reused,      cache.evicted,
           reorders.load(), team_calls.load(), alone_calls.load(),
           contended.load()};
 }
@@ -45,6 +47,10 @@ int LibraryThreads(double flops) {
 }
 
 #ifndef TENSORD_WITH_ONEDNN
+
+namespace {
+LibraryCacheCounts CacheCounts() { return {}; }
+}  // namespace
 
 const std::string& KernelLibraryName() {
   static const std::string none;
@@ -89,45 +95,10 @@ std::mutex& TeamMutex() {
 // few passes.
 constexpr size_t kMaxPreparedCalls = 256;
 
-// kind, pass, algorithm, dtype, then the window, (conv2d) groups and
-// out_channels, and the threads the call runs on.
-using Key = std::array<int64_t, 21>;
-
-struct KeyHash {
-  size_t operator()(const Key& k) const {
-    size_t h = 0;
-    for (int64_t d : k) h = h * 1000003 ^ static_cast<size_t>(d);
-    return h;
-  }
-};
-
-Key KeyOf(const KernelArgs& args, DType dtype, int threads) {
-  Key key{};
-  key[20] = threads;
-  key[0] = static_cast<int64_t>(args.index());
-  key[3] = static_cast<int64_t>(dtype);
-  const WindowDims* w = nullptr;
-  if (const auto* conv = std::get_if<Conv2dArgs>(&args)) {
-    key[1] = static_cast<int64_t>(conv->pass);
-    key[18] = conv->groups;
-    key[19] = conv->out_channels;
-    w = &conv->dims;
-  } else if (const auto* pool = std::get_if<Pool2dArgs>(&args)) {
-    key[1] = static_cast<int64_t>(pool->pass);
-    key[2] = static_cast<int64_t>(pool->algorithm);
-    w = &pool->dims;
-  }
-  if (w != nullptr) {
-    const int64_t dims[] = {w->n,  w->c,  w->h,  w->w,  w->kh, w->kw, w->sh,
-                            w->sw, w->ph, w->pw, w->dh, w->dw, w->oh, w->ow};
-    std::copy(std::begin(dims), std::end(dims), key.begin() + 4);
-  }
-  return key;
-}
-
 // oneDNN sizes a primitive's work split by the OpenMP threads when it is
 // made (a convolution made on one thread runs on one thread whatever the
-// team at execution), so each call is made for the threads it runs on.
+// team at execution), so each call is made for the threads it runs on:
+// the threads are part of the key.
 absl::StatusOr<PreparedCall> Prepare(const KernelArgs& args, DType dtype,
                                      int threads) {
   omp_set_num_threads(threads);
@@ -141,50 +112,18 @@ absl::StatusOr<PreparedCall> Prepare(const KernelArgs& args, DType dtype,
       absl::StrCat("no library kernel for kernel kind ", args.index()));
 }
 
-// The bounded cache of prepared calls, least recently used first out. A
-// window the library refused is kept as its error, so Select asks once.
-class Cache {
- public:
-  using Entry = std::shared_ptr<const absl::StatusOr<PreparedCall> >;
-
-  Entry Get(const KernelArgs& args, DType dtype, int threads) {
-    const Key key = KeyOf(args, dtype, threads);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = index_.find(key);
-      if (it != index_.end()) {
-        order_.splice(order_.begin(), order_, it->second);
-        reused.fetch_add(1);
-        return it->second->second;
-      }
-    }
-    // Made outside the lock: preparing takes milliseconds.
-    auto prepared = std::make_shared<const absl::StatusOr<PreparedCall> >(
-        Prepare(args, dtype, threads));
-    made.fetch_add(1);
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = index_.find(key);
-    if (it != index_.end()) return it->second->second;  // another thread's
-    order_.emplace_front(key, prepared);
-    index_.emplace(key, order_.begin());
-    if (order_.size() > kMaxPreparedCalls) {
-      index_.erase(order_.back().first);
-      order_.pop_back();
-      evicted.fetch_add(1);
-    }
-    return prepared;
-  }
-
- private:
-  std::mutex mu_;
-  std::list<std::pair<Key, Entry> > order_;
-  std::unordered_map<Key, std::list<std::pair<Key, Entry> >::iterator, KeyHash>
-      index_;
-};
+using Cache = LibraryCache<PreparedCall>;
 
 Cache& TheCache() {
-  static auto* cache = new Cache;
+  static auto* cache = new Cache(kMaxPreparedCalls);
   return *cache;
+}
+
+LibraryCacheCounts CacheCounts() { return TheCache().counts(); }
+
+Cache::Entry Get(const KernelArgs& args, DType dtype, int threads) {
+  return TheCache().Get(LibraryKeyOf(args, dtype, threads),
+                        [&] { return Prepare(args, dtype, threads); });
 }
 
 std::string Probe() {
@@ -217,7 +156,7 @@ int TeamThreads(const KernelArgs& args) { return LibraryThreads(Flops(args)); }
 
 absl::StatusOr<const PreparedCall*> Lookup(const KernelArgs& args, DType dtype,
                                            int threads, Cache::Entry& hold) {
-  hold = TheCache().Get(args, dtype, threads);
+  hold = Get(args, dtype, threads);
   if (!hold->ok()) return hold->status();
   return &**hold;
 }
@@ -234,7 +173,7 @@ bool LibraryRuns(const KernelArgs& args, DType dtype) {
       !WindowClassRuns(args)) {
     return false;
   }
-  return TheCache().Get(args, dtype, TeamThreads(args))->ok();
+  return Get(args, dtype, TeamThreads(args))->ok();
 }
 
 absl::StatusOr<uint64_t> LibraryWorkspace(const KernelArgs& args, DType dtype) {

@@ -17,11 +17,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "core/base/absl_compat.h"
+#include "core/base/op_checks.h"
+#include "core/base/status.h"
 #include "core/cuda/binary.cuh"
 #include "core/cuda/cast.cuh"
 #include "core/cuda/copy_plan.h"
 #include "core/cuda/cuda_status.h"
 #include "core/cuda/cuda_supports.h"
+#include "core/cuda/cudnn_kernels.h"
 #include "core/cuda/fill.cuh"
 #include "core/cuda/gemm_params.h"
 #include "core/cuda/im2col.cuh"
@@ -33,8 +36,6 @@
 #include "core/cuda/staging_pool.h"
 #include "core/cuda/unary.cuh"
 #include "core/cuda/where.cuh"
-#include "core/base/op_checks.h"
-#include "core/base/status.h"
 
 namespace tensord::core::cuda {
 namespace {
@@ -150,6 +151,7 @@ class CudaDevice final : public Device {
   ~CudaDevice() override {
     cudaSetDevice(ordinal_);
     if (ctx_->stream != nullptr) cudaStreamSynchronize(ctx_->stream);
+    cudnn_.reset();  // before its stream goes with the last buffer
     if (cublas_ != nullptr) cublasDestroy(cublas_);
     if (workspace_ != nullptr) cudaFree(workspace_);
   }
@@ -199,7 +201,25 @@ class CudaDevice final : public Device {
     RETURN_IF_ERROR(CheckBlas(
         cublasSetWorkspace(cublas_, workspace_, kCublasWorkspaceBytes),
         "cublasSetWorkspace"));
+    if (!options_.kernel_libraries) {
+      kernel_library_note_ = "off (--kernel-libraries=false)";
+      return absl::OkStatus();
+    }
+    // A machine without cuDNN still serves: conv2d and pooling composed.
+    absl::StatusOr<std::unique_ptr<CudnnKernels>> cudnn = CudnnKernels::Create(
+        ctx_->stream, name_, cc_major_, options_.allow_tf32);
+    if (cudnn.ok()) {
+      cudnn_ = std::move(*cudnn);
+      kernel_library_note_ =
+          absl::StrCat("conv2d and pooling on ", cudnn_->version());
+    } else {
+      kernel_library_note_ = std::string(cudnn.status().message());
+    }
     return absl::OkStatus();
+  }
+
+  const std::string& kernel_library_note() const {
+    return kernel_library_note_;
   }
 
   // Records that kernels of this device may read memory of `peer` directly
@@ -226,6 +246,7 @@ class CudaDevice final : public Device {
     p.compute_capability_major = cc_major_;
     p.compute_capability_minor = cc_minor_;
     p.multiprocessor_count = sm_count_;
+    p.kernel_library = KernelLibrary();
     size_t free = 0, total = 0;
     if (cudaSetDevice(ordinal_) == cudaSuccess &&
         cudaMemGetInfo(&free, &total) == cudaSuccess) {
@@ -238,6 +259,27 @@ class CudaDevice final : public Device {
   }
 
   const Capabilities& capabilities() const override { return capabilities_; }
+
+  // The kernel-selection table: conv2d and pooling on cuDNN where it
+  // computes them as PyTorch does (CudnnKernels::Runs); everything else,
+  // and everything without cuDNN, composed.
+  Implementation Select(const KernelArgs& args, DType dtype) const override {
+    if (cudnn_ == nullptr || !IsLibraryKind(args) ||
+        cudaSetDevice(ordinal_) != cudaSuccess) {
+      return Implementation::kComposed;
+    }
+    return cudnn_->Runs(args, dtype) ? Implementation::kLibrary
+                                     : Implementation::kComposed;
+  }
+  absl::StatusOr<uint64_t> WorkspaceBytes(const KernelArgs& args,
+                                          DType dtype) const override {
+    if (cudnn_ == nullptr || !IsLibraryKind(args)) return uint64_t{0};
+    RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    return cudnn_->WorkspaceBytes(args, dtype);
+  }
+  std::string KernelLibrary() const override {
+    return cudnn_ == nullptr ? "" : cudnn_->version();
+  }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(
       AllocationGrant grant) override {
@@ -504,13 +546,20 @@ class CudaDevice final : public Device {
   }
 
   // Not selected here (Select: composed) until cuDNN runs them.
-  absl::Status Run(const Conv2dArgs&, const KernelCall&) {
-    return absl::InternalError(absl::StrCat(
-        name_, ": conv2d kernel: this device composes conv2d (im2col)"));
+  // conv2d and pooling as one cuDNN call (where Select said kLibrary).
+  absl::Status Run(const Conv2dArgs&, const KernelCall& call) {
+    return RunLibrary(call);
   }
-  absl::Status Run(const Pool2dArgs&, const KernelCall&) {
-    return absl::InternalError(absl::StrCat(
-        name_, ": pool2d kernel: this device composes pooling (im2col)"));
+  absl::Status Run(const Pool2dArgs&, const KernelCall& call) {
+    return RunLibrary(call);
+  }
+  absl::Status RunLibrary(const KernelCall& call) {
+    if (cudnn_ == nullptr) {
+      return absl::InternalError(absl::StrCat(
+          name_, ": ", ToAbsl(KernelKindName(call.kind())),
+          " kernel: this device composes it (", kernel_library_note_, ")"));
+    }
+    return cudnn_->Run(call);
   }
 
   absl::Status Run(const Im2ColArgs& args, const KernelCall& call) {
@@ -670,6 +719,9 @@ class CudaDevice final : public Device {
   cublasHandle_t cublas_ = nullptr;
   void* workspace_ = nullptr;
 
+  std::unique_ptr<CudnnKernels> cudnn_;  // null: conv2d, pooling composed
+  std::string kernel_library_note_;
+
   StagingPool staging_;  // freed after the destructor synchronized
 };
 
@@ -705,18 +757,20 @@ bool EnablePeer(CudaDevice& a, CudaDevice& b) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateCudaDevices(
+absl::StatusOr<CudaDevices> CreateCudaDevices(
     const CudaDeviceOptions& options) {
-  std::vector<std::unique_ptr<Device>> devices;
+  CudaDevices found;
+  std::vector<std::unique_ptr<Device>>& devices = found.devices;
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     cudaGetLastError();  // no driver or no GPU: no devices, not an error
-    return devices;
+    return found;
   }
   std::vector<CudaDevice*> cuda;
   for (int i = 0; i < count; ++i) {
     auto device = std::make_unique<CudaDevice>(i, options);
     RETURN_IF_ERROR(device->Init());
+    if (i == 0) found.kernel_library_note = device->kernel_library_note();
     cuda.push_back(device.get());
     devices.push_back(std::move(device));
   }
@@ -726,7 +780,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateCudaDevices(
       if (a != b && EnablePeer(*a, *b)) a->SetPeerAccess(b->ordinal());
     }
   }
-  return devices;
+  return found;
 }
 
 }  // namespace tensord::core::cuda

@@ -1,6 +1,8 @@
 // The CUDA device: tensors in GPU memory, kernels queued on one compute
-// stream per GPU, cuBLAS for floating-point matrix products, cuRAND's
-// Philox for random fills. Names no CUDA type (STYLE.md 4); only
+// stream per GPU, cuBLAS for floating-point matrix products, cuDNN for
+// conv2d and pooling where it computes them as PyTorch does (its
+// kernel-selection table, core/cuda/cudnn_kernels.h), cuRAND's Philox for
+// random fills. Names no CUDA type (STYLE.md 4); only
 // core/runtime/device_registry.cc creates these devices.
 //
 // Execution model: every kernel, fill and device-side copy of a device is
@@ -21,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,6 +39,17 @@ struct CudaDeviceOptions {
   // Bytes of pinned host memory per staging buffer of host <-> device
   // copies; two per copy in flight.
   size_t staging_chunk_bytes = size_t{8} << 20;
+  // conv2d and 2-d pooling on cuDNN where it runs them (and this build and
+  // machine have it); false: im2col with cuBLAS, and reductions, only
+  // (--kernel-libraries).
+  bool kernel_libraries = true;
+};
+
+struct CudaDevices {
+  std::vector<std::unique_ptr<Device>> devices;
+  // For the log: "conv2d and pooling on cuDNN 9.19.0", or why they run
+  // composed ("cuDNN: not built in (...)", "off (--kernel-libraries)").
+  std::string kernel_library_note;
 };
 
 // One device per GPU the CUDA runtime reports ("cuda:0" .. "cuda:N-1"),
@@ -43,8 +57,7 @@ struct CudaDeviceOptions {
 // list (OK) when there is no GPU or driver; an error (e.g. INTERNAL,
 // RESOURCE_EXHAUSTED) when a present GPU cannot be initialised (stream,
 // cuBLAS handle, memory pool).
-absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateCudaDevices(
-    const CudaDeviceOptions& options);
+absl::StatusOr<CudaDevices> CreateCudaDevices(const CudaDeviceOptions& options);
 
 }  // namespace tensord::core::cuda
 

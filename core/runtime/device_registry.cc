@@ -42,21 +42,23 @@ AcceleratorDiscovery DiscoverAccelerators(const AcceleratorOptions& options) {
   if (probe.gpus.empty()) return found;
   cuda::CudaDeviceOptions cuda_options;
   cuda_options.allow_tf32 = options.allow_tf32;
-  absl::StatusOr<std::vector<std::unique_ptr<Device>>> devices =
+  cuda_options.kernel_libraries = options.kernel_libraries;
+  absl::StatusOr<cuda::CudaDevices> devices =
       cuda::CreateCudaDevices(cuda_options);
   if (!devices.ok()) {
     found.summary = absl::StrCat(found.summary,
                                  "; not served: ", devices.status().ToString());
     return found;
   }
-  found.devices = std::move(*devices);
+  found.devices = std::move(devices->devices);
   std::string names;
   for (const auto& d : found.devices) {
     absl::StrAppend(&names, names.empty() ? "" : ", ", d->name());
   }
   absl::StrAppend(&found.summary, "; serving ", names,
                   options.allow_tf32 ? " (float32 matmul may use TF32)"
-                                     : " (float32 matmul exact, no TF32)");
+                                     : " (float32 matmul exact, no TF32)",
+                  "; ", devices->kernel_library_note);
 #else
   (void)options;
   found.summary = "CUDA: not built in (configure with -DTENSORD_CUDA=ON)";

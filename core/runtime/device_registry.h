@@ -28,6 +28,9 @@ struct AcceleratorOptions {
   // float32 matmuls on GPUs may use TF32 tensor cores (PyTorch's
   // allow_tf32). Off: float32 matmul is exact float32.
   bool allow_tf32 = false;
+  // conv2d and pooling on GPUs through cuDNN where it runs them
+  // (--kernel-libraries); false: composed (im2col + cuBLAS).
+  bool kernel_libraries = true;
 };
 
 // The CPU device's compute for this machine (core/cpu/blas.h): when the

@@ -63,6 +63,16 @@ tail -1 "$scratch/test.log"
     --gtest_filter=FaultTest.KilledClientsAreReclaimed >"$scratch/fault.log" 2>&1 ||
   { cat "$scratch/fault.log"; echo "FAIL: stress_fault_test from the bundle"; exit 1; }
 echo "PASS: bundle binaries start with LD_LIBRARY_PATH unset"
+# cuDNN: the front library only, looking for its engines on the machine.
+if ldd "$root/bin/tensord" | grep -q "libcudnn.so"; then
+  [[ -e "$root/lib/libcudnn.so.9" ]] || { echo "FAIL: libcudnn.so.9 not bundled"; exit 1; }
+  if compgen -G "$root/lib/libcudnn_*" >/dev/null; then
+    echo "FAIL: the bundle ships cuDNN's engines"; exit 1
+  fi
+  [[ "$(patchelf --print-rpath "$root/lib/libcudnn.so.9")" == '$ORIGIN:/usr/local/cuda/lib64:'* ]] ||
+    { echo "FAIL: cuDNN RUNPATH $(patchelf --print-rpath "$root/lib/libcudnn.so.9")"; exit 1; }
+  echo "PASS: cuDNN's front library bundled, its engines left to the machine"
+fi
 
 # --lean: CUDA's own libraries left to the machine, found through RUNPATH.
 # (The scratch directory lies inside the build tree that bundle.sh searches

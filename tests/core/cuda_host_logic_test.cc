@@ -1,6 +1,7 @@
 // The CUDA device's host logic, tested without a GPU (issue 11 item 3):
 // the capability table, launch geometry, kernel indices, the
-// copy choices, the out-of-memory message and the cuBLAS gemm parameters.
+// copy choices, the out-of-memory message, the cuBLAS gemm parameters and
+// the cuDNN selection rule and descriptors.
 // The gemm parameters are proven by running them through a CPU reference of
 // cublasGemmStridedBatchedEx (column-major, honouring op, ld and stride as
 // cuBLAS defines them) over every matmul layout the conformance suite uses.
@@ -15,16 +16,17 @@
 #include <string_view>
 #include <vector>
 
-#include "core/cuda/copy_plan.h"
-#include "core/cuda/cuda_supports.h"
-#include "core/cuda/gemm_params.h"
-#include "core/cuda/kernel_args.h"
-#include "core/cuda/launch_geometry.h"
-#include "core/cuda/out_of_memory.h"
 #include "core/base/device.h"
 #include "core/base/dtype.h"
 #include "core/base/op_checks.h"
 #include "core/base/shape.h"
+#include "core/cuda/copy_plan.h"
+#include "core/cuda/cuda_supports.h"
+#include "core/cuda/cudnn_params.h"
+#include "core/cuda/gemm_params.h"
+#include "core/cuda/kernel_args.h"
+#include "core/cuda/launch_geometry.h"
+#include "core/cuda/out_of_memory.h"
 
 namespace tensord::core::cuda {
 namespace {
@@ -767,6 +769,181 @@ TEST(GemmParamsTest, MatMulPaths) {
   EXPECT_EQ(path(2, 0, 4, 3, DType::kFloat32), MatMulPath::kNothing);
   EXPECT_EQ(path(2, 4, 0, 0, DType::kFloat32), MatMulPath::kNothing);
   EXPECT_EQ(path(0, 4, 4, 4, DType::kInt32), MatMulPath::kNothing);
+}
+
+// --- cuDNN ------------------------------------------------------------------
+
+// A window as the planner fills it: the output sizes PyTorch's floor count
+// gives (a ceil-mode caller adds one where it differs).
+WindowDims CudnnWindow(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k,
+                       int64_t s, int64_t p, int64_t d) {
+  WindowDims win;
+  win.n = n;
+  win.c = c;
+  win.h = h;
+  win.w = w;
+  win.kh = win.kw = k;
+  win.sh = win.sw = s;
+  win.ph = win.pw = p;
+  win.dh = win.dw = d;
+  win.oh = (h + 2 * p - d * (k - 1) - 1) / s + 1;
+  win.ow = (w + 2 * p - d * (k - 1) - 1) / s + 1;
+  return win;
+}
+
+// The kernel-selection rule: what cuDNN computes as PyTorch does, per
+// dtype, compute capability and window class.
+TEST(CudnnParamsTest, TheSelectionRule) {
+  const WindowDims seed = CudnnWindow(64, 1, 28, 28, 5, 1, 2, 1);
+  const Conv2dArgs conv{seed, 1, 6, ConvPass::kForward};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16}) {
+    EXPECT_TRUE(CudnnComputes(conv, dtype, 7)) << DTypeName(dtype);
+  }
+  EXPECT_FALSE(CudnnComputes(conv, DType::kBFloat16, 7));  // before Ampere
+  EXPECT_TRUE(CudnnComputes(conv, DType::kBFloat16, 8));
+  for (DType dtype : {DType::kInt32, DType::kInt64, DType::kBool}) {
+    EXPECT_FALSE(CudnnComputes(conv, dtype, 9)) << DTypeName(dtype);
+  }
+  // Strides, padding, dilation and groups (depthwise) are all cuDNN's.
+  EXPECT_TRUE(CudnnComputes(Conv2dArgs{CudnnWindow(2, 8, 17, 13, 3, 2, 2, 3), 4,
+                                       12, ConvPass::kBackwardWeights},
+                            DType::kFloat32, 8));
+  EXPECT_TRUE(CudnnComputes(Conv2dArgs{CudnnWindow(1, 6, 7, 7, 3, 1, 1, 1), 6,
+                                       6, ConvPass::kBackwardData},
+                            DType::kFloat32, 8));
+  // Empty tensors and cuDNN's int sizes: composed.
+  EXPECT_FALSE(CudnnComputes(Conv2dArgs{CudnnWindow(0, 1, 28, 28, 5, 1, 2, 1),
+                                        1, 6, ConvPass::kForward},
+                             DType::kFloat32, 8));
+  EXPECT_FALSE(
+      CudnnComputes(Conv2dArgs{CudnnWindow(1 << 16, 64, 32, 32, 3, 1, 1, 1), 1,
+                               64, ConvPass::kForward},
+                    DType::kFloat32, 8));  // 2^32 elements
+  // Groups that do not divide the channels never reach a library.
+  EXPECT_FALSE(CudnnComputes(Conv2dArgs{seed, 4, 6, ConvPass::kForward},
+                             DType::kFloat32, 8));
+  // An output size other than the convolution's own: not cuDNN's to size.
+  WindowDims odd = seed;
+  ++odd.oh;
+  EXPECT_FALSE(CudnnComputes(Conv2dArgs{odd, 1, 6, ConvPass::kForward},
+                             DType::kFloat32, 8));
+
+  const WindowDims pool = CudnnWindow(64, 6, 24, 24, 2, 2, 0, 1);
+  for (PoolAlgorithm a : {PoolAlgorithm::kMax, PoolAlgorithm::kAvgIncludePad,
+                          PoolAlgorithm::kAvgExcludePad}) {
+    for (PoolPass pass : {PoolPass::kForward, PoolPass::kBackward}) {
+      EXPECT_TRUE(CudnnComputes(Pool2dArgs{pool, a, pass}, DType::kFloat32, 8));
+      EXPECT_TRUE(CudnnComputes(Pool2dArgs{pool, a, pass}, DType::kFloat16, 8));
+      EXPECT_TRUE(CudnnComputes(Pool2dArgs{pool, a, pass}, DType::kFloat64, 8));
+      EXPECT_FALSE(
+          CudnnComputes(Pool2dArgs{pool, a, pass}, DType::kBFloat16, 9));
+    }
+  }
+  // Padding inside the window; dilation (cuDNN's pooling has none) and a
+  // ceil-mode window past the floor count (cuDNN sizes its output itself)
+  // stay composed.
+  EXPECT_TRUE(CudnnComputes(Pool2dArgs{CudnnWindow(1, 4, 9, 9, 3, 2, 1, 1),
+                                       PoolAlgorithm::kMax, PoolPass::kForward},
+                            DType::kFloat32, 8));
+  EXPECT_FALSE(
+      CudnnComputes(Pool2dArgs{CudnnWindow(1, 1, 9, 9, 2, 1, 0, 2),
+                               PoolAlgorithm::kMax, PoolPass::kForward},
+                    DType::kFloat32, 8));
+  WindowDims ceil = CudnnWindow(1, 2, 7, 7, 2, 2, 0, 1);
+  ceil.oh = ceil.ow = 4;
+  EXPECT_FALSE(
+      CudnnComputes(Pool2dArgs{ceil, PoolAlgorithm::kMax, PoolPass::kForward},
+                    DType::kFloat32, 8));
+  // Kernels that are not a library's: never.
+  EXPECT_FALSE(CudnnComputes(BinaryArgs{BinaryOp::kAdd}, DType::kFloat32, 9));
+}
+
+TEST(CudnnParamsTest, ConvolutionDescriptors) {
+  const WindowDims win = CudnnWindow(2, 8, 17, 13, 3, 2, 1, 2);
+  const Conv2dArgs args{win, 4, 12, ConvPass::kBackwardData};
+  absl::StatusOr<CudnnConvParams> p =
+      PlanCudnnConv(args, DType::kFloat32, /*allow_tf32=*/false);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->pass, ConvPass::kBackwardData);
+  EXPECT_EQ(std::vector<int>({p->x.n, p->x.c, p->x.h, p->x.w}),
+            std::vector<int>({2, 8, 17, 13}));
+  EXPECT_EQ(std::vector<int>({p->y.n, p->y.c, p->y.h, p->y.w}),
+            std::vector<int>(
+                {2, 12, static_cast<int>(win.oh), static_cast<int>(win.ow)}));
+  // The filter as PyTorch's weight: [out, in / groups, kh, kw].
+  EXPECT_EQ(std::vector<int>({p->w.n, p->w.c, p->w.h, p->w.w}),
+            std::vector<int>({12, 2, 3, 3}));
+  EXPECT_EQ(std::vector<int>({p->pad_h, p->pad_w, p->stride_h, p->stride_w,
+                              p->dilation_h, p->dilation_w, p->groups}),
+            std::vector<int>({1, 1, 2, 2, 2, 2, 4}));
+  // float32: exact (FMA) unless TF32 is allowed, as PyTorch's
+  // cudnn.allow_tf32; float32 compute.
+  EXPECT_EQ(p->data, CudnnDataType::kFloat);
+  EXPECT_EQ(p->compute, CudnnDataType::kFloat);
+  EXPECT_EQ(p->math, CudnnMath::kFma);
+  EXPECT_FALSE(p->double_scalars);
+  EXPECT_EQ(PlanCudnnConv(args, DType::kFloat32, true)->math,
+            CudnnMath::kDefault);
+  // The half types: float32 accumulation on tensor cores.
+  for (DType half : {DType::kFloat16, DType::kBFloat16}) {
+    absl::StatusOr<CudnnConvParams> h = PlanCudnnConv(args, half, false);
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_EQ(h->data, half == DType::kFloat16 ? CudnnDataType::kHalf
+                                               : CudnnDataType::kBFloat16);
+    EXPECT_EQ(h->compute, CudnnDataType::kFloat);
+    EXPECT_EQ(h->math, CudnnMath::kTensorOp);
+  }
+  // float64: double compute and double scalars.
+  absl::StatusOr<CudnnConvParams> d =
+      PlanCudnnConv(args, DType::kFloat64, true);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->compute, CudnnDataType::kDouble);
+  EXPECT_TRUE(d->double_scalars);
+  // What cuDNN cannot take, named.
+  absl::StatusOr<CudnnConvParams> bad =
+      PlanCudnnConv(args, DType::kInt64, false);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("conv2d of int64 input [2, 8, 17, 13]"));
+}
+
+TEST(CudnnParamsTest, PoolingDescriptorsAndWorkspace) {
+  const WindowDims win = CudnnWindow(3, 5, 9, 8, 3, 2, 1, 1);
+  absl::StatusOr<CudnnPoolParams> fwd = PlanCudnnPool(
+      Pool2dArgs{win, PoolAlgorithm::kAvgExcludePad, PoolPass::kForward},
+      DType::kFloat16);
+  ASSERT_TRUE(fwd.ok()) << fwd.status();
+  EXPECT_EQ(fwd->mode, CudnnPoolMode::kAverageExcludePadding);
+  EXPECT_EQ(fwd->data, CudnnDataType::kHalf);
+  EXPECT_EQ(std::vector<int>({fwd->window_h, fwd->window_w, fwd->pad_h,
+                              fwd->pad_w, fwd->stride_h, fwd->stride_w}),
+            std::vector<int>({3, 3, 1, 1, 2, 2}));
+  EXPECT_EQ(std::vector<int>({fwd->y.n, fwd->y.c, fwd->y.h, fwd->y.w}),
+            std::vector<int>({3, 5, 5, 4}));
+  EXPECT_EQ(fwd->workspace_bytes, 0u);  // the forward needs none
+  // Max pooling's backward runs the forward again into its workspace: y's
+  // bytes; average pooling's needs x's stand-in: x's bytes.
+  absl::StatusOr<CudnnPoolParams> max_back =
+      PlanCudnnPool(Pool2dArgs{win, PoolAlgorithm::kMax, PoolPass::kBackward},
+                    DType::kFloat64);
+  ASSERT_TRUE(max_back.ok()) << max_back.status();
+  EXPECT_EQ(max_back->mode, CudnnPoolMode::kMax);
+  EXPECT_TRUE(max_back->double_scalars);
+  EXPECT_EQ(max_back->workspace_bytes, 8u * 3 * 5 * 5 * 4);
+  absl::StatusOr<CudnnPoolParams> avg_back = PlanCudnnPool(
+      Pool2dArgs{win, PoolAlgorithm::kAvgIncludePad, PoolPass::kBackward},
+      DType::kFloat32);
+  ASSERT_TRUE(avg_back.ok()) << avg_back.status();
+  EXPECT_EQ(avg_back->mode, CudnnPoolMode::kAverageIncludePadding);
+  EXPECT_EQ(avg_back->workspace_bytes, 4u * 3 * 5 * 9 * 8);
+  WindowDims dilated = win;
+  dilated.dh = 2;
+  absl::StatusOr<CudnnPoolParams> bad = PlanCudnnPool(
+      Pool2dArgs{dilated, PoolAlgorithm::kMax, PoolPass::kForward},
+      DType::kFloat32);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("dilation 2x1"));
 }
 
 }  // namespace

@@ -773,7 +773,8 @@ def check_dockerfile(root: pathlib.Path) -> None:
     froms = [subst(rest).split() for word, rest in ins if word == "FROM"]
     if check(len(froms) == 2, f"Dockerfile: {len(froms)} FROM stages, expected 2"):
         build, run = froms[0][0], froms[1][0]
-        check(re.fullmatch(r"nvidia/cuda:13\.[\d.]+-devel-ubuntu24\.04", build)
+        # cuDNN's variant of the CUDA image: conv2d and pooling on cuDNN.
+        check(re.fullmatch(r"nvidia/cuda:13\.[\d.]+-cudnn-devel-ubuntu24\.04", build)
               is not None, f"Dockerfile: build stage is {build}")
         check(run == build.replace("-devel-", "-runtime-"),
               f"Dockerfile: runtime stage {run} does not match {build}")
