@@ -296,9 +296,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> names;
   for (const auto& d : (*server)->runtime().ListDevices()) {
     const std::string& library = d.properties.kernel_library;
-    names.push_back(
-        d.name + " (" + d.properties.model +
-        (library.empty() ? "" : "; conv2d and pooling on " + library) + ")");
+    names.push_back(d.name + " (" + d.properties.model +
+                    (library.empty() ? "" : "; " + library) + ")");
   }
   spdlog::info("security: bearer tokens {}, TLS {}",
                absl::GetFlag(FLAGS_auth_token_file).empty() ? "off" : "required",

@@ -65,8 +65,8 @@ struct DeviceProperties {
   int compute_capability_major = 0;  // GPUs only
   int compute_capability_minor = 0;
   int multiprocessor_count = 0;
-  // The library behind its kLibrary kernels ("oneDNN 2.6.3"; "" if none):
-  // Device::KernelLibrary().
+  // What runs its kLibrary kernels ("conv2d on oneDNN 2.6.3, pooling
+  // direct"; "" if none): Device::KernelLibrary().
   std::string kernel_library;
 };
 
@@ -263,11 +263,11 @@ struct Conv2dArgs {
   ConvPass pass = ConvPass::kForward;
 };
 
-// max_pool2d / avg_pool2d as one call of a library (oneDNN on the CPU),
-// made only where Device::Select says kLibrary for it; elsewhere pooling
-// is im2col and a reduction. Plain layouts: x and its gradient [n, c, h,
-// w], the output and its gradient [n, c, oh, ow]; one floating dtype.
-// inputs = {in, x, workspace}:
+// max_pool2d / avg_pool2d as one kernel call (the CPU device's own direct
+// kernel, cuDNN on a GPU), made only where Device::Select says kLibrary for
+// it; elsewhere pooling is im2col and a reduction. Plain layouts: x and its
+// gradient [n, c, h, w], the output and its gradient [n, c, oh, ow]; one
+// floating dtype. inputs = {in, x, workspace}:
 //   kForward:  in = x               -> the output
 //   kBackward: in = the output's gradient -> x's gradient (max pooling
 //              finds each window's first maximum in x again, PyTorch's
@@ -379,9 +379,11 @@ class Device {
   // its shape class) in `dtype` (internal; the capabilities say what a
   // device computes, this says how). kComposed: from the kernels every
   // device has (conv2d as im2col and a matrix product, pooling as im2col
-  // and a reduction); kLibrary: as one library call of args' kind (on the
-  // CPU, oneDNN). A function of its arguments for the device's life. The
-  // default: composed.
+  // and a reduction); kLibrary: as one kernel call of args' kind -- a
+  // vendor library's (oneDNN's conv2d on the CPU, cuDNN's on a GPU) or,
+  // where that measured faster, the device's own (the CPU's pooling). A
+  // function of its arguments for the device's life. The default:
+  // composed.
   enum class Implementation { kComposed, kLibrary };
   virtual Implementation Select(const KernelArgs& args, DType dtype) const {
     (void)args;
@@ -396,8 +398,8 @@ class Device {
     (void)dtype;
     return uint64_t{0};
   }
-  // The library behind kLibrary kernels, for the log ("oneDNN 2.6.3"; ""
-  // when there is none).
+  // What runs the kLibrary kernels, for the log ("conv2d on oneDNN 2.6.3,
+  // pooling direct"; "" when none do).
   virtual std::string KernelLibrary() const { return ""; }
 
   // Allocates grant.bytes() (0 allowed) of device memory. RESOURCE_EXHAUSTED

@@ -122,7 +122,22 @@ int UsableCpus() {
 
 namespace {
 constexpr char kReplacedCoreEnv[] = "TENSORD_BLAS_CORE_REPLACED";
-constexpr char kPassiveTeamEnv[] = "TENSORD_OMP_PASSIVE_SET";
+
+// The thread policy's variables, each set (and marked set by tensord)
+// only where the user left it unset.
+struct PolicyVariable {
+  const char* name;
+  const char* value;
+  const char* marker;
+};
+constexpr PolicyVariable kThreadPolicy[] = {
+    // libgomp's team (oneDNN's) sleeps as soon as a call ends.
+    {"OMP_WAIT_POLICY", "PASSIVE", "TENSORD_OMP_PASSIVE_SET"},
+    // OpenBLAS's idle workers sleep after 2^4 cycles of sched_yield()
+    // instead of 2^28 (about 0.1 s): a worker yielding in a loop takes a
+    // core from the handler thread and oneDNN on a small machine.
+    {"OPENBLAS_THREAD_TIMEOUT", "4", "TENSORD_BLAS_TIMEOUT_SET"},
+};
 }  // namespace
 
 bool SetHostComputeEnvironment() {
@@ -136,9 +151,10 @@ bool SetHostComputeEnvironment() {
       set = true;
     }
   }
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
-    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    ::setenv(kPassiveTeamEnv, "1", 1);
+  for (const PolicyVariable& v : kThreadPolicy) {
+    if (std::getenv(v.name) != nullptr) continue;  // the user's choice
+    ::setenv(v.name, v.value, 1);
+    ::setenv(v.marker, "1", 1);
     set = true;
   }
   return set;
@@ -152,9 +168,10 @@ void ReexecForHostCompute(char** argv) {
     ::unsetenv("OPENBLAS_CORETYPE");
     ::unsetenv(kReplacedCoreEnv);
   }
-  if (std::getenv(kPassiveTeamEnv) != nullptr) {
-    ::unsetenv("OMP_WAIT_POLICY");
-    ::unsetenv(kPassiveTeamEnv);
+  for (const PolicyVariable& v : kThreadPolicy) {
+    if (std::getenv(v.marker) == nullptr) continue;
+    ::unsetenv(v.name);
+    ::unsetenv(v.marker);
   }
 }
 

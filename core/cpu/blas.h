@@ -56,10 +56,12 @@ int UsableCpus();
 
 // The environment this process's host compute wants and did not start
 // with, set in it now: OPENBLAS_CORETYPE when the library runs a weaker
-// kernel than BestCoreType and the user chose none; OMP_WAIT_POLICY=PASSIVE
-// (the thread policy: libgomp's team, oneDNN's, sleeps as soon as a call
-// ends instead of spinning on the cores OpenBLAS's threads and the service
-// use) unless the user set it. Both are read only when the libraries load,
+// kernel than BestCoreType and the user chose none; the thread policy's
+// OMP_WAIT_POLICY=PASSIVE (libgomp's team, oneDNN's, sleeps as soon as a
+// call ends instead of spinning on the cores OpenBLAS's threads and the
+// service use) and OPENBLAS_THREAD_TIMEOUT=4 (OpenBLAS's idle workers
+// sleep after 2^4 cycles of yielding, not 2^28), each unless the user set
+// it. All are read only when the libraries load,
 // so true means: execute the program again (ReexecForHostCompute).
 bool SetHostComputeEnvironment();
 // Executes /proc/self/exe again with `argv` when SetHostComputeEnvironment

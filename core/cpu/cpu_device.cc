@@ -19,6 +19,7 @@
 #include "core/cpu/cpu_kernels.h"
 #include "core/cpu/host_pool.h"
 #include "core/cpu/library_kernels.h"
+#include "core/cpu/pool_kernels.h"
 
 namespace tensord::core {
 namespace {
@@ -145,21 +146,31 @@ class CpuDevice final : public Device {
 
   const Capabilities& capabilities() const override { return capabilities_; }
 
-  // The kernel-selection table: conv2d and pooling on oneDNN where it runs
-  // the dtype and window class (cpu::LibraryRuns), when libraries are on;
-  // everything else composed.
+  // The kernel-selection table, when one-call kernels are on: conv2d on
+  // oneDNN where it runs the dtype and window (cpu::LibraryRuns); pooling
+  // in every floating dtype and window on the device's own direct kernel
+  // (core/cpu/pool_kernels.h: faster here than oneDNN's); everything else
+  // composed.
   Implementation Select(const KernelArgs& args, DType dtype) const override {
-    return kernel_libraries_ && cpu::LibraryRuns(args, dtype)
-               ? Implementation::kLibrary
-               : Implementation::kComposed;
+    if (!kernel_libraries_) return Implementation::kComposed;
+    if (std::holds_alternative<Pool2dArgs>(args)) {
+      return IsFloating(dtype) ? Implementation::kLibrary
+                               : Implementation::kComposed;
+    }
+    return cpu::LibraryRuns(args, dtype) ? Implementation::kLibrary
+                                         : Implementation::kComposed;
   }
   absl::StatusOr<uint64_t> WorkspaceBytes(const KernelArgs& args,
                                           DType dtype) const override {
-    if (!IsLibraryKind(args)) return uint64_t{0};
+    if (!std::holds_alternative<Conv2dArgs>(args)) return uint64_t{0};
     return cpu::LibraryWorkspace(args, dtype);
   }
   std::string KernelLibrary() const override {
-    return kernel_libraries_ ? cpu::KernelLibraryName() : "";
+    if (!kernel_libraries_) return "";
+    const std::string& onednn = cpu::KernelLibraryName();
+    return onednn.empty()
+               ? "pooling direct"
+               : absl::StrCat("conv2d on ", onednn, ", pooling direct");
   }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(
@@ -291,8 +302,10 @@ class CpuDevice final : public Device {
     return cpu::RunLibraryKernel(call);
   }
 
-  static absl::Status Run(const Pool2dArgs&, const KernelCall& call) {
-    return cpu::RunLibraryKernel(call);
+  static absl::Status Run(const Pool2dArgs& args, const KernelCall& call) {
+    return cpu::Pool2dKernel(
+        args, call.out.dtype, call.inputs[0].buffer->data(),
+        call.inputs[1].buffer->data(), call.out.buffer->data());
   }
 
   static absl::Status Run(const Im2ColArgs& args, const KernelCall& call) {

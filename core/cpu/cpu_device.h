@@ -19,9 +19,10 @@ struct CpuDeviceOptions {
   // Freed blocks of >= 1 MiB kept warm for reuse (core/cpu/host_pool.h).
   // Not counted against the budget, which counts live tensors.
   uint64_t host_cache_bytes = uint64_t{1} << 30;
-  // Run conv2d and max/avg pooling on a library (oneDNN, when the build
-  // has it: core/cpu/library_kernels.h, where it runs the dtype and
-  // window); false: every op composed of tensord's own kernels
+  // Run conv2d on a library (oneDNN, when the build has it:
+  // core/cpu/library_kernels.h, where it runs the dtype and window) and
+  // max/avg pooling on the direct kernel (core/cpu/pool_kernels.h); false:
+  // both composed of im2col and products or reductions
   // (--kernel-libraries).
   bool kernel_libraries = true;
 };

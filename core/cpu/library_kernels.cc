@@ -76,10 +76,6 @@ double Flops(const KernelArgs& args) {
     return 2.0 * w.n * conv->out_channels * w.oh * w.ow * (w.c / conv->groups) *
            w.kh * w.kw;
   }
-  if (const auto* pool = std::get_if<Pool2dArgs>(&args)) {
-    const WindowDims& w = pool->dims;
-    return 1.0 * w.n * w.c * w.oh * w.ow * w.kh * w.kw;
-  }
   return 0;
 }
 
@@ -105,9 +101,6 @@ absl::StatusOr<PreparedCall> Prepare(const KernelArgs& args, DType dtype,
   if (const auto* conv = std::get_if<Conv2dArgs>(&args)) {
     return onednn::PrepareConv(*conv, dtype);
   }
-  if (const auto* pool = std::get_if<Pool2dArgs>(&args)) {
-    return onednn::PreparePool(*pool, dtype);
-  }
   return absl::InternalError(
       absl::StrCat("no library kernel for kernel kind ", args.index()));
 }
@@ -129,26 +122,9 @@ Cache::Entry Get(const KernelArgs& args, DType dtype, int threads) {
 std::string Probe() {
   Conv2dArgs conv;
   conv.dims = WindowDims{1, 1, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1, 2, 2};
-  Pool2dArgs pool;
-  pool.dims = conv.dims;
-  if (!onednn::PrepareConv(conv, DType::kFloat32).ok() ||
-      !onednn::PreparePool(pool, DType::kFloat32).ok()) {
-    return "";
-  }
+  if (!onednn::PrepareConv(conv, DType::kFloat32).ok()) return "";
   const dnnl_version_t* v = dnnl_version();
   return absl::StrCat("oneDNN ", v->major, ".", v->minor, ".", v->patch);
-}
-
-// Whether the library computes what PyTorch does for `args`' window.
-bool WindowClassRuns(const KernelArgs& args) {
-  const auto* pool = std::get_if<Pool2dArgs>(&args);
-  if (pool == nullptr) return std::holds_alternative<Conv2dArgs>(args);
-  const WindowDims& w = pool->dims;
-  if (w.dh != 1 || w.dw != 1) return false;  // oneDNN 2.6's pooling: none
-  if (pool->algorithm != PoolAlgorithm::kAvgIncludePad) return true;
-  // The divisor counts the padding but not a ceil-mode overhang.
-  return (w.oh - 1) * w.sh + w.kh - w.h - w.ph == w.ph &&
-         (w.ow - 1) * w.sw + w.kw - w.w - w.pw == w.pw;
 }
 
 // The threads a call of `args` runs on when no other call holds the team.
@@ -170,7 +146,7 @@ const std::string& KernelLibraryName() {
 
 bool LibraryRuns(const KernelArgs& args, DType dtype) {
   if (dtype != DType::kFloat32 || KernelLibraryName().empty() ||
-      !WindowClassRuns(args)) {
+      !std::holds_alternative<Conv2dArgs>(args)) {
     return false;
   }
   return Get(args, dtype, TeamThreads(args))->ok();

@@ -1,23 +1,22 @@
-// The CPU device's library kernels: conv2d (KernelKind::kConv2d) and the
-// 2-d max/average pooling ops (KernelKind::kPool2d) as calls of oneDNN,
-// which the device's kernel-selection table (CpuDevice::Select) picks
-// where LibraryRuns says the library runs the call; everything else stays
-// composed of the kernels every device has.
+// The CPU device's library kernels: conv2d (KernelKind::kConv2d: forward
+// and both gradients) as calls of oneDNN, which the device's
+// kernel-selection table (CpuDevice::Select) picks where LibraryRuns says
+// the library runs the call; everything else stays composed of the
+// kernels every device has. (Pooling runs on the device's own direct
+// kernel, core/cpu/pool_kernels.h: oneDNN 2.6's pooling over plain NCHW
+// tensors was slower.)
 //
 // What the library runs: float32 (oneDNN has no float64, and its bf16
-// waits for a bench); pooling without dilation, and average pooling with
-// padding counted only where no ceil-mode window reaches past the padding
-// (oneDNN would count the overhang in the divisor, PyTorch does not).
-// Support is probed once at run time (a primitive is made for a small
-// window): a build without oneDNN, or a CPU oneDNN cannot serve, runs
-// nothing here.
+// waits for a bench). Support is probed once at run time (a primitive is
+// made for a small window): a build without oneDNN, or a CPU oneDNN cannot
+// serve, runs nothing here.
 //
 // Each call's PreparedCall (core/cpu/onednn_call.h) comes from one bounded
-// cache per process keyed by the kind, pass, dtype and window
-// (LibraryKernelCounters counts what was made, reused, evicted and
-// reordered). Tensors stay in plain layouts at the API; a primitive that
-// prefers blocked ones has its inputs reordered into the workspace and its
-// output back out of it.
+// cache per process (core/base/library_cache.h) keyed by the pass, dtype,
+// window and threads (LibraryKernelCounters counts what was made, reused,
+// evicted and reordered). Tensors stay in plain layouts at the API; a
+// primitive that prefers blocked ones has its inputs reordered into the
+// workspace and its output back out of it.
 //
 // Threads (the thread policy): a call runs on the calling thread's OpenMP
 // team (libgomp) of LibraryThreads(work) threads: one below a grain of
@@ -25,9 +24,10 @@
 // count the daemon set (--blas-threads). One call at a time runs on a
 // team: a call that finds another's team running runs on its own thread
 // (counted as contended), so concurrent sessions never put two teams on
-// the same cores. The daemon starts libgomp passive (OMP_WAIT_POLICY,
-// core/cpu/blas.h): a team sleeps as soon as its call ends, leaving the
-// cores to OpenBLAS's threads and the service.
+// the same cores. The daemon starts libgomp passive and OpenBLAS's idle
+// workers quick to sleep (OMP_WAIT_POLICY, OPENBLAS_THREAD_TIMEOUT,
+// core/cpu/blas.h): neither library's threads spin on the cores the other's
+// and the service's need.
 //
 // Thread-safety: every function may be called from any thread; calls run
 // concurrently (the cache has its own lock; each call has its own
@@ -48,15 +48,15 @@ namespace tensord::core::cpu {
 // otherwise.
 const std::string& KernelLibraryName();
 
-// Whether the library runs `args` (a Conv2dArgs or Pool2dArgs) in `dtype`.
+// Whether the library runs `args` (a Conv2dArgs) in `dtype`.
 bool LibraryRuns(const KernelArgs& args, DType dtype);
 
 // The workspace bytes `args` needs in `dtype`: reordered copies, regions
 // and scratch. INTERNAL if the library refuses the window.
 absl::StatusOr<uint64_t> LibraryWorkspace(const KernelArgs& args, DType dtype);
 
-// Runs `call` (kConv2d or kPool2d; its last input is the workspace, at
-// least LibraryWorkspace bytes).
+// Runs `call` (kConv2d; its last input is the workspace, at least
+// LibraryWorkspace bytes).
 absl::Status RunLibraryKernel(const KernelCall& call);
 
 // The OpenMP threads a library call of `flops` work runs on.

@@ -8,8 +8,8 @@
 //     inputs first and the output last; where a primitive prefers another
 //     layout, the call reorders an input into the workspace before its
 //     first step and the output out of it after its last (counted);
-//   - its regions are intermediates that live only in the workspace (max
-//     pooling's backward keeps the forward's indices there);
+//   - its regions are intermediates that live only in the workspace (a
+//     step's output that the next step reads);
 //   - its steps are primitives run one after another, each argument bound
 //     to an operand or a region;
 //   - the primitives' scratch (oneDNN's user scratchpad mode) lies at the
@@ -91,10 +91,9 @@ class PreparedCall {
   size_t bytes_ = 0;
 };
 
-// The makers, one per library kernel (library_conv.cc, library_pool.cc):
+// The makers, one per library kernel (library_conv.cc):
 // INTERNAL naming the window when oneDNN refuses it.
 absl::StatusOr<PreparedCall> PrepareConv(const Conv2dArgs& args, DType dtype);
-absl::StatusOr<PreparedCall> PreparePool(const Pool2dArgs& args, DType dtype);
 
 }  // namespace tensord::core::cpu::onednn
 

@@ -278,7 +278,9 @@ class CudaDevice final : public Device {
     return cudnn_->WorkspaceBytes(args, dtype);
   }
   std::string KernelLibrary() const override {
-    return cudnn_ == nullptr ? "" : cudnn_->version();
+    return cudnn_ == nullptr
+               ? ""
+               : absl::StrCat("conv2d and pooling on ", cudnn_->version());
   }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(

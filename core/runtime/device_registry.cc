@@ -31,7 +31,12 @@ std::string ConfigureHostCompute(int blas_threads) {
       "; ", blas.threads, " threads (", usable, " usable CPUs); OpenMP ",
       std::getenv("OMP_WAIT_POLICY") == nullptr
           ? std::string("wait policy unset")
-          : absl::StrCat("OMP_WAIT_POLICY=", std::getenv("OMP_WAIT_POLICY")));
+          : absl::StrCat("OMP_WAIT_POLICY=", std::getenv("OMP_WAIT_POLICY")),
+      "; OpenBLAS ",
+      std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr
+          ? std::string("thread timeout unset")
+          : absl::StrCat("OPENBLAS_THREAD_TIMEOUT=",
+                         std::getenv("OPENBLAS_THREAD_TIMEOUT")));
 }
 
 AcceleratorDiscovery DiscoverAccelerators(const AcceleratorOptions& options) {

@@ -112,9 +112,10 @@ absl::Status CheckNodeName(std::string_view name);
 struct RuntimeOptions {
   // Number of host devices: 1 gives "cpu"; N > 1 gives "cpu:0".."cpu:N-1".
   int host_devices = 1;
-  // The host devices run conv2d and pooling on a library (oneDNN, when
-  // built with it: core/cpu/library_kernels.h); false: only tensord's own
-  // kernels (--kernel-libraries; CpuDeviceOptions::kernel_libraries).
+  // The host devices run conv2d on a library (oneDNN, when built with it:
+  // core/cpu/library_kernels.h) and pooling on their direct kernel
+  // (core/cpu/pool_kernels.h); false: both composed (--kernel-libraries;
+  // CpuDeviceOptions::kernel_libraries).
   bool kernel_libraries = true;
   // Budget of each host device in bytes; 0 = default: 80% of the machine's
   // RAM divided among the host devices.

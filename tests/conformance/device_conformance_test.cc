@@ -1134,126 +1134,151 @@ TEST_P(ConformanceTest, LibraryConvEveryPassAndWindow) {
   }
 }
 
-// Max and average pooling as one library kernel where the selection table
-// picks one (the CPU on oneDNN, float32): both passes against PyTorch's
-// definition — the gradient to each window's first maximum, ties included
-// (the values are small integers), and the divisor with or without the
-// padding — over strides, padding and ceil mode's overhanging last window.
-// Dilation, and average pooling counting the padding where a window
-// overhangs it, stay composed.
+// `values` as float32 or float64 bytes.
+std::vector<uint8_t> EncodeFloating(DType dtype,
+                                    const std::vector<double>& values) {
+  std::vector<uint8_t> out(values.size() * DTypeSize(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::kFloat64) {
+      std::memcpy(out.data() + i * 8, &values[i], 8);
+    } else {
+      const float f = static_cast<float>(values[i]);
+      std::memcpy(out.data() + i * 4, &f, 4);
+    }
+  }
+  return out;
+}
+
+// Max and average pooling as one kernel call where the selection table
+// picks one (the CPU's direct kernel, cuDNN on a GPU): both passes against
+// PyTorch's definition (ATen's CPU loops) -- the gradient to each window's
+// first maximum, ties included (the values are small integers), dilation
+// stepping the window, and the divisor with the padding (the window
+// clipped to the padded input) or without it -- over strides, padding,
+// dilation and ceil mode's overhanging last window, in float32 and
+// float64. On the CPU every window is one call; cuDNN's pooling has no
+// dilation and sizes its output itself, so those windows stay composed
+// there.
 TEST_P(ConformanceTest, LibraryPoolEveryPassAndWindow) {
-  const DType dtype = DType::kFloat32;
   std::unique_ptr<Device> cpu_with_libraries;
   Device* device = WithLibraries(device_, cpu_with_libraries);
   const WindowDims plain = TestWindow(2, 3, 8, 8, 2, 2, 2, 0, 1);
   if (device->Select(Pool2dArgs{plain, PoolAlgorithm::kMax, PoolPass::kForward},
-                     dtype) != Device::Implementation::kLibrary) {
-    GTEST_SKIP() << device->name() << " composes pooling (no library)";
+                     DType::kFloat32) != Device::Implementation::kLibrary) {
+    GTEST_SKIP() << device->name() << " composes pooling";
   }
   WindowDims ceil = TestWindow(1, 2, 7, 7, 2, 2, 2, 0, 1);  // ceil mode
   ceil.oh = 4;
   ceil.ow = 3;
+  WindowDims ceil_padded = TestWindow(2, 2, 6, 7, 3, 3, 2, 1, 1);
+  ++ceil_padded.oh;  // the last window starts in the input, ends past it
   const std::vector<WindowDims> windows = {
       plain,
       TestWindow(1, 4, 9, 7, 3, 3, 2, 1, 1),  // padding
       TestWindow(3, 2, 6, 6, 3, 2, 1, 1, 1),  // overlapping windows
+      TestWindow(1, 2, 9, 9, 2, 2, 1, 0, 2),  // dilation (max pooling)
+      TestWindow(2, 1, 11, 9, 3, 3, 2, 1, 3),
       ceil,
+      ceil_padded,
   };
   const PoolAlgorithm algorithms[] = {PoolAlgorithm::kMax,
                                       PoolAlgorithm::kAvgIncludePad,
                                       PoolAlgorithm::kAvgExcludePad};
-  // Where the library does not compute what PyTorch does: composed.
-  EXPECT_EQ(device->Select(Pool2dArgs{TestWindow(1, 1, 9, 9, 2, 2, 1, 0, 2),
-                                      PoolAlgorithm::kMax, PoolPass::kForward},
-                           dtype),
-            Device::Implementation::kComposed);
-  EXPECT_EQ(device->Select(Pool2dArgs{ceil, PoolAlgorithm::kAvgIncludePad,
-                                      PoolPass::kForward},
-                           dtype),
-            Device::Implementation::kComposed);
-  for (const WindowDims& d : windows) {
-    for (PoolAlgorithm algorithm : algorithms) {
-      const Pool2dArgs forward{d, algorithm, PoolPass::kForward};
-      if (device->Select(forward, dtype) != Device::Implementation::kLibrary) {
-        continue;  // the overhanging window counting its padding
-      }
-      const Shape x_shape = S({d.n, d.c, d.h, d.w});
-      const Shape y_shape = S({d.n, d.c, d.oh, d.ow});
-      SCOPED_TRACE(x_shape.ToString() + " -> " + y_shape.ToString() +
-                   " algorithm " + std::to_string(static_cast<int>(algorithm)));
-      // Small integers: windows with tied maxima.
-      std::vector<float> xs(x_shape.NumElements());
-      for (size_t i = 0; i < xs.size(); ++i) xs[i] = (i * 7 + i / 5) % 3;
-      std::vector<uint8_t> x(xs.size() * sizeof(float));
-      std::memcpy(x.data(), xs.data(), x.size());
-      const std::vector<uint8_t> gy =
-          RandomValues(dtype, y_shape.NumElements(), 7);
-      std::vector<double> y(y_shape.NumElements()), dx(x_shape.NumElements());
-      for (int64_t p = 0; p < d.n * d.c; ++p)
-        for (int64_t r = 0; r < d.oh; ++r)
-          for (int64_t q = 0; q < d.ow; ++q) {
-            const int64_t yi = (p * d.oh + r) * d.ow + q;
-            int64_t first_max = -1, inside = 0;
-            double sum = 0;
-            for (int64_t i = 0; i < d.kh; ++i)
-              for (int64_t j = 0; j < d.kw; ++j) {
-                const int64_t row = r * d.sh - d.ph + i;
-                const int64_t col = q * d.sw - d.pw + j;
-                if (row < 0 || row >= d.h || col < 0 || col >= d.w) continue;
-                const int64_t xi = (p * d.h + row) * d.w + col;
-                sum += xs[xi];
-                ++inside;
-                if (first_max < 0 || xs[xi] > xs[first_max]) first_max = xi;
+  int checked = 0;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (const WindowDims& d : windows) {
+      for (PoolAlgorithm algorithm : algorithms) {
+        if (algorithm != PoolAlgorithm::kMax && (d.dh != 1 || d.dw != 1)) {
+          continue;  // average pooling has no dilation
+        }
+        const Pool2dArgs forward{d, algorithm, PoolPass::kForward};
+        const bool one_call =
+            device->Select(forward, dtype) == Device::Implementation::kLibrary;
+        if (device->kind() == DeviceKind::kCpu) {
+          ASSERT_TRUE(one_call) << "the CPU runs every window in one call";
+        }
+        if (!one_call) continue;
+        const Shape x_shape = S({d.n, d.c, d.h, d.w});
+        const Shape y_shape = S({d.n, d.c, d.oh, d.ow});
+        SCOPED_TRACE(std::string(DTypeName(dtype)) + " " + x_shape.ToString() +
+                     " -> " + y_shape.ToString() + " algorithm " +
+                     std::to_string(static_cast<int>(algorithm)));
+        // Small integers: windows with tied maxima.
+        std::vector<double> xs(x_shape.NumElements());
+        for (size_t i = 0; i < xs.size(); ++i) xs[i] = (i * 7 + i / 5) % 3;
+        const std::vector<uint8_t> x = EncodeFloating(dtype, xs);
+        const std::vector<uint8_t> gy =
+            RandomValues(dtype, y_shape.NumElements(), 7);
+        std::vector<double> y(y_shape.NumElements()), dx(x_shape.NumElements());
+        for (int64_t p = 0; p < d.n * d.c; ++p)
+          for (int64_t r = 0; r < d.oh; ++r)
+            for (int64_t q = 0; q < d.ow; ++q) {
+              const int64_t yi = (p * d.oh + r) * d.ow + q;
+              const double g = ValueAt(dtype, gy, yi);
+              // The window's rows and columns inside the input, and (for
+              // the divisor counting padding) its size clipped to the
+              // padded input.
+              const int64_t r0 = r * d.sh - d.ph, c0 = q * d.sw - d.pw;
+              const int64_t padded_rows = std::min(r0 + d.kh, d.h + d.ph) - r0;
+              const int64_t padded_cols = std::min(c0 + d.kw, d.w + d.pw) - c0;
+              int64_t first_max = -1, inside = 0;
+              double sum = 0;
+              std::vector<int64_t> read;
+              for (int64_t i = 0; i < d.kh; ++i)
+                for (int64_t j = 0; j < d.kw; ++j) {
+                  const int64_t row = r0 + i * d.dh, col = c0 + j * d.dw;
+                  if (row < 0 || row >= d.h || col < 0 || col >= d.w) continue;
+                  const int64_t xi = (p * d.h + row) * d.w + col;
+                  read.push_back(xi);
+                  sum += xs[xi];
+                  ++inside;
+                  if (first_max < 0 || xs[xi] > xs[first_max]) first_max = xi;
+                }
+              if (algorithm == PoolAlgorithm::kMax) {
+                y[yi] = xs[first_max];
+                dx[first_max] += g;
+                continue;
               }
-            const double divisor = algorithm == PoolAlgorithm::kAvgExcludePad
-                                       ? inside
-                                       : d.kh * d.kw;
-            const double g = ValueAt(dtype, gy, yi);
-            if (algorithm == PoolAlgorithm::kMax) {
-              y[yi] = xs[first_max];
-              dx[first_max] += g;
-              continue;
+              const double divisor = algorithm == PoolAlgorithm::kAvgExcludePad
+                                         ? inside
+                                         : padded_rows * padded_cols;
+              y[yi] = inside == 0 ? 0 : sum / divisor;
+              for (int64_t xi : read) dx[xi] += g / divisor;
             }
-            y[yi] = sum / divisor;
-            for (int64_t i = 0; i < d.kh; ++i)
-              for (int64_t j = 0; j < d.kw; ++j) {
-                const int64_t row = r * d.sh - d.ph + i;
-                const int64_t col = q * d.sw - d.pw + j;
-                if (row < 0 || row >= d.h || col < 0 || col >= d.w) continue;
-                dx[(p * d.h + row) * d.w + col] += g / divisor;
-              }
+        const Pool2dArgs backward{d, algorithm, PoolPass::kBackward};
+        struct Pass {
+          Pool2dArgs args;
+          const std::vector<uint8_t>* in;
+          Shape in_shape, out_shape;
+          const std::vector<double>* want;
+        };
+        const Pass passes[] = {{forward, &x, x_shape, y_shape, &y},
+                               {backward, &gy, y_shape, x_shape, &dx}};
+        for (const Pass& pass : passes) {
+          SCOPED_TRACE(static_cast<int>(pass.args.pass));
+          absl::StatusOr<uint64_t> bytes =
+              device->WorkspaceBytes(pass.args, dtype);
+          ASSERT_TRUE(bytes.ok()) << bytes.status();
+          DevTensor in = Upload(*device, dtype, pass.in_shape, *pass.in);
+          DevTensor xt = Upload(*device, dtype, x_shape, x);
+          DevTensor workspace =
+              Empty(*device, DType::kBool, S({static_cast<int64_t>(*bytes)}));
+          DevTensor out = Empty(*device, dtype, pass.out_shape);
+          const absl::Status launched = device->Launch(
+              {pass.args, {in.ref(), xt.ref(), workspace.ref()}, out.ref()});
+          ASSERT_TRUE(launched.ok()) << launched;
+          const std::vector<uint8_t> got = Download(out);
+          for (size_t k = 0; k < pass.want->size(); ++k) {
+            ASSERT_NEAR(ValueAt(dtype, got, k), (*pass.want)[k],
+                        1e-5 * std::max(1.0, std::abs((*pass.want)[k])))
+                << "element " << k;
           }
-      const Pool2dArgs backward{d, algorithm, PoolPass::kBackward};
-      struct Pass {
-        Pool2dArgs args;
-        const std::vector<uint8_t>* in;
-        Shape in_shape, out_shape;
-        const std::vector<double>* want;
-      };
-      const Pass passes[] = {{forward, &x, x_shape, y_shape, &y},
-                             {backward, &gy, y_shape, x_shape, &dx}};
-      for (const Pass& pass : passes) {
-        SCOPED_TRACE(static_cast<int>(pass.args.pass));
-        absl::StatusOr<uint64_t> bytes =
-            device->WorkspaceBytes(pass.args, dtype);
-        ASSERT_TRUE(bytes.ok()) << bytes.status();
-        DevTensor in = Upload(*device, dtype, pass.in_shape, *pass.in);
-        DevTensor xt = Upload(*device, dtype, x_shape, x);
-        DevTensor workspace =
-            Empty(*device, DType::kBool, S({static_cast<int64_t>(*bytes)}));
-        DevTensor out = Empty(*device, dtype, pass.out_shape);
-        const absl::Status launched = device->Launch(
-            {pass.args, {in.ref(), xt.ref(), workspace.ref()}, out.ref()});
-        ASSERT_TRUE(launched.ok()) << launched;
-        const std::vector<uint8_t> got = Download(out);
-        for (size_t k = 0; k < pass.want->size(); ++k) {
-          ASSERT_NEAR(ValueAt(dtype, got, k), (*pass.want)[k],
-                      1e-5 * std::max(1.0, std::abs((*pass.want)[k])))
-              << "element " << k;
+          ++checked;
         }
       }
     }
   }
+  EXPECT_GT(checked, 0);
 }
 
 TEST_P(ConformanceTest, PermuteEveryDType) {

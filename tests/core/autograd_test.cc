@@ -543,8 +543,9 @@ TEST_F(AutogradTest, BackwardPlansNothingTheForwardPlanned) {
   EXPECT_EQ(Grad(w)->size(), 4u * 3 * 3 * 3);
 }
 
-// conv2d and pooling on the CPU's library (oneDNN, float32) and composed
-// of tensord's kernels (--kernel-libraries=false) agree: forward, bias, and
+// conv2d on the CPU's library (oneDNN, float32) with pooling on its direct
+// kernel, and both composed of tensord's kernels (--kernel-libraries=false)
+// agree: forward, bias, and
 // the gradients of x, the weight and the bias, on strided, padded, dilated
 // and grouped windows and an unbatched input, with max and average pooling
 // (padding counted or not) after the convolution.
@@ -558,7 +559,7 @@ TEST(LibraryConvTest, EqualsTheComposedConvolution) {
   std::unique_ptr<Runtime> library = make_runtime(true);
   std::unique_ptr<Runtime> composed = make_runtime(false);
   if (library->ListDevices()[0].properties.kernel_library.empty()) {
-    GTEST_SKIP() << "this build runs conv2d without a library";
+    GTEST_SKIP() << "one-call kernels are off";
   }
   EXPECT_TRUE(composed->ListDevices()[0].properties.kernel_library.empty());
   struct Case {
