@@ -12,10 +12,16 @@
 // the server runs in this process on a loopback TCP port; --address measures an
 // external tensord. Prints a table and one JSON line; torch's BLAS is printed
 // as torch reports it (Debian's: "generic", i.e. libblas.so.3, OpenBLAS on this
-// machine, and oneDNN for convolutions).
+// machine, and oneDNN for convolutions). With --metrics (the daemon's
+// --metrics-listen address) it also prints what the device's kernel library
+// prepared, reused, evicted and reordered during the run (its /metrics
+// counters before and after).
 //
 //   train_bench [--batches 4,64] [--steps 50] [--repeats 3] [--threads 2]
 //               [--device cuda:0 --address A --python python3]
+//               [--metrics HOST:PORT]
+#include <httplib.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -45,8 +51,46 @@ ABSL_FLAG(std::string, python, "/usr/bin/python3",
           "the Python that has torch (on GPU machines, the one with CUDA)");
 ABSL_FLAG(std::string, address, "",
           "measure this tensord instead of an in-process one");
+ABSL_FLAG(std::string, metrics, "",
+          "the measured tensord's --metrics-listen HOST:PORT: print its kernel "
+          "library's cache counters over the run");
 
 namespace {
+
+// The measured device's tensord_device_library_*_total counters from the
+// daemon's /metrics at `address` (HOST:PORT), in kLibraryCounters' order;
+// empty when it cannot be read.
+constexpr const char* kLibraryCounters[] = {"prepared", "reused", "evicted",
+                                            "reorders"};
+std::vector<uint64_t> LibraryCounters(const std::string& address,
+                                      const std::string& device) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
+    return {};
+  }
+  httplib::Client http(address.substr(0, colon), port);
+  const auto res = http.Get("/metrics");
+  if (!res || res->status != 200) return {};
+  std::vector<uint64_t> values;
+  for (const char* counter : kLibraryCounters) {
+    const std::string key = std::string("tensord_device_library_") + counter +
+                            "_total{device=\"" + device + "\"} ";
+    const size_t at = res->body.find(key);
+    uint64_t v = 0;
+    if (at == std::string::npos ||
+        !absl::SimpleAtoi(
+            absl::string_view(res->body)
+                .substr(at + key.size())
+                .substr(0, res->body.find('\n', at) - at - key.size()),
+            &v)) {
+      return {};
+    }
+    values.push_back(v);
+  }
+  return values;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -282,6 +326,10 @@ int main(int argc, char** argv) {
       "train_bench", absl::GetFlag(FLAGS_address), &server);
   if (address.empty()) return 1;
   tensord::Client client(address);
+  const std::string metrics = absl::GetFlag(FLAGS_metrics);
+  const std::vector<uint64_t> counters_before =
+      metrics.empty() ? std::vector<uint64_t>{}
+                      : LibraryCounters(metrics, device);
   std::printf("%-22s %8s %12s %12s %8s\n", "measurement", "batch", "tensord",
               "torch", "ratio");
   std::string json = "{\"bench\":\"train_bench\",\"rows\":[";
@@ -349,6 +397,21 @@ int main(int argc, char** argv) {
   json += "}],\"torch_blas\":\"";
   json += blas;
   json += "\"}";
+  if (!metrics.empty()) {
+    const std::vector<uint64_t> after = LibraryCounters(metrics, device);
+    if (counters_before.empty() || after.empty()) {
+      std::printf("library counters: /metrics at %s unreadable\n",
+                  metrics.c_str());
+    } else {
+      std::printf("library counters over the run (%s):", device.c_str());
+      for (size_t i = 0; i < after.size(); ++i) {
+        std::printf(
+            " %s %llu", kLibraryCounters[i],
+            static_cast<unsigned long long>(after[i] - counters_before[i]));
+      }
+      std::printf("\n");
+    }
+  }
   std::printf("torch BLAS: %s; torch threads: %d\n%s\n", blas.c_str(), threads,
               json.c_str());
   return 0;

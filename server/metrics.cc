@@ -86,6 +86,25 @@ std::string Metrics::RenderPrometheus(core::Runtime& runtime) const {
       {"tensord_device_allocation_failures_total",
        "Allocations refused for the memory budget or by the device.",
        [](const core::DeviceStatus& d) { return d.allocation_failures; }},
+      {"tensord_device_library_prepared_total",
+       "Library calls prepared (oneDNN primitives, cuDNN descriptors and "
+       "algorithms): cache misses.",
+       [](const core::DeviceStatus& d) {
+         return d.properties.library_prepared;
+       }},
+      {"tensord_device_library_reused_total",
+       "Library calls run from the cache of prepared calls.",
+       [](const core::DeviceStatus& d) { return d.properties.library_reused; }},
+      {"tensord_device_library_evicted_total",
+       "Prepared library calls dropped to keep the cache bounded.",
+       [](const core::DeviceStatus& d) {
+         return d.properties.library_evicted;
+       }},
+      {"tensord_device_library_reorders_total",
+       "Layout conversions the library ran (plain to blocked and back).",
+       [](const core::DeviceStatus& d) {
+         return d.properties.library_reorders;
+       }},
   };
   for (const Gauge& g : gauges) {
     const bool counter = std::string_view(g.name).ends_with("_total");

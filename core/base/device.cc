@@ -132,9 +132,10 @@ int KernelArity(KernelKind kind) {
     case KernelKind::kMatMul:
       return 2;
     case KernelKind::kWhere:
-    case KernelKind::kConv2d:  // two operands and the workspace
-    case KernelKind::kPool2d:
+    case KernelKind::kPool2d:  // two operands and the workspace
       return 3;
+    case KernelKind::kConv2d:  // two operands, the bias and the workspace
+      return 4;
   }
   return -1;
 }

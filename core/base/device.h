@@ -68,6 +68,14 @@ struct DeviceProperties {
   // What runs its kLibrary kernels ("conv2d on oneDNN 2.6.3, pooling
   // direct"; "" if none): Device::KernelLibrary().
   std::string kernel_library;
+  // Its library's prepared calls (primitives, descriptors and algorithms),
+  // since start: made, reused from the cache, evicted to keep it bounded;
+  // and layout conversions run. The host devices share one cache, so each
+  // reports the process's.
+  uint64_t library_prepared = 0;
+  uint64_t library_reused = 0;
+  uint64_t library_evicted = 0;
+  uint64_t library_reorders = 0;
 };
 
 // A tensor operand as kernels see it: a buffer plus its dtype and shape.
@@ -249,18 +257,22 @@ struct Col2ImArgs {
 // c / groups, kh, kw], the output and its gradient [n, out_channels, oh,
 // ow]; one floating dtype. `pass` says what inputs[0] and inputs[1] are and
 // what `out` receives:
-//   kForward:         x, weight       -> the output (no bias: the caller adds it)
+//   kForward:         x, weight       -> the output, plus inputs[2] (the
+//                                        bias [out_channels]) per channel
+//                                        when `bias`
 //   kBackwardData:    grad, weight    -> the input's gradient
 //   kBackwardWeights: x, grad         -> the weight's gradient
-// inputs[2] is the workspace: bytes for the library's own layouts and
-// scratch, at least Device::WorkspaceBytes(args, dtype) of them, admitted
-// and allocated by the caller like any buffer (read as bool [bytes]).
+// inputs[2] is unread without `bias` (pass any operand); inputs[3] is the
+// workspace: bytes for the library's own layouts and scratch, at least
+// Device::WorkspaceBytes(args, dtype) of them, admitted and allocated by
+// the caller like any buffer (read as bool [bytes]).
 enum class ConvPass { kForward, kBackwardData, kBackwardWeights };
 struct Conv2dArgs {
   WindowDims dims;
   int64_t groups = 1;
   int64_t out_channels = 1;
   ConvPass pass = ConvPass::kForward;
+  bool bias = false;  // kForward only: add inputs[2] per output channel
 };
 
 // max_pool2d / avg_pool2d as one kernel call (the CPU device's own direct

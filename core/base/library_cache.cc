@@ -14,6 +14,7 @@ LibraryKey LibraryKeyOf(const KernelArgs& args, DType dtype, int64_t extra) {
   const WindowDims* w = nullptr;
   if (const auto* conv = std::get_if<Conv2dArgs>(&args)) {
     key[1] = static_cast<int64_t>(conv->pass);
+    key[2] = conv->bias ? 1 : 0;
     key[18] = conv->groups;
     key[19] = conv->out_channels;
     w = &conv->dims;

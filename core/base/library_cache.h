@@ -27,9 +27,9 @@
 
 namespace tensord::core {
 
-// The kernel kind, its pass and algorithm, the dtype, the window, (conv2d)
-// groups and out_channels, and one value of the library's own (the CPU's:
-// the threads a primitive is made for).
+// The kernel kind, its pass, its algorithm (pooling) or bias (conv2d), the
+// dtype, the window, (conv2d) groups and out_channels, and one value of the
+// library's own (the CPU's: the threads a primitive is made for).
 using LibraryKey = std::array<int64_t, 21>;
 LibraryKey LibraryKeyOf(const KernelArgs& args, DType dtype, int64_t extra);
 

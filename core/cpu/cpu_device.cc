@@ -141,6 +141,11 @@ class CpuDevice final : public Device {
     p.total_memory = total_memory_;
     p.free_memory = std::min(AvailableMemory(), total_memory_);
     p.kernel_library = KernelLibrary();
+    const cpu::LibraryKernelCounters counts = cpu::GetLibraryKernelCounters();
+    p.library_prepared = counts.primitives;
+    p.library_reused = counts.reused;
+    p.library_evicted = counts.evicted;
+    p.library_reorders = counts.reorders;
     return p;
   }
 

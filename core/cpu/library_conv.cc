@@ -24,31 +24,48 @@ absl::StatusOr<PreparedCall> PrepareConv(const Conv2dArgs& a, DType dtype) {
       dst_plain(dst, f32, Tag::nchw),
       wei_plain(wei, f32, g > 1 ? Tag::goihw : Tag::oihw);
   const memory::desc src_any(src, f32, Tag::any), dst_any(dst, f32, Tag::any),
-      wei_any(wei, f32, Tag::any);
+      wei_any(wei, f32, Tag::any), bias_plain({oc}, f32, Tag::a);
   const memory::dims strides{w.sh, w.sw}, dilates{w.dh - 1, w.dw - 1},
       pad{w.ph, w.pw};
   const dnnl::primitive_attr attr = CallAttributes();
   PreparedCall call;
   using Ref = PreparedCall::Ref;
   try {
+    // The backward passes' hint: the forward without a bias.
     const dnnl::convolution_forward::primitive_desc forward(
         dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
                                         dnnl::algorithm::convolution_direct,
                                         src_any, wei_any, dst_any, strides,
                                         dilates, pad, pad),
         attr, Engine());
-    // Operands 0 and 1 are read, 2 written (Conv2dArgs' passes).
+    // Operands 0 and 1 (and a forward's bias) are read, the last written
+    // (Conv2dArgs' passes).
     switch (a.pass) {
-      case ConvPass::kForward:
-        call.AddOperand(src_plain, forward.src_desc());
-        call.AddOperand(wei_plain, forward.weights_desc());
-        call.AddOperand(dst_plain, forward.dst_desc());
-        call.AddStep(dnnl::convolution_forward(forward),
-                     {{DNNL_ARG_SRC, Ref{false, 0}},
-                      {DNNL_ARG_WEIGHTS, Ref{false, 1}},
-                      {DNNL_ARG_DST, Ref{false, 2}}},
-                     forward.scratchpad_desc());
-        break;
+      case ConvPass::kForward: {
+        const dnnl::convolution_forward::primitive_desc pd =
+            a.bias
+                ? dnnl::convolution_forward::primitive_desc(
+                      dnnl::convolution_forward::desc(
+                          dnnl::prop_kind::forward_training,
+                          dnnl::algorithm::convolution_direct, src_any, wei_any,
+                          bias_plain, dst_any, strides, dilates, pad, pad),
+                      attr, Engine())
+                : forward;
+        call.AddOperand(src_plain, pd.src_desc());
+        call.AddOperand(wei_plain, pd.weights_desc());
+        PreparedCall::Args args = {{DNNL_ARG_SRC, Ref{false, 0}},
+                                   {DNNL_ARG_WEIGHTS, Ref{false, 1}}};
+        if (a.bias) {
+          call.AddOperand(bias_plain, pd.bias_desc());
+          args.push_back({DNNL_ARG_BIAS, Ref{false, 2}});
+        }
+        const int out = call.AddOperand(dst_plain, pd.dst_desc());
+        args.push_back({DNNL_ARG_DST, Ref{false, out}});
+        call.AddStep(dnnl::convolution_forward(pd), std::move(args),
+                     pd.scratchpad_desc());
+        call.Finish(out);
+        return call;
+      }
       case ConvPass::kBackwardData: {
         const dnnl::convolution_backward_data::primitive_desc pd(
             dnnl::convolution_backward_data::desc(

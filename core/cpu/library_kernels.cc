@@ -3,7 +3,9 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <utility>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/library_cache.h"
@@ -161,7 +163,8 @@ absl::StatusOr<uint64_t> LibraryWorkspace(const KernelArgs& args, DType dtype) {
 
 absl::Status RunLibraryKernel(const KernelCall& call) {
   const DType dtype = call.out.dtype;
-  const uint64_t workspace_bytes = call.inputs[2].shape.NumElements();
+  const TensorRef& workspace = call.inputs.back();
+  const uint64_t workspace_bytes = workspace.shape.NumElements();
   const int wanted = TeamThreads(call.args);
   int threads = wanted;
   std::unique_lock<std::mutex> team(TeamMutex(), std::defer_lock);
@@ -180,10 +183,15 @@ absl::Status RunLibraryKernel(const KernelCall& call) {
     ASSIGN_OR_RETURN(prepared, Lookup(call.args, dtype, threads, hold));
   }
   (threads > 1 ? team_calls : alone_calls).fetch_add(1);
-  void* const given[3] = {call.inputs[0].buffer->data(),
-                          call.inputs[1].buffer->data(),
-                          call.out.buffer->data()};
-  return prepared->Run(given, call.inputs[2].buffer->data(), threads,
+  // The operands as PrepareConv numbered them: a forward's bias after the
+  // two inputs, the output last.
+  const bool bias = std::get<Conv2dArgs>(call.args).bias;
+  void* const given[4] = {
+      call.inputs[0].buffer->data(), call.inputs[1].buffer->data(),
+      bias ? call.inputs[2].buffer->data() : call.out.buffer->data(),
+      call.out.buffer->data()};
+  return prepared->Run(std::span<void* const>(given, bias ? 4 : 3),
+                       workspace.buffer->data(), threads,
                        KernelKindName(call.kind()));
 }
 

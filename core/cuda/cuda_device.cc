@@ -247,6 +247,12 @@ class CudaDevice final : public Device {
     p.compute_capability_minor = cc_minor_;
     p.multiprocessor_count = sm_count_;
     p.kernel_library = KernelLibrary();
+    if (cudnn_ != nullptr) {
+      const LibraryCacheCounts counts = cudnn_->counts();
+      p.library_prepared = counts.made;
+      p.library_reused = counts.reused;
+      p.library_evicted = counts.evicted;
+    }
     size_t free = 0, total = 0;
     if (cudaSetDevice(ordinal_) == cudaSuccess &&
         cudaMemGetInfo(&free, &total) == cudaSuccess) {

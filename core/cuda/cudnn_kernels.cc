@@ -104,7 +104,7 @@ using PoolDesc =
 // A convolution pass, described and its algorithm chosen.
 struct PreparedConv {
   CudnnConvParams params;
-  TensorDesc x, y;
+  TensorDesc x, y, bias;  // bias: [1, out_channels, 1, 1] when params.bias
   FilterDesc w;
   ConvDesc conv;
   int algorithm = 0;  // the pass's cudnnConvolution*Algo_t
@@ -180,7 +180,8 @@ class CudnnKernelsImpl final : public CudnnKernels {
   absl::Status Run(const KernelCall& call) override {
     Entry hold = Get(call.args, call.out.dtype);
     ASSIGN_OR_RETURN(const Prepared* p, Unpack(hold));
-    const uint64_t given = call.inputs[2].shape.NumElements();
+    const TensorRef& workspace_ref = call.inputs.back();
+    const uint64_t given = workspace_ref.shape.NumElements();
     if (given < Workspace(*p)) {
       return absl::InternalError(absl::StrCat(
           device_, ": ", ToAbsl(KernelKindName(call.kind())), " given ", given,
@@ -188,11 +189,13 @@ class CudnnKernelsImpl final : public CudnnKernels {
     }
     const void* in0 = call.inputs[0].buffer->data();
     const void* in1 = call.inputs[1].buffer->data();
-    void* workspace = call.inputs[2].buffer->data();
+    void* workspace = workspace_ref.buffer->data();
     void* out = call.out.buffer->data();
     absl::MutexLock lock(&mu_);  // a handle is not thread-safe
     if (const auto* conv = std::get_if<PreparedConv>(p)) {
-      return RunConv(*conv, in0, in1, workspace, given, out);
+      // conv2d's third input: a forward's bias (unread otherwise).
+      return RunConv(*conv, in0, in1, call.inputs[2].buffer->data(), workspace,
+                     given, out);
     }
     return RunPool(std::get<PreparedPool>(*p), in0, in1, workspace, out);
   }
@@ -253,6 +256,9 @@ class CudnnKernelsImpl final : public CudnnKernels {
     c.params = p;
     RETURN_IF_ERROR(MakeTensor(c.x, p.x, p.data));
     RETURN_IF_ERROR(MakeTensor(c.y, p.y, p.data));
+    if (p.bias) {
+      RETURN_IF_ERROR(MakeTensor(c.bias, CudnnDims{1, p.y.c, 1, 1}, p.data));
+    }
     RETURN_IF_ERROR(Check(cudnnCreateFilterDescriptor(c.w.receive()),
                           "cudnnCreateFilterDescriptor"));
     RETURN_IF_ERROR(Check(cudnnSetFilter4dDescriptor(c.w.get(), ToCudnn(p.data),
@@ -356,9 +362,10 @@ class CudnnKernelsImpl final : public CudnnKernels {
     return Prepared(std::move(pool));
   }
 
-  // Inputs as Conv2dArgs' passes: (x, w), (dy, w), (x, dy).
+  // Inputs as Conv2dArgs' passes: (x, w, bias), (dy, w), (x, dy).
   absl::Status RunConv(const PreparedConv& c, const void* in0, const void* in1,
-                       void* workspace, size_t workspace_bytes, void* out)
+                       const void* bias, void* workspace,
+                       size_t workspace_bytes, void* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const float one_f = 1, zero_f = 0;
     const double one_d = 1, zero_d = 0;
@@ -367,12 +374,17 @@ class CudnnKernelsImpl final : public CudnnKernels {
     const void* beta = d ? static_cast<const void*>(&zero_d) : &zero_f;
     switch (c.params.pass) {
       case ConvPass::kForward:
-        return Check(
+        RETURN_IF_ERROR(Check(
             cudnnConvolutionForward(
                 handle_, alpha, c.x.get(), in0, c.w.get(), in1, c.conv.get(),
                 static_cast<cudnnConvolutionFwdAlgo_t>(c.algorithm), workspace,
                 workspace_bytes, beta, c.y.get(), out),
-            "cudnnConvolutionForward");
+            "cudnnConvolutionForward"));
+        if (!c.params.bias) return absl::OkStatus();
+        // y = 1 * bias (broadcast over n, h, w) + 1 * y.
+        return Check(cudnnAddTensor(handle_, alpha, c.bias.get(), bias, alpha,
+                                    c.y.get(), out),
+                     "cudnnAddTensor (conv2d's bias)");
       case ConvPass::kBackwardData:
         return Check(
             cudnnConvolutionBackwardData(

@@ -118,6 +118,7 @@ absl::StatusOr<CudnnConvParams> PlanCudnnConv(const Conv2dArgs& args,
   const WindowDims& d = args.dims;
   CudnnConvParams p;
   p.pass = args.pass;
+  p.bias = args.pass == ConvPass::kForward && args.bias;
   p.x = DimsOf(d.n, d.c, d.h, d.w);
   p.y = DimsOf(d.n, args.out_channels, d.oh, d.ow);
   p.w = DimsOf(args.out_channels, d.c / args.groups, d.kh, d.kw);

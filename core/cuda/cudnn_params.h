@@ -7,7 +7,8 @@
 // (tests/core/cuda_host_logic_test.cc), GPU or not.
 //
 // The calls (core/base/device.h's Conv2dArgs and Pool2dArgs):
-//   conv2d forward            cudnnConvolutionForward(x, w) -> y
+//   conv2d forward            cudnnConvolutionForward(x, w) -> y, then
+//                             cudnnAddTensor(bias) where it has one
 //   conv2d backward data      cudnnConvolutionBackwardData(w, dy) -> dx
 //   conv2d backward weights   cudnnConvolutionBackwardFilter(x, dy) -> dw
 //   pooling forward           cudnnPoolingForward(x) -> y
@@ -59,6 +60,9 @@ struct CudnnConvParams {
   CudnnMath math = CudnnMath::kDefault;
   // alpha and beta are host doubles for double data, floats otherwise.
   bool double_scalars = false;
+  // The forward adds the bias [1, out_channels, 1, 1] after the
+  // convolution (cudnnAddTensor).
+  bool bias = false;
 };
 
 struct CudnnPoolParams {

@@ -275,10 +275,11 @@ class Executor {
                                    const StoredTensor& weight,
                                    const StoredTensor* bias);
   // One library kernel (`args`: a Conv2dArgs or Pool2dArgs the device's
-  // selection table said kLibrary for): the workspace it asks for admitted
-  // and allocated like any buffer, then the call.
+  // selection table said kLibrary for) on `operands` (its inputs but the
+  // workspace): the workspace it asks for admitted and allocated like any
+  // buffer, then the call.
   absl::Status LibraryCall(DeviceSlot& slot, const KernelArgs& args,
-                           DType dtype, TensorRef in0, TensorRef in1,
+                           DType dtype, std::vector<TensorRef> operands,
                            TensorRef out);
   // out [n, oc, oh, ow] += bias [oc] per channel (nothing without one).
   absl::Status AddChannelBias(Device& device, const Output& out,

@@ -74,12 +74,14 @@ absl::StatusOr<Executor::Output> Executor::Conv2dOut(const Conv2dPlan& plan,
   const int64_t k = win.c / g * win.kh * win.kw;
   ASSIGN_OR_RETURN(Output out, AllocateOutput(slot, dtype, plan.out));
   if (out.shape.NumElements() == 0) return out;
-  const Conv2dArgs library{win, g, oc, ConvPass::kForward};
+  const Conv2dArgs library{win, g, oc, ConvPass::kForward, bias != nullptr};
   if (k > 0 &&
       device.Select(library, dtype) == Device::Implementation::kLibrary) {
-    RETURN_IF_ERROR(
-        LibraryCall(slot, library, dtype, RefOf(x), RefOf(weight), out.ref()));
-    RETURN_IF_ERROR(AddChannelBias(device, out, bias, win, oc));
+    // The bias added in the same call; without one the weight stands in.
+    RETURN_IF_ERROR(LibraryCall(
+        slot, library, dtype,
+        {RefOf(x), RefOf(weight), RefOf(bias != nullptr ? *bias : weight)},
+        out.ref()));
     return out;
   }
   // [g, oc/g, n * oh * ow]: with one image, `out` itself.
@@ -127,7 +129,7 @@ absl::Status Executor::AddChannelBias(Device& device, const Output& out,
 }
 
 absl::Status Executor::LibraryCall(DeviceSlot& slot, const KernelArgs& args,
-                                   DType dtype, TensorRef in0, TensorRef in1,
+                                   DType dtype, std::vector<TensorRef> operands,
                                    TensorRef out) {
   ASSIGN_OR_RETURN(const uint64_t bytes,
                    slot.device->WorkspaceBytes(args, dtype));
@@ -135,8 +137,8 @@ absl::Status Executor::LibraryCall(DeviceSlot& slot, const KernelArgs& args,
   ASSIGN_OR_RETURN(Shape shape, Dims({static_cast<int64_t>(bytes)}));
   ASSIGN_OR_RETURN(Output workspace,
                    AllocateOutput(slot, DType::kBool, std::move(shape)));
-  return slot.device->Launch(
-      {args, {std::move(in0), std::move(in1), workspace.ref()}, out});
+  operands.push_back(workspace.ref());
+  return slot.device->Launch({args, std::move(operands), out});
 }
 
 absl::StatusOr<Executor::Output> Executor::Pool2dOut(PoolKind kind,
@@ -162,7 +164,7 @@ absl::StatusOr<Executor::Output> Executor::Pool2dOut(const Pool2dPlan& plan,
                            PoolPass::kForward};
   if (device.Select(library, x.dtype) == Device::Implementation::kLibrary) {
     RETURN_IF_ERROR(
-        LibraryCall(slot, library, x.dtype, RefOf(x), RefOf(x), out.ref()));
+        LibraryCall(slot, library, x.dtype, {RefOf(x), RefOf(x)}, out.ref()));
     return out;
   }
   ASSIGN_OR_RETURN(Shape shape, Dims({win.c, window, cols}));
@@ -338,8 +340,9 @@ absl::StatusOr<std::vector<Executor::TensorPtr>> Executor::Conv2dGrads(
     ASSIGN_OR_RETURN(Output grad, AllocateOutput(m.slot(), plan.dtype, shape));
     Conv2dArgs args = library_args;
     args.pass = pass;
-    RETURN_IF_ERROR(LibraryCall(m.slot(), args, plan.dtype, RefOf(a), RefOf(b),
-                                grad.ref()));
+    // The third operand, a forward's bias, is unread here.
+    RETURN_IF_ERROR(LibraryCall(m.slot(), args, plan.dtype,
+                                {RefOf(a), RefOf(b), RefOf(b)}, grad.ref()));
     return Stored(m.slot(), std::move(grad));
   };
   const WindowDims& win = plan.window;
@@ -391,13 +394,11 @@ absl::StatusOr<std::vector<Executor::TensorPtr>> Executor::Conv2dGrads(
     }
   }
   if (with_bias && node.next[2].active()) {  // g summed but for channels
-    // Over the plane, then over the batch: two reductions of one run of
-    // adjacent dims each, where one over dims {0, 2} would first permute
-    // all of g (the reducer's plan for dims apart).
+    // One sum over dims {0, 2}: the reducer runs it one run of adjacent
+    // dims at a time, no permute (ReducePlan::stages).
     ASSIGN_OR_RETURN(TensorPtr g3, m.Reshape(g, {win.n, oc, win.oh * win.ow}));
-    const int64_t plane[] = {2}, batch[] = {0};
-    ASSIGN_OR_RETURN(TensorPtr per_image, m.Sum(g3, plane, false));
-    ASSIGN_OR_RETURN(out[2], m.Sum(per_image, batch, false));
+    const int64_t batch_and_plane[] = {0, 2};
+    ASSIGN_OR_RETURN(out[2], m.Sum(g3, batch_and_plane, false));
   }
   return out;
 }
@@ -436,8 +437,8 @@ absl::StatusOr<std::vector<Executor::TensorPtr>> Executor::Pool2dGrads(
     ASSIGN_OR_RETURN(Output gx, AllocateOutput(m.slot(), g->dtype, x->shape));
     // Average pooling saves no x (its row): g stands in, unread.
     const StoredTensor& seen = kind == PoolKind::kMax ? *x : *g;
-    RETURN_IF_ERROR(LibraryCall(m.slot(), library, g->dtype, RefOf(*g),
-                                RefOf(seen), gx.ref()));
+    RETURN_IF_ERROR(LibraryCall(m.slot(), library, g->dtype,
+                                {RefOf(*g), RefOf(seen)}, gx.ref()));
     out[0] = Stored(m.slot(), std::move(gx));
     return out;
   }

@@ -1075,9 +1075,11 @@ TEST_P(ConformanceTest, LibraryConvEveryPassAndWindow) {
     const std::vector<uint8_t> w = RandomValues(dtype, w_shape.NumElements(), 5);
     const std::vector<uint8_t> gy =
         RandomValues(dtype, y_shape.NumElements(), 7);
-    // The definition, in double: y, and the gradients of sum(y * gy).
+    const std::vector<uint8_t> bias = RandomValues(dtype, oc, 9);
+    // The definition, in double: y, y with the bias, and the gradients of
+    // sum(y * gy).
     std::vector<double> y(y_shape.NumElements()), dx(x_shape.NumElements()),
-        dw(w_shape.NumElements());
+        dw(w_shape.NumElements()), yb(y_shape.NumElements());
     for (int64_t b = 0; b < d.n; ++b)
       for (int64_t o = 0; o < oc; ++o)
         for (int64_t r = 0; r < d.oh; ++r)
@@ -1097,8 +1099,12 @@ TEST_P(ConformanceTest, LibraryConvEveryPassAndWindow) {
                   dw[wi] += ValueAt(dtype, gy, yi) * ValueAt(dtype, x, xi);
                 }
           }
+    for (size_t i = 0; i < y.size(); ++i) {
+      yb[i] = y[i] + ValueAt(dtype, bias, i / (d.oh * d.ow) % oc);
+    }
     struct Pass {
       ConvPass pass;
+      bool bias;
       const std::vector<uint8_t>* a;
       Shape a_shape;
       const std::vector<uint8_t>* b;
@@ -1107,22 +1113,27 @@ TEST_P(ConformanceTest, LibraryConvEveryPassAndWindow) {
       const std::vector<double>* want;
     };
     const Pass passes[] = {
-        {ConvPass::kForward, &x, x_shape, &w, w_shape, y_shape, &y},
-        {ConvPass::kBackwardData, &gy, y_shape, &w, w_shape, x_shape, &dx},
-        {ConvPass::kBackwardWeights, &x, x_shape, &gy, y_shape, w_shape, &dw},
+        {ConvPass::kForward, false, &x, x_shape, &w, w_shape, y_shape, &y},
+        {ConvPass::kForward, true, &x, x_shape, &w, w_shape, y_shape, &yb},
+        {ConvPass::kBackwardData, false, &gy, y_shape, &w, w_shape, x_shape,
+         &dx},
+        {ConvPass::kBackwardWeights, false, &x, x_shape, &gy, y_shape, w_shape,
+         &dw},
     };
     for (const Pass& p : passes) {
-      SCOPED_TRACE(static_cast<int>(p.pass));
-      const Conv2dArgs args{d, g, oc, p.pass};
+      SCOPED_TRACE(static_cast<int>(p.pass) + (p.bias ? 10 : 0));
+      const Conv2dArgs args{d, g, oc, p.pass, p.bias};
       absl::StatusOr<uint64_t> bytes = device->WorkspaceBytes(args, dtype);
       ASSERT_TRUE(bytes.ok()) << bytes.status();
       DevTensor a = Upload(*device, dtype, p.a_shape, *p.a);
       DevTensor b = Upload(*device, dtype, p.b_shape, *p.b);
+      // The bias, read only by the forward that has one.
+      DevTensor c = Upload(*device, dtype, S({oc}), bias);
       DevTensor workspace =
           Empty(*device, DType::kBool, S({static_cast<int64_t>(*bytes)}));
       DevTensor out = Empty(*device, dtype, p.out_shape);
       const absl::Status launched = device->Launch(
-          {args, {a.ref(), b.ref(), workspace.ref()}, out.ref()});
+          {args, {a.ref(), b.ref(), c.ref(), workspace.ref()}, out.ref()});
       ASSERT_TRUE(launched.ok()) << launched;
       const std::vector<uint8_t> got = Download(out);
       for (size_t k = 0; k < p.want->size(); ++k) {

@@ -899,6 +899,13 @@ TEST(CudnnParamsTest, ConvolutionDescriptors) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->compute, CudnnDataType::kDouble);
   EXPECT_TRUE(d->double_scalars);
+  // The bias: added by the forward only (cudnnAddTensor after it).
+  EXPECT_FALSE(p->bias);
+  Conv2dArgs biased = args;
+  biased.bias = true;
+  EXPECT_FALSE(PlanCudnnConv(biased, DType::kFloat32, false)->bias);
+  biased.pass = ConvPass::kForward;
+  EXPECT_TRUE(PlanCudnnConv(biased, DType::kFloat32, false)->bias);
   // What cuDNN cannot take, named.
   absl::StatusOr<CudnnConvParams> bad =
       PlanCudnnConv(args, DType::kInt64, false);

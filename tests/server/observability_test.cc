@@ -166,6 +166,13 @@ TEST_F(ObservabilityTest, MetricsMoveWithRpcs) {
       HasSubstr("tensord_rpc_duration_seconds_count{method=\"Create\"} 2"));
   EXPECT_THAT(after,
               HasSubstr("# TYPE tensord_rpc_duration_seconds histogram"));
+  // The kernel library's cache, per device (counters since start).
+  for (const char* counter : {"prepared", "reused", "evicted", "reorders"}) {
+    EXPECT_THAT(after, HasSubstr(std::string("# TYPE tensord_device_library_") +
+                                 counter + "_total counter"));
+    EXPECT_THAT(after, HasSubstr(std::string("tensord_device_library_") +
+                                 counter + "_total{device=\"cpu\"} "));
+  }
 }
 
 }  // namespace
