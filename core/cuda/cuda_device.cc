@@ -553,7 +553,6 @@ class CudaDevice final : public Device {
                  "col2im kernel");
   }
 
-  // Not selected here (Select: composed) until cuDNN runs them.
   // conv2d and pooling as one cuDNN call (where Select said kLibrary).
   absl::Status Run(const Conv2dArgs&, const KernelCall& call) {
     return RunLibrary(call);

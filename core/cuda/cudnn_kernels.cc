@@ -163,6 +163,7 @@ class CudnnKernelsImpl final : public CudnnKernels {
                             ConvPass::kBackwardWeights}) {
         Conv2dArgs each = *conv;
         each.pass = pass;
+        each.bias = pass == ConvPass::kForward && conv->bias;
         if (!Get(each, dtype)->ok()) return false;
       }
       return true;

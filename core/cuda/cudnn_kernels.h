@@ -18,8 +18,10 @@
 // API wants the cudnn-frontend headers, which neither Debian nor NVIDIA's
 // wheels ship here. A build without cuDNN compiles
 // cudnn_kernels_unavailable.cc instead, whose Create says so; a machine
-// whose cuDNN sub-libraries cannot be loaded gets the same from cudnnCreate
-// and the device runs composed.
+// whose cuDNN cannot be loaded gets the same from cudnnCreate and the
+// device runs composed. cuDNN 9 loads its engine libraries lazily: where
+// they fail to load, each shape's preparation fails, Runs says no and the
+// call runs composed (the startup line still names cuDNN).
 //
 // Names no CUDA or cuDNN type (STYLE.md 4). Thread-safety: every method may
 // be called from any thread (one handle, used under a lock, as cuBLAS's).

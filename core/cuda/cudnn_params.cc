@@ -23,6 +23,14 @@ bool FitsInt(int64_t a, int64_t b, int64_t c, int64_t d) {
   return true;
 }
 
+// The window's sizes, strides, dilations and padded extents as ints.
+bool WindowFitsInt(const WindowDims& d) {
+  for (int64_t v : {d.kh, d.kw, d.sh, d.sw, d.dh, d.dw, d.ph, d.pw}) {
+    if (v > kMaxInt) return false;
+  }
+  return d.h + 2 * d.ph <= kMaxInt && d.w + 2 * d.pw <= kMaxInt;
+}
+
 CudnnDims DimsOf(int64_t n, int64_t c, int64_t h, int64_t w) {
   return {static_cast<int>(n), static_cast<int>(c), static_cast<int>(h),
           static_cast<int>(w)};
@@ -57,9 +65,7 @@ bool ConvComputes(const Conv2dArgs& a, DType dtype, int cc_major) {
       !FitsInt(a.out_channels, d.c / a.groups, d.kh, d.kw)) {
     return false;
   }
-  for (int64_t v : {d.sh, d.sw, d.dh, d.dw, d.ph, d.pw}) {
-    if (v > kMaxInt) return false;
-  }
+  if (!WindowFitsInt(d)) return false;
   return CudnnOutSize(d.h, d.ph, d.kh, d.sh, d.dh) == d.oh &&
          CudnnOutSize(d.w, d.pw, d.kw, d.sw, d.dw) == d.ow;
 }
@@ -69,11 +75,18 @@ bool PoolComputes(const Pool2dArgs& a, DType dtype) {
       dtype != DType::kFloat16) {
     return false;
   }
+  // Max pooling's backward: cuDNN finds the maximum by comparing x with y,
+  // so a NaN window's gradient (PyTorch: to the last NaN) is lost, and
+  // which of tied maxima gets it is not documented. Composed until a GPU
+  // run shows cuDNN's choice is PyTorch's.
+  if (a.algorithm == PoolAlgorithm::kMax && a.pass == PoolPass::kBackward) {
+    return false;
+  }
   const WindowDims& d = a.dims;
   if (d.dh != 1 || d.dw != 1) return false;
   if (d.ph >= d.kh || d.pw >= d.kw) return false;
   if (!FitsInt(d.n, d.c, d.h, d.w) || !FitsInt(d.n, d.c, d.oh, d.ow) ||
-      !FitsInt(d.kh, d.kw, d.sh, d.sw)) {
+      !WindowFitsInt(d)) {
     return false;
   }
   return CudnnOutSize(d.h, d.ph, d.kh, d.sh, 1) == d.oh &&
@@ -143,7 +156,11 @@ absl::StatusOr<CudnnConvParams> PlanCudnnConv(const Conv2dArgs& args,
       break;
     default:
       p.compute = CudnnDataType::kFloat;
-      p.math = allow_tf32 ? CudnnMath::kDefault : CudnnMath::kFma;
+      // Depthwise convolutions stay exact whatever allow_tf32 says: PyTorch
+      // runs them on its own float32 kernel, not on tensor cores.
+      p.math = allow_tf32 && !(args.groups > 1 && args.groups == d.c)
+                   ? CudnnMath::kDefault
+                   : CudnnMath::kFma;
       break;
   }
   return p;

@@ -13,9 +13,10 @@
 //   conv2d backward weights   cudnnConvolutionBackwardFilter(x, dy) -> dw
 //   pooling forward           cudnnPoolingForward(x) -> y
 //   pooling backward          cudnnPoolingBackward(y, dy, x) -> dx
-// Max pooling's backward first runs the forward again into the workspace
-// for y; average pooling's reads neither y nor x, so dy stands in for y and
-// an x-sized workspace region for x (Pool2dArgs' backward gets no x).
+// Max pooling's backward (not selected: CudnnComputes) would first run the
+// forward again into the workspace for y; average pooling's reads neither
+// y nor x, so dy stands in for y and an x-sized workspace region for x
+// (Pool2dArgs' backward gets no x).
 //
 // Thread-safety: pure functions.
 #ifndef TENSORD_CORE_CUDA_CUDNN_PARAMS_H_
@@ -73,9 +74,9 @@ struct CudnnPoolParams {
       stride_w = 1;
   CudnnDataType data = CudnnDataType::kFloat;
   bool double_scalars = false;
-  // The workspace the call needs: max pooling's backward, y (its forward
-  // run again); average pooling's backward, x's stand-in; the forward,
-  // none.
+  // The workspace the call needs: average pooling's backward, x's
+  // stand-in; max pooling's (were it selected), y, its forward run again;
+  // the forward, none.
   uint64_t workspace_bytes = 0;
 };
 
@@ -85,12 +86,16 @@ struct CudnnPoolParams {
 // from compute capability 8.0, any stride, padding, dilation and groups.
 // Pooling: float32, float64 and float16 without dilation (cuDNN's has
 // none), with padding below the window and no ceil-mode window past
-// cuDNN's floor count (cuDNN sizes the output itself). Neither: a size of
+// cuDNN's floor count (cuDNN sizes the output itself); max pooling's
+// backward stays composed (cuDNN compares x with y: a NaN window's
+// gradient would be lost, and its choice among tied maxima is not
+// documented). Neither: a size of
 // 0, or a tensor of more than 2^31 - 1 elements (cuDNN's int sizes).
 bool CudnnComputes(const KernelArgs& args, DType dtype, int cc_major);
 
 // The descriptors of a call CudnnComputes says cuDNN runs. float32 on
-// tensor cores (TF32) only when `allow_tf32` (exact FMA math otherwise);
+// tensor cores (TF32) only when `allow_tf32` and not depthwise (exact FMA
+// math otherwise, as PyTorch's own depthwise kernel);
 // float16 and bfloat16 compute in float32 on tensor cores; float64 in
 // float64. INVALID_ARGUMENT naming the call when cuDNN cannot take it.
 absl::StatusOr<CudnnConvParams> PlanCudnnConv(const Conv2dArgs& args,

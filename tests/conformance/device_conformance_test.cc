@@ -1267,6 +1267,10 @@ TEST_P(ConformanceTest, LibraryPoolEveryPassAndWindow) {
                                {backward, &gy, y_shape, x_shape, &dx}};
         for (const Pass& pass : passes) {
           SCOPED_TRACE(static_cast<int>(pass.args.pass));
+          if (device->Select(pass.args, dtype) !=
+              Device::Implementation::kLibrary) {
+            continue;  // cuDNN: max pooling's backward stays composed
+          }
           absl::StatusOr<uint64_t> bytes =
               device->WorkspaceBytes(pass.args, dtype);
           ASSERT_TRUE(bytes.ok()) << bytes.status();

@@ -832,9 +832,13 @@ TEST(CudnnParamsTest, TheSelectionRule) {
   for (PoolAlgorithm a : {PoolAlgorithm::kMax, PoolAlgorithm::kAvgIncludePad,
                           PoolAlgorithm::kAvgExcludePad}) {
     for (PoolPass pass : {PoolPass::kForward, PoolPass::kBackward}) {
-      EXPECT_TRUE(CudnnComputes(Pool2dArgs{pool, a, pass}, DType::kFloat32, 8));
-      EXPECT_TRUE(CudnnComputes(Pool2dArgs{pool, a, pass}, DType::kFloat16, 8));
-      EXPECT_TRUE(CudnnComputes(Pool2dArgs{pool, a, pass}, DType::kFloat64, 8));
+      // Max pooling's backward: composed (NaN windows, tied maxima).
+      const bool want = a != PoolAlgorithm::kMax || pass == PoolPass::kForward;
+      for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kFloat64}) {
+        EXPECT_EQ(CudnnComputes(Pool2dArgs{pool, a, pass}, dtype, 8), want)
+            << DTypeName(dtype) << " algorithm " << static_cast<int>(a)
+            << " pass " << static_cast<int>(pass);
+      }
       EXPECT_FALSE(
           CudnnComputes(Pool2dArgs{pool, a, pass}, DType::kBFloat16, 9));
     }
@@ -884,6 +888,11 @@ TEST(CudnnParamsTest, ConvolutionDescriptors) {
   EXPECT_FALSE(p->double_scalars);
   EXPECT_EQ(PlanCudnnConv(args, DType::kFloat32, true)->math,
             CudnnMath::kDefault);
+  // Depthwise stays exact (PyTorch's own float32 kernel), TF32 or not.
+  const Conv2dArgs depthwise{CudnnWindow(1, 6, 7, 7, 3, 1, 1, 1), 6, 12,
+                             ConvPass::kForward};
+  EXPECT_EQ(PlanCudnnConv(depthwise, DType::kFloat32, true)->math,
+            CudnnMath::kFma);
   // The half types: float32 accumulation on tensor cores.
   for (DType half : {DType::kFloat16, DType::kBFloat16}) {
     absl::StatusOr<CudnnConvParams> h = PlanCudnnConv(args, half, false);
@@ -929,15 +938,18 @@ TEST(CudnnParamsTest, PoolingDescriptorsAndWorkspace) {
   EXPECT_EQ(std::vector<int>({fwd->y.n, fwd->y.c, fwd->y.h, fwd->y.w}),
             std::vector<int>({3, 5, 5, 4}));
   EXPECT_EQ(fwd->workspace_bytes, 0u);  // the forward needs none
-  // Max pooling's backward runs the forward again into its workspace: y's
-  // bytes; average pooling's needs x's stand-in: x's bytes.
+  // Max pooling's backward is not cuDNN's (CudnnComputes); average
+  // pooling's needs x's stand-in: x's bytes.
   absl::StatusOr<CudnnPoolParams> max_back =
       PlanCudnnPool(Pool2dArgs{win, PoolAlgorithm::kMax, PoolPass::kBackward},
                     DType::kFloat64);
-  ASSERT_TRUE(max_back.ok()) << max_back.status();
-  EXPECT_EQ(max_back->mode, CudnnPoolMode::kMax);
-  EXPECT_TRUE(max_back->double_scalars);
-  EXPECT_EQ(max_back->workspace_bytes, 8u * 3 * 5 * 5 * 4);
+  EXPECT_EQ(max_back.status().code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<CudnnPoolParams> max_fwd =
+      PlanCudnnPool(Pool2dArgs{win, PoolAlgorithm::kMax, PoolPass::kForward},
+                    DType::kFloat64);
+  ASSERT_TRUE(max_fwd.ok()) << max_fwd.status();
+  EXPECT_EQ(max_fwd->mode, CudnnPoolMode::kMax);
+  EXPECT_TRUE(max_fwd->double_scalars);
   absl::StatusOr<CudnnPoolParams> avg_back = PlanCudnnPool(
       Pool2dArgs{win, PoolAlgorithm::kAvgIncludePad, PoolPass::kBackward},
       DType::kFloat32);
