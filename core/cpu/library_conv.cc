@@ -29,7 +29,6 @@ absl::StatusOr<PreparedCall> PrepareConv(const Conv2dArgs& a, DType dtype) {
       pad{w.ph, w.pw};
   const dnnl::primitive_attr attr = CallAttributes();
   PreparedCall call;
-  using Ref = PreparedCall::Ref;
   try {
     // The backward passes' hint: the forward without a bias.
     const dnnl::convolution_forward::primitive_desc forward(
@@ -53,14 +52,13 @@ absl::StatusOr<PreparedCall> PrepareConv(const Conv2dArgs& a, DType dtype) {
                 : forward;
         call.AddOperand(src_plain, pd.src_desc());
         call.AddOperand(wei_plain, pd.weights_desc());
-        PreparedCall::Args args = {{DNNL_ARG_SRC, Ref{false, 0}},
-                                   {DNNL_ARG_WEIGHTS, Ref{false, 1}}};
+        PreparedCall::Args args = {{DNNL_ARG_SRC, 0}, {DNNL_ARG_WEIGHTS, 1}};
         if (a.bias) {
           call.AddOperand(bias_plain, pd.bias_desc());
-          args.push_back({DNNL_ARG_BIAS, Ref{false, 2}});
+          args.push_back({DNNL_ARG_BIAS, 2});
         }
         const int out = call.AddOperand(dst_plain, pd.dst_desc());
-        args.push_back({DNNL_ARG_DST, Ref{false, out}});
+        args.push_back({DNNL_ARG_DST, out});
         call.AddStep(dnnl::convolution_forward(pd), std::move(args),
                      pd.scratchpad_desc());
         call.Finish(out);
@@ -76,9 +74,9 @@ absl::StatusOr<PreparedCall> PrepareConv(const Conv2dArgs& a, DType dtype) {
         call.AddOperand(wei_plain, pd.weights_desc());
         call.AddOperand(src_plain, pd.diff_src_desc());
         call.AddStep(dnnl::convolution_backward_data(pd),
-                     {{DNNL_ARG_DIFF_DST, Ref{false, 0}},
-                      {DNNL_ARG_WEIGHTS, Ref{false, 1}},
-                      {DNNL_ARG_DIFF_SRC, Ref{false, 2}}},
+                     {{DNNL_ARG_DIFF_DST, 0},
+                      {DNNL_ARG_WEIGHTS, 1},
+                      {DNNL_ARG_DIFF_SRC, 2}},
                      pd.scratchpad_desc());
         break;
       }
@@ -92,9 +90,9 @@ absl::StatusOr<PreparedCall> PrepareConv(const Conv2dArgs& a, DType dtype) {
         call.AddOperand(dst_plain, pd.diff_dst_desc());
         call.AddOperand(wei_plain, pd.diff_weights_desc());
         call.AddStep(dnnl::convolution_backward_weights(pd),
-                     {{DNNL_ARG_SRC, Ref{false, 0}},
-                      {DNNL_ARG_DIFF_DST, Ref{false, 1}},
-                      {DNNL_ARG_DIFF_WEIGHTS, Ref{false, 2}}},
+                     {{DNNL_ARG_SRC, 0},
+                      {DNNL_ARG_DIFF_DST, 1},
+                      {DNNL_ARG_DIFF_WEIGHTS, 2}},
                      pd.scratchpad_desc());
         break;
       }

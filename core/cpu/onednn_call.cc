@@ -53,11 +53,6 @@ int PreparedCall::AddOperand(const memory::desc& plain,
   return static_cast<int>(operands_.size()) - 1;
 }
 
-PreparedCall::Ref PreparedCall::AddRegion(const memory::desc& desc) {
-  regions_.push_back(Region{desc, 0});
-  return Ref{true, static_cast<int>(regions_.size()) - 1};
-}
-
 void PreparedCall::AddStep(dnnl::primitive primitive, Args args,
                            const memory::desc& scratch) {
   steps_.push_back(Step{std::move(primitive), std::move(args)});
@@ -79,10 +74,6 @@ void PreparedCall::Finish(int inputs) {
     scratch_ = std::max(scratch_, pd.scratchpad_desc().get_size());
     op.offset = offset;
     offset += Aligned(op.wanted.get_size());
-  }
-  for (Region& region : regions_) {
-    region.offset = offset;
-    offset += Aligned(region.desc.get_size());
   }
   scratch_offset_ = offset;
   bytes_ = offset + Aligned(scratch_);
@@ -124,15 +115,10 @@ absl::Status PreparedCall::Run(std::span<void* const> given, void* workspace,
         NoteLibraryReorder();
       }
     }
-    std::vector<memory> regions(regions_.size());
-    for (size_t i = 0; i < regions_.size(); ++i) {
-      regions[i] =
-          memory(regions_[i].desc, Engine(), bytes + regions_[i].offset);
-    }
     for (const Step& step : steps_) {
       std::unordered_map<int, memory> args;
-      for (const auto& [arg, ref] : step.args) {
-        args.emplace(arg, ref.region ? regions[ref.index] : seen[ref.index]);
+      for (const auto& [arg, operand] : step.args) {
+        args.emplace(arg, seen[operand]);
       }
       args.emplace(DNNL_ARG_SCRATCHPAD, scratch);
       UseThreads(threads, current);

@@ -8,10 +8,8 @@
 //     inputs first and the output last; where a primitive prefers another
 //     layout, the call reorders an input into the workspace before its
 //     first step and the output out of it after its last (counted);
-//   - its regions are intermediates that live only in the workspace (a
-//     step's output that the next step reads);
 //   - its steps are primitives run one after another, each argument bound
-//     to an operand or a region;
+//     to an operand;
 //   - the primitives' scratch (oneDNN's user scratchpad mode) lies at the
 //     end of the same workspace, shared by the steps.
 // So the library allocates nothing per call: the workspace, bytes() long,
@@ -43,17 +41,12 @@ dnnl::primitive_attr CallAttributes();
 
 class PreparedCall {
  public:
-  // Where a step's argument lives: the call's operand or a workspace region.
-  struct Ref {
-    bool region = false;
-    int index = 0;
-  };
-  using Args = std::vector<std::pair<int, Ref>>;  // DNNL_ARG_* -> where
+  // A step's arguments: DNNL_ARG_* -> the operand's index.
+  using Args = std::vector<std::pair<int, int>>;
 
   // Building, in this order. The operand's index (the given pointer's).
   int AddOperand(const dnnl::memory::desc& plain,
                  const dnnl::memory::desc& wanted);
-  Ref AddRegion(const dnnl::memory::desc& desc);
   // `scratch` is the primitive's scratchpad_desc().
   void AddStep(dnnl::primitive primitive, Args args,
                const dnnl::memory::desc& scratch);
@@ -74,16 +67,11 @@ class PreparedCall {
     std::optional<dnnl::reorder> reorder;
     size_t offset = 0;  // of the reordered copy in the workspace
   };
-  struct Region {
-    dnnl::memory::desc desc;
-    size_t offset = 0;
-  };
   struct Step {
     dnnl::primitive primitive;
     Args args;
   };
   std::vector<Operand> operands_;
-  std::vector<Region> regions_;
   std::vector<Step> steps_;
   int inputs_ = 0;
   size_t scratch_ = 1;  // the largest scratchpad any step or reorder wants

@@ -198,7 +198,7 @@ class CudnnKernelsImpl final : public CudnnKernels {
       return RunConv(*conv, in0, in1, call.inputs[2].buffer->data(), workspace,
                      given, out);
     }
-    return RunPool(std::get<PreparedPool>(*p), in0, in1, workspace, out);
+    return RunPool(std::get<PreparedPool>(*p), in0, workspace, out);
   }
 
   LibraryCacheCounts counts() const override { return cache_.counts(); }
@@ -252,6 +252,21 @@ class CudnnKernelsImpl final : public CudnnKernels {
         device_, ": no cuDNN kernel for kernel kind ", args.index()));
   }
 
+  // The first algorithm of cuDNN's ranking `perf` that runs (Choose),
+  // adopted for `c`: its math type set on the convolution, its id kept.
+  template <typename Perf>
+  absl::StatusOr<decltype(Perf::algo)> Adopt(const Perf* perf, int count,
+                                             std::string_view what,
+                                             PreparedConv& c) const {
+    ASSIGN_OR_RETURN(const Perf* best,
+                     Choose(perf, count, c.params.math, device_, what));
+    RETURN_IF_ERROR(
+        Check(cudnnSetConvolutionMathType(c.conv.get(), best->mathType),
+              "cudnnSetConvolutionMathType"));
+    c.algorithm = best->algo;
+    return best->algo;
+  }
+
   absl::StatusOr<Prepared> PrepareConv(const CudnnConvParams& p) {
     PreparedConv c;
     c.params = p;
@@ -288,15 +303,10 @@ class CudnnKernelsImpl final : public CudnnKernels {
                       handle_, c.x.get(), c.w.get(), c.conv.get(), c.y.get(),
                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf),
                   "cudnnGetConvolutionForwardAlgorithm_v7"));
-        ASSIGN_OR_RETURN(const auto* best,
-                         Choose(perf, count, p.math, device_, "forward"));
-        RETURN_IF_ERROR(
-            Check(cudnnSetConvolutionMathType(c.conv.get(), best->mathType),
-                  "cudnnSetConvolutionMathType"));
-        c.algorithm = best->algo;
+        ASSIGN_OR_RETURN(const auto algo, Adopt(perf, count, "forward", c));
         RETURN_IF_ERROR(Check(cudnnGetConvolutionForwardWorkspaceSize(
                                   handle_, c.x.get(), c.w.get(), c.conv.get(),
-                                  c.y.get(), best->algo, &c.workspace),
+                                  c.y.get(), algo, &c.workspace),
                               "cudnnGetConvolutionForwardWorkspaceSize"));
         break;
       }
@@ -309,15 +319,11 @@ class CudnnKernelsImpl final : public CudnnKernels {
                       handle_, c.w.get(), c.y.get(), c.conv.get(), c.x.get(),
                       CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf),
                   "cudnnGetConvolutionBackwardDataAlgorithm_v7"));
-        ASSIGN_OR_RETURN(const auto* best,
-                         Choose(perf, count, p.math, device_, "backward-data"));
-        RETURN_IF_ERROR(
-            Check(cudnnSetConvolutionMathType(c.conv.get(), best->mathType),
-                  "cudnnSetConvolutionMathType"));
-        c.algorithm = best->algo;
+        ASSIGN_OR_RETURN(const auto algo,
+                         Adopt(perf, count, "backward-data", c));
         RETURN_IF_ERROR(Check(cudnnGetConvolutionBackwardDataWorkspaceSize(
                                   handle_, c.w.get(), c.y.get(), c.conv.get(),
-                                  c.x.get(), best->algo, &c.workspace),
+                                  c.x.get(), algo, &c.workspace),
                               "cudnnGetConvolutionBackwardDataWorkspaceSize"));
         break;
       }
@@ -330,16 +336,12 @@ class CudnnKernelsImpl final : public CudnnKernels {
                       handle_, c.x.get(), c.y.get(), c.conv.get(), c.w.get(),
                       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perf),
                   "cudnnGetConvolutionBackwardFilterAlgorithm_v7"));
-        ASSIGN_OR_RETURN(const auto* best, Choose(perf, count, p.math, device_,
-                                                  "backward-weights"));
-        RETURN_IF_ERROR(
-            Check(cudnnSetConvolutionMathType(c.conv.get(), best->mathType),
-                  "cudnnSetConvolutionMathType"));
-        c.algorithm = best->algo;
+        ASSIGN_OR_RETURN(const auto algo,
+                         Adopt(perf, count, "backward-weights", c));
         RETURN_IF_ERROR(
             Check(cudnnGetConvolutionBackwardFilterWorkspaceSize(
                       handle_, c.x.get(), c.y.get(), c.conv.get(), c.w.get(),
-                      best->algo, &c.workspace),
+                      algo, &c.workspace),
                   "cudnnGetConvolutionBackwardFilterWorkspaceSize"));
         break;
       }
@@ -404,10 +406,9 @@ class CudnnKernelsImpl final : public CudnnKernels {
     return absl::InternalError("unknown convolution pass");  // unreachable
   }
 
-  // Inputs as Pool2dArgs': {x, x} forward, {dy, x or dy} backward.
-  absl::Status RunPool(const PreparedPool& p, const void* in0, const void* in1,
-                       void* workspace, void* out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // Inputs as Pool2dArgs': {x, x} forward, {dy, dy} backward (average).
+  absl::Status RunPool(const PreparedPool& p, const void* in0, void* workspace,
+                       void* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const float one_f = 1, zero_f = 0;
     const double one_d = 1, zero_d = 0;
     const bool d = p.params.double_scalars;
@@ -418,18 +419,11 @@ class CudnnKernelsImpl final : public CudnnKernels {
                                        in0, beta, p.y.get(), out),
                    "cudnnPoolingForward");
     }
-    const void* y = in0;        // average pooling: dy stands in, unread
-    const void* x = workspace;  // average pooling: x's stand-in, unread
-    if (p.params.mode == CudnnPoolMode::kMax) {
-      // y again, into the workspace: the backward finds each window's
-      // maximum by comparing x with it.
-      RETURN_IF_ERROR(
-          Check(cudnnPoolingForward(handle_, p.pool.get(), alpha, p.x.get(),
-                                    in1, beta, p.y.get(), workspace),
-                "cudnnPoolingForward (max pooling's backward)"));
-      y = workspace;
-      x = in1;
-    }
+    // Average pooling's (max pooling's backward is not selected:
+    // CudnnComputes) reads neither y nor x: dy stands in for y, the
+    // workspace for x.
+    const void* y = in0;
+    const void* x = workspace;
     return Check(cudnnPoolingBackward(handle_, p.pool.get(), alpha, p.y.get(),
                                       y, p.y.get(), in0, p.x.get(), x, beta,
                                       p.x.get(), out),

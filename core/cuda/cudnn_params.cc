@@ -202,10 +202,8 @@ absl::StatusOr<CudnnPoolParams> PlanCudnnPool(const Pool2dArgs& args,
   p.double_scalars = dtype == DType::kFloat64;
   if (args.pass == PoolPass::kBackward) {
     const uint64_t element = DTypeSize(dtype);
-    p.workspace_bytes =
-        p.mode == CudnnPoolMode::kMax
-            ? element * static_cast<uint64_t>(d.n * d.c * d.oh * d.ow)
-            : element * static_cast<uint64_t>(d.n * d.c * d.h * d.w);
+    // x's stand-in (only average pooling's backward is selected).
+    p.workspace_bytes = element * static_cast<uint64_t>(d.n * d.c * d.h * d.w);
   }
   return p;
 }

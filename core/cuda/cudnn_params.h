@@ -13,10 +13,9 @@
 //   conv2d backward weights   cudnnConvolutionBackwardFilter(x, dy) -> dw
 //   pooling forward           cudnnPoolingForward(x) -> y
 //   pooling backward          cudnnPoolingBackward(y, dy, x) -> dx
-// Max pooling's backward (not selected: CudnnComputes) would first run the
-// forward again into the workspace for y; average pooling's reads neither
-// y nor x, so dy stands in for y and an x-sized workspace region for x
-// (Pool2dArgs' backward gets no x).
+// Max pooling's backward is not selected (CudnnComputes); average
+// pooling's reads neither y nor x, so dy stands in for y and an x-sized
+// workspace region for x (Pool2dArgs' backward gets no x).
 //
 // Thread-safety: pure functions.
 #ifndef TENSORD_CORE_CUDA_CUDNN_PARAMS_H_
@@ -75,8 +74,7 @@ struct CudnnPoolParams {
   CudnnDataType data = CudnnDataType::kFloat;
   bool double_scalars = false;
   // The workspace the call needs: average pooling's backward, x's
-  // stand-in; max pooling's (were it selected), y, its forward run again;
-  // the forward, none.
+  // stand-in; the forward, none.
   uint64_t workspace_bytes = 0;
 };
 
