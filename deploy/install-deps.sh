@@ -50,8 +50,10 @@ build_pkgs=(
   # /metrics, the config file, sd_notify, fetched chunks' CRC-32 (ISA-L).
   libcpp-httplib-dev libtomlplusplus-dev libsystemd-dev libisal-dev
   # oneDNN: the CPU device's conv2d and pooling (core/cpu/library_kernels.h; optional to
-  # the build, which says whether it found a 2.x).
-  libdnnl-dev
+  # the build, which says whether it found a 2.x). Its CMake package asks for
+  # OpenCL (Debian builds it with the OpenCL GPU runtime): the ICD loader's
+  # headers, which libdnnl-dev only recommends.
+  libdnnl-dev ocl-icd-opencl-dev
   # The cross-language test generates Python stubs from our proto.
   python3 python3-grpcio python3-protobuf python3-numpy
   # The window ops (conv2d, pooling) are checked against PyTorch through the
