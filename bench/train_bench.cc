@@ -51,6 +51,10 @@ ABSL_FLAG(std::string, python, "/usr/bin/python3",
           "the Python that has torch (on GPU machines, the one with CUDA)");
 ABSL_FLAG(std::string, address, "",
           "measure this tensord instead of an in-process one");
+ABSL_FLAG(std::string, convs, "conv1,conv2",
+          "the convolution rows' shapes (empty: none; e.g. conv2 alone, to "
+          "profile the daemon on one shape)");
+ABSL_FLAG(bool, block, true, "the ResNet-style block row");
 ABSL_FLAG(std::string, metrics, "",
           "the measured tensord's --metrics-listen HOST:PORT: print its kernel "
           "library's cache counters over the run");
@@ -356,15 +360,24 @@ int main(int argc, char** argv) {
   // Each side's best of --repeats runs, interleaved.
   double ours[2][2] = {}, theirs[2][2] = {};
   double block_ours = 1e30, block_theirs = 1e30;
+  bool conv_rows[2] = {};
+  for (absl::string_view c : absl::StrSplit(absl::GetFlag(FLAGS_convs), ',')) {
+    for (int k = 0; k < 2; ++k) conv_rows[k] |= c == kConvs[k].name;
+  }
+  const bool block = absl::GetFlag(FLAGS_block);
   for (int r = 0; r < repeats; ++r) {
     for (int c = 0; c < 2; ++c) {
+      if (!conv_rows[c]) continue;
       for (int backward = 0; backward < 2; ++backward) {
         ours[c][backward] =
             std::max(ours[c][backward],
                      TensordConv(client, device, steps, kConvs[c], backward));
       }
     }
-    block_ours = std::min(block_ours, TensordBlock(client, device, steps));
+    if (block) {
+      block_ours = std::min(block_ours, TensordBlock(client, device, steps));
+    }
+    if (!conv_rows[0] && !conv_rows[1] && !block) break;
     const TorchResult t = TorchStep(device, 1, 1, threads, steps);
     if (t.block_ms > 0) block_theirs = std::min(block_theirs, t.block_ms);
     for (int c = 0; c < 2; ++c) {
@@ -375,26 +388,32 @@ int main(int argc, char** argv) {
     }
   }
   for (int c = 0; c < 2; ++c) {
+    if (!conv_rows[c]) continue;
     for (int backward = 0; backward < 2; ++backward) {
       const std::string row =
           std::string(kConvs[c].name) + (backward ? "_fwd_bwd" : "_forward");
       std::printf("%-22s %8d %8.2f GF/s %8.2f GF/s %8.2f\n", row.c_str(), 64,
                   ours[c][backward], theirs[c][backward],
                   ours[c][backward] / theirs[c][backward]);
-      json += ",{\"row\":\"" + row + "\",\"batch\":64,\"tensord_gflops\":";
+      if (json.back() != '[') json += ',';
+      json += "{\"row\":\"" + row + "\",\"batch\":64,\"tensord_gflops\":";
       json += std::to_string(ours[c][backward]);
       json += ",\"torch_gflops\":";
       json += std::to_string(theirs[c][backward]);
       json += '}';
     }
   }
-  std::printf("%-22s %8d %9.3f ms %9.3f ms %8.2f\n", "resnet_block_fwd_bwd", 32,
-              block_ours, block_theirs, block_ours / block_theirs);
-  json += ",{\"row\":\"resnet_block_fwd_bwd\",\"batch\":32,\"tensord_ms\":";
-  json += std::to_string(block_ours);
-  json += ",\"torch_ms\":";
-  json += std::to_string(block_theirs);
-  json += "}],\"torch_blas\":\"";
+  if (block) {
+    std::printf("%-22s %8d %9.3f ms %9.3f ms %8.2f\n", "resnet_block_fwd_bwd",
+                32, block_ours, block_theirs, block_ours / block_theirs);
+    if (json.back() != '[') json += ',';
+    json += "{\"row\":\"resnet_block_fwd_bwd\",\"batch\":32,\"tensord_ms\":";
+    json += std::to_string(block_ours);
+    json += ",\"torch_ms\":";
+    json += std::to_string(block_theirs);
+    json += '}';
+  }
+  json += "],\"torch_blas\":\"";
   json += blas;
   json += "\"}";
   if (!metrics.empty()) {
