@@ -14,12 +14,18 @@
 // as torch reports it (Debian's: "generic", i.e. libblas.so.3, OpenBLAS on this
 // machine, and oneDNN for convolutions). With --metrics (the daemon's
 // --metrics-listen address) it also prints what the device's kernel library
-// prepared, reused, evicted and reordered during the run (its /metrics
-// counters before and after).
+// prepared, reused, evicted and reordered during the run, and how its calls
+// shared the CPU's one team of threads (its /metrics counters before and
+// after). The sessions row runs the conv2 forward from --sessions clients
+// (each its own session) at once: their summed GF/s beside one session's
+// shows that concurrent sessions share the daemon's cores rather than each
+// starting a team (the contended counter: calls that ran alone because
+// another session's call held the team).
 //
 //   train_bench [--batches 4,64] [--steps 50] [--repeats 3] [--threads 2]
 //               [--device cuda:0 --address A --python python3]
-//               [--metrics HOST:PORT]
+//               [--metrics HOST:PORT] [--convs conv1,conv2] [--block]
+//               [--sessions 2]
 #include <httplib.h>
 
 #include <algorithm>
@@ -29,6 +35,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -55,6 +62,9 @@ ABSL_FLAG(std::string, convs, "conv1,conv2",
           "the convolution rows' shapes (empty: none; e.g. conv2 alone, to "
           "profile the daemon on one shape)");
 ABSL_FLAG(bool, block, true, "the ResNet-style block row");
+ABSL_FLAG(int, sessions, 2,
+          "clients (sessions) running the conv2 forward at once in the "
+          "sessions row (0 or 1: no row)");
 ABSL_FLAG(std::string, metrics, "",
           "the measured tensord's --metrics-listen HOST:PORT: print its kernel "
           "library's cache counters over the run");
@@ -64,8 +74,9 @@ namespace {
 // The measured device's tensord_device_library_*_total counters from the
 // daemon's /metrics at `address` (HOST:PORT), in kLibraryCounters' order;
 // empty when it cannot be read.
-constexpr const char* kLibraryCounters[] = {"prepared", "reused", "evicted",
-                                            "reorders"};
+constexpr const char* kLibraryCounters[] = {
+    "prepared", "reused", "evicted", "reorders", "team_calls", "alone_calls",
+    "contended"};
 std::vector<uint64_t> LibraryCounters(const std::string& address,
                                       const std::string& device) {
   const size_t colon = address.rfind(':');
@@ -168,6 +179,24 @@ double TensordConv(const tensord::Client& client, const std::string& device,
   for (int i = 0; i < steps; ++i) once();
   return shape.Flops() * (backward ? 3 : 1) * kQueued * steps /
          Seconds(t0, Clock::now()) / 1e9;
+}
+
+// The conv2 forward from `sessions` clients at once, each its own session
+// on its own thread: their GFLOP/s summed.
+double ConcurrentConv(const std::string& address, const std::string& device,
+                      int steps, int sessions) {
+  std::vector<double> gflops(sessions);
+  std::vector<std::thread> threads;
+  for (int s = 0; s < sessions; ++s) {
+    threads.emplace_back([&, s] {
+      tensord::Client client(address);
+      gflops[s] = TensordConv(client, device, steps, kConvs[1], false);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  double sum = 0;
+  for (double g : gflops) sum += g;
+  return sum;
 }
 
 // A ResNet-style block at batch 32 (x [32, 16, 32, 32]; conv 3x3 pad 1,
@@ -412,6 +441,49 @@ int main(int argc, char** argv) {
     json += ",\"torch_ms\":";
     json += std::to_string(block_theirs);
     json += '}';
+  }
+  // Sessions at once against one session, interleaved; the library's
+  // counters over these runs alone.
+  const int sessions = absl::GetFlag(FLAGS_sessions);
+  std::vector<uint64_t> sessions_counters;  // deltas; empty: unread
+  if (sessions > 1) {
+    double one = 0, all = 0;
+    for (int r = 0; r < repeats; ++r) {
+      one = std::max(one, TensordConv(client, device, steps, kConvs[1], false));
+      const std::vector<uint64_t> before =
+          metrics.empty() ? std::vector<uint64_t>{}
+                          : LibraryCounters(metrics, device);
+      all = std::max(all, ConcurrentConv(address, device, steps, sessions));
+      const std::vector<uint64_t> after =
+          before.empty() ? std::vector<uint64_t>{}
+                         : LibraryCounters(metrics, device);
+      if (after.size() == before.size() && !after.empty()) {
+        sessions_counters.resize(after.size());
+        for (size_t i = 0; i < after.size(); ++i) {
+          sessions_counters[i] += after[i] - before[i];
+        }
+      }
+    }
+    const std::string row =
+        "conv2_fwd_" + std::to_string(sessions) + "_sessions";
+    std::printf("%-22s %8d %8.2f GF/s %8.2f GF/s %8.2f  (summed; beside one "
+                "session's)\n",
+                row.c_str(), 64, all, one, all / one);
+    if (json.back() != '[') json += ',';
+    json += "{\"row\":\"" + row + "\",\"batch\":64,\"tensord_gflops\":";
+    json += std::to_string(all);
+    json += ",\"one_session_gflops\":";
+    json += std::to_string(one);
+    json += '}';
+    if (!sessions_counters.empty()) {
+      std::printf("library counters over the sessions row (%s):",
+                  device.c_str());
+      for (size_t i = 0; i < sessions_counters.size(); ++i) {
+        std::printf(" %s %llu", kLibraryCounters[i],
+                    static_cast<unsigned long long>(sessions_counters[i]));
+      }
+      std::printf("\n");
+    }
   }
   json += "],\"torch_blas\":\"";
   json += blas;

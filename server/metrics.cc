@@ -105,6 +105,23 @@ std::string Metrics::RenderPrometheus(core::Runtime& runtime) const {
        [](const core::DeviceStatus& d) {
          return d.properties.library_reorders;
        }},
+      {"tensord_device_library_team_calls_total",
+       "Library calls run on the device's team of threads.",
+       [](const core::DeviceStatus& d) {
+         return d.properties.library_team_calls;
+       }},
+      {"tensord_device_library_alone_calls_total",
+       "Library calls run on their calling thread alone (below the grain, "
+       "or the team was busy).",
+       [](const core::DeviceStatus& d) {
+         return d.properties.library_alone_calls;
+       }},
+      {"tensord_device_library_contended_total",
+       "Library calls that found the team busy with another call and ran "
+       "alone instead of starting a second team.",
+       [](const core::DeviceStatus& d) {
+         return d.properties.library_contended;
+       }},
   };
   for (const Gauge& g : gauges) {
     const bool counter = std::string_view(g.name).ends_with("_total");

@@ -70,12 +70,18 @@ struct DeviceProperties {
   std::string kernel_library;
   // Its library's prepared calls (primitives, descriptors and algorithms),
   // since start: made, reused from the cache, evicted to keep it bounded;
-  // and layout conversions run. The host devices share one cache, so each
-  // reports the process's.
+  // and layout conversions run; calls run on a team of threads, calls run
+  // on their calling thread alone, and of those the calls that found the
+  // team busy with another session's call (the CPU's one-team policy). The
+  // host devices share one cache and one team, so each reports the
+  // process's.
   uint64_t library_prepared = 0;
   uint64_t library_reused = 0;
   uint64_t library_evicted = 0;
   uint64_t library_reorders = 0;
+  uint64_t library_team_calls = 0;
+  uint64_t library_alone_calls = 0;
+  uint64_t library_contended = 0;
 };
 
 // A tensor operand as kernels see it: a buffer plus its dtype and shape.

@@ -146,6 +146,9 @@ class CpuDevice final : public Device {
     p.library_reused = counts.reused;
     p.library_evicted = counts.evicted;
     p.library_reorders = counts.reorders;
+    p.library_team_calls = counts.team_calls;
+    p.library_alone_calls = counts.alone_calls;
+    p.library_contended = counts.contended;
     return p;
   }
 

@@ -167,7 +167,9 @@ TEST_F(ObservabilityTest, MetricsMoveWithRpcs) {
   EXPECT_THAT(after,
               HasSubstr("# TYPE tensord_rpc_duration_seconds histogram"));
   // The kernel library's cache, per device (counters since start).
-  for (const char* counter : {"prepared", "reused", "evicted", "reorders"}) {
+  for (const char* counter :
+       {"prepared", "reused", "evicted", "reorders", "team_calls",
+        "alone_calls", "contended"}) {
     EXPECT_THAT(after, HasSubstr(std::string("# TYPE tensord_device_library_") +
                                  counter + "_total counter"));
     EXPECT_THAT(after, HasSubstr(std::string("tensord_device_library_") +
