@@ -25,7 +25,7 @@
 //   train_bench [--batches 4,64] [--steps 50] [--repeats 3] [--threads 2]
 //               [--device cuda:0 --address A --python python3]
 //               [--metrics HOST:PORT] [--convs conv1,conv2] [--block]
-//               [--sessions 2]
+//               [--sessions 2] [--rounds 1]
 #include <httplib.h>
 
 #include <algorithm>
@@ -40,6 +40,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_server.h"
 #include "examples/cifar_net.h"
@@ -50,6 +51,9 @@
 ABSL_FLAG(std::string, batches, "4,64", "batch sizes");
 ABSL_FLAG(int, steps, 50, "timed steps per run");
 ABSL_FLAG(int, repeats, 3, "runs per side (the best counts)");
+ABSL_FLAG(int, rounds, 1,
+          "rounds of every row; above 1, the medians are printed too (the "
+          "JSON holds the medians)");
 ABSL_FLAG(int, threads, 2, "torch threads (match the daemon's BLAS threads)");
 ABSL_FLAG(std::string, device, "cpu",
           "the device both sides train on (cpu, cuda:0; torch uses the same "
@@ -331,6 +335,132 @@ print(ms, *gf, block_ms, blas)
   return r;
 }
 
+// One row of the table: tensord's figure beside the reference's (PyTorch's,
+// or one session's in the sessions row), in ms (lower is better) or GF/s.
+struct Row {
+  std::string name;
+  int batch = 0;
+  double ours = 0, theirs = 0;
+  bool ms = true;
+  std::string reference = "torch";  // the JSON key of `theirs`
+  double ratio() const { return ours / theirs; }
+};
+
+void PrintRow(const Row& row, const char* suffix = "") {
+  if (row.ms) {
+    std::printf("%-22s %8d %9.3f ms %9.3f ms %8.2f%s\n", row.name.c_str(),
+                row.batch, row.ours, row.theirs, row.ratio(), suffix);
+  } else {
+    std::printf("%-22s %8d %8.2f GF/s %8.2f GF/s %8.2f%s\n", row.name.c_str(),
+                row.batch, row.ours, row.theirs, row.ratio(), suffix);
+  }
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+struct Settings {
+  std::string device, address, metrics;
+  int steps = 1, repeats = 1, threads = 1, sessions = 0;
+  std::vector<int> batches;
+  bool conv_rows[2] = {};
+  bool block = true;
+};
+
+// One round: every row, each side's best of --repeats runs, interleaved.
+// Prints the rows as they come; `blas` gets torch's BLAS.
+std::vector<Row> MeasureRound(const tensord::Client& client, const Settings& s,
+                              std::string& blas) {
+  std::vector<Row> rows;
+  auto add = [&](Row row, const char* suffix = "") {
+    PrintRow(row, suffix);
+    rows.push_back(std::move(row));
+  };
+  for (int batch : s.batches) {
+    double best_ours = 1e30, best_torch = 1e30;
+    for (int r = 0; r < s.repeats; ++r) {
+      best_ours =
+          std::min(best_ours, TensordStep(client, s.device, batch, s.steps));
+      TorchResult t = TorchStep(s.device, batch, s.steps, s.threads, 1);
+      if (t.ms > 0) best_torch = std::min(best_torch, t.ms);
+      blas = t.blas;
+    }
+    add({"train_step", batch, best_ours, best_torch});
+  }
+  double ours[2][2] = {}, theirs[2][2] = {};
+  double block_ours = 1e30, block_theirs = 1e30;
+  for (int r = 0; r < s.repeats; ++r) {
+    for (int c = 0; c < 2; ++c) {
+      if (!s.conv_rows[c]) continue;
+      for (int backward = 0; backward < 2; ++backward) {
+        ours[c][backward] = std::max(
+            ours[c][backward],
+            TensordConv(client, s.device, s.steps, kConvs[c], backward));
+      }
+    }
+    if (s.block) {
+      block_ours = std::min(block_ours, TensordBlock(client, s.device, s.steps));
+    }
+    if (!s.conv_rows[0] && !s.conv_rows[1] && !s.block) break;
+    const TorchResult t = TorchStep(s.device, 1, 1, s.threads, s.steps);
+    if (t.block_ms > 0) block_theirs = std::min(block_theirs, t.block_ms);
+    for (int c = 0; c < 2; ++c) {
+      for (int backward = 0; backward < 2; ++backward) {
+        theirs[c][backward] =
+            std::max(theirs[c][backward], t.conv_gflops[c][backward]);
+      }
+    }
+  }
+  for (int c = 0; c < 2; ++c) {
+    if (!s.conv_rows[c]) continue;
+    for (int backward = 0; backward < 2; ++backward) {
+      add({std::string(kConvs[c].name) + (backward ? "_fwd_bwd" : "_forward"),
+           64, ours[c][backward], theirs[c][backward], false});
+    }
+  }
+  if (s.block) add({"resnet_block_fwd_bwd", 32, block_ours, block_theirs});
+  // Sessions at once against one session, interleaved; the library's
+  // counters over these runs alone.
+  if (s.sessions > 1) {
+    double one = 0, all = 0;
+    std::vector<uint64_t> counters;  // deltas; empty: unread
+    for (int r = 0; r < s.repeats; ++r) {
+      one = std::max(one,
+                     TensordConv(client, s.device, s.steps, kConvs[1], false));
+      const std::vector<uint64_t> before =
+          s.metrics.empty() ? std::vector<uint64_t>{}
+                            : LibraryCounters(s.metrics, s.device);
+      all = std::max(all,
+                     ConcurrentConv(s.address, s.device, s.steps, s.sessions));
+      const std::vector<uint64_t> after =
+          before.empty() ? std::vector<uint64_t>{}
+                         : LibraryCounters(s.metrics, s.device);
+      if (after.size() == before.size() && !after.empty()) {
+        counters.resize(after.size());
+        for (size_t i = 0; i < after.size(); ++i) {
+          counters[i] += after[i] - before[i];
+        }
+      }
+    }
+    Row row{"conv2_fwd_" + std::to_string(s.sessions) + "_sessions", 64, all,
+            one, false, "one_session"};
+    add(row, "  (summed; beside one session's)");
+    if (!counters.empty()) {
+      std::printf("library counters over the sessions row (%s):",
+                  s.device.c_str());
+      for (size_t i = 0; i < counters.size(); ++i) {
+        std::printf(" %s %llu", kLibraryCounters[i],
+                    static_cast<unsigned long long>(counters[i]));
+      }
+      std::printf("\n");
+    }
+  }
+  return rows;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -341,160 +471,93 @@ int main(int argc, char** argv) {
                   "PyTorch, interleaved, at each batch size; conv2d GFLOP/s "
                   "(seed 001's two convolutions at batch 64, forward and "
                   "with both gradients) beside PyTorch's. Prints a table "
-                  "and one JSON line.",
-       .example = "train_bench --batches 4,64 --steps 50 --repeats 3",
+                  "per round, the medians over --rounds, and one JSON line.",
+       .example = "train_bench --address 127.0.0.1:50051 --rounds 5",
        .flag_files = {__FILE__}});
-  const int steps = std::max(1, absl::GetFlag(FLAGS_steps));
-  const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
-  const int threads = std::max(1, absl::GetFlag(FLAGS_threads));
-  const std::string device = absl::GetFlag(FLAGS_device);
-  std::vector<int> batches;
+  Settings s;
+  s.steps = std::max(1, absl::GetFlag(FLAGS_steps));
+  s.repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
+  s.threads = std::max(1, absl::GetFlag(FLAGS_threads));
+  s.sessions = absl::GetFlag(FLAGS_sessions);
+  s.device = absl::GetFlag(FLAGS_device);
+  s.metrics = absl::GetFlag(FLAGS_metrics);
+  s.block = absl::GetFlag(FLAGS_block);
+  const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
   for (absl::string_view b :
        absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
     int v = 0;
-    if (absl::SimpleAtoi(b, &v) && v > 0) batches.push_back(v);
+    if (absl::SimpleAtoi(b, &v) && v > 0) s.batches.push_back(v);
+  }
+  for (absl::string_view c : absl::StrSplit(absl::GetFlag(FLAGS_convs), ',')) {
+    for (int k = 0; k < 2; ++k) s.conv_rows[k] |= c == kConvs[k].name;
   }
   std::unique_ptr<tensord::server::Server> server;
-  const std::string address = tensord::bench::BenchAddress(
+  s.address = tensord::bench::BenchAddress(
       "train_bench", absl::GetFlag(FLAGS_address), &server);
-  if (address.empty()) return 1;
-  tensord::Client client(address);
-  const std::string metrics = absl::GetFlag(FLAGS_metrics);
+  if (s.address.empty()) return 1;
+  tensord::Client client(s.address);
   const std::vector<uint64_t> counters_before =
-      metrics.empty() ? std::vector<uint64_t>{}
-                      : LibraryCounters(metrics, device);
-  std::printf("%-22s %8s %12s %12s %8s\n", "measurement", "batch", "tensord",
-              "torch", "ratio");
-  std::string json = "{\"bench\":\"train_bench\",\"rows\":[";
+      s.metrics.empty() ? std::vector<uint64_t>{}
+                        : LibraryCounters(s.metrics, s.device);
   std::string blas;
-  for (int batch : batches) {
-    double best_ours = 1e30, best_torch = 1e30;
-    for (int r = 0; r < repeats; ++r) {
-      best_ours = std::min(best_ours, TensordStep(client, device, batch, steps));
-      TorchResult t = TorchStep(device, batch, steps, threads, 1);
-      if (t.ms > 0) best_torch = std::min(best_torch, t.ms);
-      blas = t.blas;
+  std::vector<std::vector<Row>> all;  // per round
+  for (int r = 0; r < rounds; ++r) {
+    if (rounds > 1) std::printf("round %d of %d\n", r + 1, rounds);
+    std::printf("%-22s %8s %12s %12s %8s\n", "measurement", "batch", "tensord",
+                "torch", "ratio");
+    all.push_back(MeasureRound(client, s, blas));
+  }
+  // Per row: the median of each side and of the rounds' ratios (the ratio
+  // of medians can hide a noisy round), with the ratios' range.
+  std::vector<Row> medians = all[0];
+  std::vector<std::pair<double, double>> ranges(medians.size());
+  std::vector<double> median_ratios(medians.size());
+  for (size_t i = 0; i < medians.size(); ++i) {
+    std::vector<double> ours, theirs, ratios;
+    for (const std::vector<Row>& round : all) {
+      ours.push_back(round[i].ours);
+      theirs.push_back(round[i].theirs);
+      ratios.push_back(round[i].ratio());
     }
-    std::printf("%-22s %8d %9.3f ms %9.3f ms %8.2f\n", "train_step", batch,
-                best_ours, best_torch, best_ours / best_torch);
-    if (json.back() != '[') json += ',';
-    json += "{\"row\":\"train_step\",\"batch\":";
-    json += std::to_string(batch);
-    json += ",\"tensord_ms\":";
-    json += std::to_string(best_ours);
-    json += ",\"torch_ms\":";
-    json += std::to_string(best_torch);
-    json += '}';
-  }
-  // Each side's best of --repeats runs, interleaved.
-  double ours[2][2] = {}, theirs[2][2] = {};
-  double block_ours = 1e30, block_theirs = 1e30;
-  bool conv_rows[2] = {};
-  for (absl::string_view c : absl::StrSplit(absl::GetFlag(FLAGS_convs), ',')) {
-    for (int k = 0; k < 2; ++k) conv_rows[k] |= c == kConvs[k].name;
-  }
-  const bool block = absl::GetFlag(FLAGS_block);
-  for (int r = 0; r < repeats; ++r) {
-    for (int c = 0; c < 2; ++c) {
-      if (!conv_rows[c]) continue;
-      for (int backward = 0; backward < 2; ++backward) {
-        ours[c][backward] =
-            std::max(ours[c][backward],
-                     TensordConv(client, device, steps, kConvs[c], backward));
+    medians[i].ours = Median(ours);
+    medians[i].theirs = Median(theirs);
+    ranges[i] = {*std::min_element(ratios.begin(), ratios.end()),
+                 *std::max_element(ratios.begin(), ratios.end())};
+    const double median_ratio = Median(ratios);
+    median_ratios[i] = median_ratio;
+    if (rounds > 1) {
+      if (i == 0) {
+        std::printf("medians over %d rounds (ratio: the rounds' median, "
+                    "their range)\n%-22s %8s %12s %12s %8s\n",
+                    rounds, "measurement", "batch", "tensord", "torch",
+                    "ratio");
       }
-    }
-    if (block) {
-      block_ours = std::min(block_ours, TensordBlock(client, device, steps));
-    }
-    if (!conv_rows[0] && !conv_rows[1] && !block) break;
-    const TorchResult t = TorchStep(device, 1, 1, threads, steps);
-    if (t.block_ms > 0) block_theirs = std::min(block_theirs, t.block_ms);
-    for (int c = 0; c < 2; ++c) {
-      for (int backward = 0; backward < 2; ++backward) {
-        theirs[c][backward] =
-            std::max(theirs[c][backward], t.conv_gflops[c][backward]);
-      }
+      const std::string range = absl::StrFormat(
+          "  (median of ratios %.2f, %.2f-%.2f)", median_ratio,
+          ranges[i].first, ranges[i].second);
+      PrintRow(medians[i], range.c_str());
     }
   }
-  for (int c = 0; c < 2; ++c) {
-    if (!conv_rows[c]) continue;
-    for (int backward = 0; backward < 2; ++backward) {
-      const std::string row =
-          std::string(kConvs[c].name) + (backward ? "_fwd_bwd" : "_forward");
-      std::printf("%-22s %8d %8.2f GF/s %8.2f GF/s %8.2f\n", row.c_str(), 64,
-                  ours[c][backward], theirs[c][backward],
-                  ours[c][backward] / theirs[c][backward]);
-      if (json.back() != '[') json += ',';
-      json += "{\"row\":\"" + row + "\",\"batch\":64,\"tensord_gflops\":";
-      json += std::to_string(ours[c][backward]);
-      json += ",\"torch_gflops\":";
-      json += std::to_string(theirs[c][backward]);
-      json += '}';
-    }
+  std::string json = absl::StrFormat(
+      "{\"bench\":\"train_bench\",\"rounds\":%d,\"rows\":[", rounds);
+  for (size_t i = 0; i < medians.size(); ++i) {
+    const Row& row = medians[i];
+    const char* unit = row.ms ? "ms" : "gflops";
+    if (i > 0) json += ',';
+    json += absl::StrFormat(
+        "{\"row\":\"%s\",\"batch\":%d,\"tensord_%s\":%f,\"%s_%s\":%f,"
+        "\"ratio_median\":%f,\"ratio_min\":%f,\"ratio_max\":%f}",
+        row.name, row.batch, unit, row.ours, row.reference, unit, row.theirs,
+        median_ratios[i], ranges[i].first, ranges[i].second);
   }
-  if (block) {
-    std::printf("%-22s %8d %9.3f ms %9.3f ms %8.2f\n", "resnet_block_fwd_bwd",
-                32, block_ours, block_theirs, block_ours / block_theirs);
-    if (json.back() != '[') json += ',';
-    json += "{\"row\":\"resnet_block_fwd_bwd\",\"batch\":32,\"tensord_ms\":";
-    json += std::to_string(block_ours);
-    json += ",\"torch_ms\":";
-    json += std::to_string(block_theirs);
-    json += '}';
-  }
-  // Sessions at once against one session, interleaved; the library's
-  // counters over these runs alone.
-  const int sessions = absl::GetFlag(FLAGS_sessions);
-  std::vector<uint64_t> sessions_counters;  // deltas; empty: unread
-  if (sessions > 1) {
-    double one = 0, all = 0;
-    for (int r = 0; r < repeats; ++r) {
-      one = std::max(one, TensordConv(client, device, steps, kConvs[1], false));
-      const std::vector<uint64_t> before =
-          metrics.empty() ? std::vector<uint64_t>{}
-                          : LibraryCounters(metrics, device);
-      all = std::max(all, ConcurrentConv(address, device, steps, sessions));
-      const std::vector<uint64_t> after =
-          before.empty() ? std::vector<uint64_t>{}
-                         : LibraryCounters(metrics, device);
-      if (after.size() == before.size() && !after.empty()) {
-        sessions_counters.resize(after.size());
-        for (size_t i = 0; i < after.size(); ++i) {
-          sessions_counters[i] += after[i] - before[i];
-        }
-      }
-    }
-    const std::string row =
-        "conv2_fwd_" + std::to_string(sessions) + "_sessions";
-    std::printf("%-22s %8d %8.2f GF/s %8.2f GF/s %8.2f  (summed; beside one "
-                "session's)\n",
-                row.c_str(), 64, all, one, all / one);
-    if (json.back() != '[') json += ',';
-    json += "{\"row\":\"" + row + "\",\"batch\":64,\"tensord_gflops\":";
-    json += std::to_string(all);
-    json += ",\"one_session_gflops\":";
-    json += std::to_string(one);
-    json += '}';
-    if (!sessions_counters.empty()) {
-      std::printf("library counters over the sessions row (%s):",
-                  device.c_str());
-      for (size_t i = 0; i < sessions_counters.size(); ++i) {
-        std::printf(" %s %llu", kLibraryCounters[i],
-                    static_cast<unsigned long long>(sessions_counters[i]));
-      }
-      std::printf("\n");
-    }
-  }
-  json += "],\"torch_blas\":\"";
-  json += blas;
-  json += "\"}";
-  if (!metrics.empty()) {
-    const std::vector<uint64_t> after = LibraryCounters(metrics, device);
+  json += "],\"torch_blas\":\"" + blas + "\"}";
+  if (!s.metrics.empty()) {
+    const std::vector<uint64_t> after = LibraryCounters(s.metrics, s.device);
     if (counters_before.empty() || after.empty()) {
       std::printf("library counters: /metrics at %s unreadable\n",
-                  metrics.c_str());
+                  s.metrics.c_str());
     } else {
-      std::printf("library counters over the run (%s):", device.c_str());
+      std::printf("library counters over the run (%s):", s.device.c_str());
       for (size_t i = 0; i < after.size(); ++i) {
         std::printf(
             " %s %llu", kLibraryCounters[i],
@@ -503,7 +566,7 @@ int main(int argc, char** argv) {
       std::printf("\n");
     }
   }
-  std::printf("torch BLAS: %s; torch threads: %d\n%s\n", blas.c_str(), threads,
-              json.c_str());
+  std::printf("torch BLAS: %s; torch threads: %d\n%s\n", blas.c_str(),
+              s.threads, json.c_str());
   return 0;
 }
