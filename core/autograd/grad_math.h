@@ -82,6 +82,29 @@ class Executor::GradMath {
     ASSIGN_OR_RETURN(TensorPtr root, Un(UnaryOp::kSqrt, shifted));
     return Num(BinaryOp::kDiv, root, 1.0, /*first=*/true);
   }
+  // One kernel call of `args` reading `operands` (its kind's arity) into a
+  // new tensor of `dtype` and `shape`.
+  absl::StatusOr<TensorPtr> Kernel(KernelArgs args,
+                                   std::vector<TensorRef> operands, DType dtype,
+                                   const Shape& shape) {
+    ASSIGN_OR_RETURN(Output out, rt_.AllocateOutput(slot_, dtype, shape));
+    RETURN_IF_ERROR(
+        device_.Launch({std::move(args), std::move(operands), out.ref()}));
+    return rt_.Stored(slot_, std::move(out));
+  }
+  // Row `k` of `a`, read as [rows, n / rows], copied into a new [n / rows].
+  absl::StatusOr<TensorPtr> Row(const TensorPtr& a, int64_t rows, int64_t k) {
+    const int64_t cols = a->shape.NumElements() / rows;
+    const int64_t bytes = cols * static_cast<int64_t>(DTypeSize(a->dtype));
+    ASSIGN_OR_RETURN(Shape shape,
+                     Shape::Make(std::span<const int64_t>(&cols, 1)));
+    ASSIGN_OR_RETURN(Output out, rt_.AllocateOutput(slot_, a->dtype, shape));
+    BlockCopy copy;
+    copy.row_bytes = bytes;
+    copy.src_offset = k * bytes;
+    RETURN_IF_ERROR(device_.Launch({copy, {RefOf(*a)}, out.ref()}));
+    return rt_.Stored(slot_, std::move(out));
+  }
   absl::StatusOr<TensorPtr> Zeros(const Shape& shape, DType dtype) {
     ASSIGN_OR_RETURN(Output out, rt_.AllocateOutput(slot_, dtype, shape));
     RETURN_IF_ERROR(device_.Launch({FillSpec{}, {}, out.ref()}));

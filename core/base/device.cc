@@ -110,6 +110,8 @@ std::string_view KernelKindName(KernelKind kind) {
       return "col2im";
     case KernelKind::kConv2d:
       return "conv2d";
+    case KernelKind::kBatchNorm:
+      return "batch_norm";
     case KernelKind::kPool2d:
       return "pool2d";
   }
@@ -136,6 +138,8 @@ int KernelArity(KernelKind kind) {
       return 3;
     case KernelKind::kConv2d:  // two operands, the bias and the workspace
       return 4;
+    case KernelKind::kBatchNorm:  // x and four a pass may read
+      return 5;
   }
   return -1;
 }
@@ -153,7 +157,7 @@ static_assert(std::is_same_v<
               std::variant_alternative_t<
                   static_cast<size_t>(KernelKind::kCopyBlocks), KernelArgs>,
               BlockCopy>);
-static_assert(static_cast<int>(KernelKind::kPool2d) + 1 == kKernelKindCount);
+static_assert(static_cast<int>(KernelKind::kBatchNorm) + 1 == kKernelKindCount);
 
 absl::Status CheckKernelCall(const KernelCall& call, std::string_view device) {
   const int want = KernelArity(call.kind());

@@ -299,11 +299,36 @@ struct Pool2dArgs {
   PoolPass pass = PoolPass::kForward;
 };
 
+// batch_norm in training (the batch's own statistics) as one kernel call
+// per pass (the CPU device's direct kernel), made only where Device::Select
+// says kLibrary for it; elsewhere it is reductions and elementwise kernels
+// (core/executor/norm_ops.cc). x is read as [n, c, plane] (every dim after
+// the channel's flattened); one floating dtype throughout; a statistic per
+// channel is the biased one over n * plane elements, accumulated in double.
+// inputs = {x, a, b, c, d}, those a pass does not read given as x:
+//   kStatistics: {x}                      -> [3, c]: mean, var, invstd =
+//                                             1 / sqrt(var + eps)
+//   kNormalize:  {x, stats, weight, bias} -> y = (x - mean) * invstd
+//                                             (* weight) (+ bias)
+//   kParamGrads: {x, g, stats}            -> [2, c]: sum(g * xhat), sum(g),
+//                                             xhat = (x - mean) * invstd
+//   kInputGrad:  {x, g, stats, sums, weight} -> x's gradient, PyTorch's
+//                invstd * (gh - mean(gh) - xhat * mean(gh * xhat)), gh =
+//                g (* weight), the means from kParamGrads' sums
+// weight and bias are [c] and read only when their flag is set.
+enum class BatchNormPass { kStatistics, kNormalize, kParamGrads, kInputGrad };
+struct BatchNormArgs {
+  int64_t n = 0, c = 0, plane = 0;
+  double eps = 0;
+  bool weight = false, bias = false;
+  BatchNormPass pass = BatchNormPass::kStatistics;
+};
+
 // One alternative per kernel; KernelKind names them in the same order.
 using KernelArgs =
     std::variant<FillSpec, CastArgs, BinaryArgs, UnaryArgs, ReduceArgs,
                  MatMulDims, PermuteArgs, BlockCopy, WhereArgs, Im2ColArgs,
-                 Col2ImArgs, Conv2dArgs, Pool2dArgs>;
+                 Col2ImArgs, Conv2dArgs, Pool2dArgs, BatchNormArgs>;
 enum class KernelKind {
   kFill,
   kCast,
@@ -318,13 +343,15 @@ enum class KernelKind {
   kCol2Im,
   kConv2d,
   kPool2d,
+  kBatchNorm,
 };
 inline constexpr int kKernelKindCount = std::variant_size_v<KernelArgs>;
 // Whether `args` is of a kind a device may run as one library call
-// (conv2d, pooling): the kinds Device::Select chooses for.
+// (conv2d, pooling, batch norm): the kinds Device::Select chooses for.
 inline bool IsLibraryKind(const KernelArgs& args) {
   return std::holds_alternative<Conv2dArgs>(args) ||
-         std::holds_alternative<Pool2dArgs>(args);
+         std::holds_alternative<Pool2dArgs>(args) ||
+         std::holds_alternative<BatchNormArgs>(args);
 }
 // "fill", "cast", "binary", ..., "where", "im2col", "col2im", "conv2d".
 std::string_view KernelKindName(KernelKind kind);

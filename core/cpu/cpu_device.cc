@@ -19,6 +19,7 @@
 #include "core/cpu/cpu_kernels.h"
 #include "core/cpu/host_pool.h"
 #include "core/cpu/library_kernels.h"
+#include "core/cpu/norm_kernels.h"
 #include "core/cpu/pool_kernels.h"
 
 namespace tensord::core {
@@ -157,13 +158,19 @@ class CpuDevice final : public Device {
   // The kernel-selection table, when one-call kernels are on: conv2d on
   // oneDNN where it runs the dtype and window (cpu::LibraryRuns); pooling
   // in every floating dtype and window on the device's own direct kernel
-  // (core/cpu/pool_kernels.h: faster here than oneDNN's); everything else
-  // composed.
+  // (core/cpu/pool_kernels.h: faster here than oneDNN's); batch norm in
+  // training, float32 and float64, on its direct kernel
+  // (core/cpu/norm_kernels.h); everything else composed.
   Implementation Select(const KernelArgs& args, DType dtype) const override {
     if (!kernel_libraries_) return Implementation::kComposed;
     if (std::holds_alternative<Pool2dArgs>(args)) {
       return IsFloating(dtype) ? Implementation::kLibrary
                                : Implementation::kComposed;
+    }
+    if (std::holds_alternative<BatchNormArgs>(args)) {
+      return dtype == DType::kFloat32 || dtype == DType::kFloat64
+                 ? Implementation::kLibrary
+                 : Implementation::kComposed;
     }
     return cpu::LibraryRuns(args, dtype) ? Implementation::kLibrary
                                          : Implementation::kComposed;
@@ -308,6 +315,15 @@ class CpuDevice final : public Device {
 
   static absl::Status Run(const Conv2dArgs&, const KernelCall& call) {
     return cpu::RunLibraryKernel(call);
+  }
+
+  static absl::Status Run(const BatchNormArgs& args, const KernelCall& call) {
+    const void* const in[5] = {
+        call.inputs[0].buffer->data(), call.inputs[1].buffer->data(),
+        call.inputs[2].buffer->data(), call.inputs[3].buffer->data(),
+        call.inputs[4].buffer->data()};
+    return cpu::BatchNormKernel(args, call.out.dtype, in,
+                                call.out.buffer->data());
   }
 
   static absl::Status Run(const Pool2dArgs& args, const KernelCall& call) {

@@ -560,6 +560,12 @@ class CudaDevice final : public Device {
   absl::Status Run(const Pool2dArgs&, const KernelCall& call) {
     return RunLibrary(call);
   }
+  // batch norm is composed on GPUs (Select never says kLibrary for it).
+  absl::Status Run(const BatchNormArgs&, const KernelCall& call) {
+    return absl::InternalError(
+        absl::StrCat(name_, ": ", ToAbsl(KernelKindName(call.kind())),
+                     " kernel: this device composes it"));
+  }
   absl::Status RunLibrary(const KernelCall& call) {
     if (cudnn_ == nullptr) {
       return absl::InternalError(absl::StrCat(

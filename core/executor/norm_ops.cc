@@ -15,11 +15,50 @@
 // statistics gx = invstd * (gh - mean(gh) - xhat * mean(gh * xhat)) over
 // the statistic's dims, else gx = gh * invstd; gweight = sum(g * xhat) and
 // gbias = sum(g), summed down to the parameter's shape.
+//
+// batch_norm in training runs as one kernel call per pass instead where
+// the device selects its library kernel for it (BatchNormArgs in
+// core/base/device.h; the CPU's direct kernel): the statistics, then y;
+// backward the parameters' sums, then x's gradient. The node then saves the
+// [3, c] statistics (mean, var, invstd) in place of invstd.
 #include "core/executor/executor.h"
 #include "core/autograd/grad_math.h"
 #include "core/planner/norm_plan.h"
 
 namespace tensord::core {
+namespace {
+
+// batch_norm over x as BatchNormArgs' [n, c, plane], for `pass`.
+BatchNormArgs BatchNormArgsOf(const NormArgs& args, const NormSlots& slots,
+                              const Shape& x, BatchNormPass pass) {
+  BatchNormArgs a;
+  a.n = x.dim(0);
+  a.c = x.dim(1);
+  a.plane = a.n * a.c == 0 ? 0 : x.NumElements() / (a.n * a.c);
+  a.eps = args.eps;
+  a.weight = slots.weight >= 0;
+  a.bias = slots.bias >= 0;
+  a.pass = pass;
+  return a;
+}
+
+// Whether batch_norm in training over x runs as the device's one-call
+// kernel (a non-empty x the device selects it for).
+bool FusedBatchNorm(const NormArgs& args, bool training, const NormSlots& slots,
+                    const StoredTensor& x) {
+  return args.kind == NormKind::kBatchNorm && training &&
+         x.shape.NumElements() > 0 &&
+         x.device->Select(
+             BatchNormArgsOf(args, slots, x.shape, BatchNormPass::kStatistics),
+             x.dtype) == Device::Implementation::kLibrary;
+}
+
+Shape StatsShape(int64_t rows, int64_t c) {
+  const int64_t dims[2] = {rows, c};
+  return *Shape::Make(std::span<const int64_t>(dims, 2));
+}
+
+}  // namespace
 absl::StatusOr<Executor::Value> Executor::EmitNorm(const OpSpec& op,
                                                    std::span<const Value> in,
                                                    const OpResult& result) {
@@ -45,6 +84,36 @@ absl::StatusOr<Executor::Value> Executor::EmitNorm(const OpSpec& op,
     return m.Reshape(in[slot].tensor, layout.param);
   };
   const TensorPtr& x = in[0].tensor;
+  if (plan.batch_stats && FusedBatchNorm(op.norm, true, slots, *x)) {
+    BatchNormArgs bn =
+        BatchNormArgsOf(op.norm, slots, x->shape, BatchNormPass::kStatistics);
+    const TensorRef xr = RefOf(*x);
+    ASSIGN_OR_RETURN(
+        TensorPtr stats,
+        m.Kernel(bn, {xr, xr, xr, xr, xr}, plan.dtype, StatsShape(3, bn.c)));
+    if (plan.update_running) {
+      const double unbias = static_cast<double>(layout.count) /
+                            static_cast<double>(layout.count - 1);
+      ASSIGN_OR_RETURN(TensorPtr mean, m.Row(stats, 3, 0));
+      ASSIGN_OR_RETURN(TensorPtr var, m.Row(stats, 3, 1));
+      ASSIGN_OR_RETURN(TensorPtr unbiased, m.Num(BinaryOp::kMul, var, unbias));
+      RETURN_IF_ERROR(update_running(in[slots.running_mean].tensor, mean));
+      RETURN_IF_ERROR(update_running(in[slots.running_var].tensor, unbiased));
+    }
+    bn.pass = BatchNormPass::kNormalize;
+    auto operand = [&](int slot) {
+      return slot >= 0 ? RefOf(*in[slot].tensor) : xr;
+    };
+    absl::StatusOr<Output> y = AllocateOutput(m.slot(), plan.dtype, plan.out);
+    if (y.ok()) {
+      const absl::Status ran = m.device().Launch(
+          {bn,
+           {xr, RefOf(*stats), operand(slots.weight), operand(slots.bias), xr},
+           y->ref()});
+      if (!ran.ok()) y = ran;
+    }
+    return Made(op, in, result, std::move(y), std::move(stats));
+  }
   TensorPtr centred, invstd;
   if (plan.batch_stats) {
     ASSIGN_OR_RETURN(TensorPtr mean, m.Mean(x, layout.dims));
@@ -92,7 +161,7 @@ absl::Status Executor::GradMath::NormGrads(const GradNode& node,
   const NormArgs& args = node.op.norm;
   const NormSlots slots = NormSlotsOf(args);
   const TensorPtr& x = node.inputs[0].data;
-  const TensorPtr& invstd = node.extra.data;
+  TensorPtr invstd = node.extra.data;
   if (invstd == nullptr) {
     return absl::InternalError("autograd: a norm node saved no invstd");
   }
@@ -101,6 +170,41 @@ absl::Status Executor::GradMath::NormGrads(const GradNode& node,
   auto param = [&](int slot) {
     return Reshape(node.inputs[slot].data, layout.param);
   };
+  // A forward that ran as one-call kernels saved its [3, c] statistics.
+  const bool fused = args.kind == NormKind::kBatchNorm && node.op.train &&
+                     x->shape.rank() >= 2 &&
+                     invstd->shape == StatsShape(3, x->shape.dim(1));
+  if (fused && g->shape == x->shape && g->dtype == x->dtype) {
+    const TensorPtr& stats = invstd;
+    BatchNormArgs bn =
+        BatchNormArgsOf(args, slots, x->shape, BatchNormPass::kParamGrads);
+    const TensorRef xr = RefOf(*x), gr = RefOf(*g);
+    ASSIGN_OR_RETURN(TensorPtr sums, Kernel(bn, {xr, gr, RefOf(*stats), xr, xr},
+                                            x->dtype, StatsShape(2, bn.c)));
+    if (node.next[0].active()) {
+      bn.pass = BatchNormPass::kInputGrad;
+      const TensorRef w =
+          slots.weight >= 0 ? RefOf(*node.inputs[slots.weight].data) : xr;
+      ASSIGN_OR_RETURN(
+          out[0], Kernel(bn, {xr, gr, RefOf(*stats), RefOf(*sums), w}, x->dtype,
+                         x->shape));
+    }
+    if (slots.weight >= 0 && node.next[slots.weight].active()) {
+      ASSIGN_OR_RETURN(TensorPtr gw, Row(sums, 2, 0));
+      ASSIGN_OR_RETURN(out[slots.weight],
+                       Reshape(gw, node.inputs[slots.weight].data->shape));
+    }
+    if (slots.bias >= 0 && node.next[slots.bias].active()) {
+      ASSIGN_OR_RETURN(TensorPtr gb, Row(sums, 2, 1));
+      ASSIGN_OR_RETURN(out[slots.bias],
+                       Reshape(gb, node.inputs[slots.bias].data->shape));
+    }
+    return absl::OkStatus();
+  }
+  if (fused) {  // a gradient of another form: the composed formulas
+    ASSIGN_OR_RETURN(TensorPtr row, Row(invstd, 3, 2));
+    ASSIGN_OR_RETURN(invstd, Reshape(row, layout.stats));
+  }
   TensorPtr mean;
   if (batch_stats) {
     ASSIGN_OR_RETURN(mean, Mean(x, layout.dims));

@@ -1296,6 +1296,138 @@ TEST_P(ConformanceTest, LibraryPoolEveryPassAndWindow) {
   EXPECT_GT(checked, 0);
 }
 
+// batch_norm in training as one kernel call per pass, where the device's
+// selection table picks it (the CPU's direct kernel, float32 and float64):
+// each pass against the definition in double, fed the definition's own
+// statistics and sums so a pass is checked alone; every combination of
+// weight and bias, one image, one channel, a plane of one (x of rank 2).
+TEST_P(ConformanceTest, LibraryBatchNormEveryPass) {
+  std::unique_ptr<Device> cpu_with_libraries;
+  Device* device = WithLibraries(device_, cpu_with_libraries);
+  if (device->Select(BatchNormArgs{4, 3, 10}, DType::kFloat32) !=
+      Device::Implementation::kLibrary) {
+    GTEST_SKIP() << device->name() << " composes batch_norm";
+  }
+  struct Case {
+    int64_t n, c, plane;
+  };
+  const Case cases[] = {{4, 3, 10}, {1, 2, 7}, {3, 1, 6}, {5, 4, 1}};
+  const double eps = 1e-5;
+  int checked = 0;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    const double tolerance = dtype == DType::kFloat32 ? 2e-5 : 1e-11;
+    for (const Case& k : cases) {
+      for (int params = 0; params < 4; ++params) {
+        BatchNormArgs args{
+            k.n, k.c, k.plane, eps, (params & 1) != 0, (params & 2) != 0};
+        SCOPED_TRACE(
+            std::string(DTypeName(dtype)) + " [" + std::to_string(k.n) + ", " +
+            std::to_string(k.c) + ", " + std::to_string(k.plane) + "] weight " +
+            std::to_string(args.weight) + " bias " + std::to_string(args.bias));
+        const int64_t numel = k.n * k.c * k.plane;
+        const double count = static_cast<double>(k.n * k.plane);
+        const std::vector<uint8_t> x = RandomValues(dtype, numel, 11);
+        const std::vector<uint8_t> g = RandomValues(dtype, numel, 12);
+        const std::vector<uint8_t> w = RandomValues(dtype, k.c, 13);
+        const std::vector<uint8_t> b = RandomValues(dtype, k.c, 14);
+        auto at = [&](int64_t image, int64_t ch, int64_t i) {
+          return (image * k.c + ch) * k.plane + i;
+        };
+        std::vector<double> stats(3 * k.c), sums(2 * k.c), y(numel), gx(numel);
+        for (int64_t ch = 0; ch < k.c; ++ch) {
+          double sum = 0, squares = 0, g_xhat = 0, g_sum = 0;
+          for (int64_t im = 0; im < k.n; ++im)
+            for (int64_t i = 0; i < k.plane; ++i) {
+              sum += ValueAt(dtype, x, at(im, ch, i));
+            }
+          const double mean = sum / count;
+          for (int64_t im = 0; im < k.n; ++im)
+            for (int64_t i = 0; i < k.plane; ++i) {
+              const double d = ValueAt(dtype, x, at(im, ch, i)) - mean;
+              squares += d * d;
+            }
+          const double var = squares / count, invstd = 1 / std::sqrt(var + eps);
+          const double wc = args.weight ? ValueAt(dtype, w, ch) : 1;
+          const double bc = args.bias ? ValueAt(dtype, b, ch) : 0;
+          stats[ch] = mean;
+          stats[k.c + ch] = var;
+          stats[2 * k.c + ch] = invstd;
+          for (int64_t im = 0; im < k.n; ++im)
+            for (int64_t i = 0; i < k.plane; ++i) {
+              const int64_t e = at(im, ch, i);
+              const double xhat = (ValueAt(dtype, x, e) - mean) * invstd;
+              y[e] = xhat * wc + bc;
+              g_xhat += ValueAt(dtype, g, e) * xhat;
+              g_sum += ValueAt(dtype, g, e);
+            }
+          sums[ch] = g_xhat;
+          sums[k.c + ch] = g_sum;
+          for (int64_t im = 0; im < k.n; ++im)
+            for (int64_t i = 0; i < k.plane; ++i) {
+              const int64_t e = at(im, ch, i);
+              const double xhat = (ValueAt(dtype, x, e) - mean) * invstd;
+              gx[e] = invstd * wc *
+                      (ValueAt(dtype, g, e) - g_sum / count -
+                       xhat * g_xhat / count);
+            }
+        }
+        const Shape x_shape = S({k.n, k.c, k.plane});
+        DevTensor xt = Upload(*device, dtype, x_shape, x);
+        DevTensor gt = Upload(*device, dtype, x_shape, g);
+        DevTensor wt = Upload(*device, dtype, S({k.c}), w);
+        DevTensor bt = Upload(*device, dtype, S({k.c}), b);
+        DevTensor st =
+            Upload(*device, dtype, S({3, k.c}), EncodeFloating(dtype, stats));
+        DevTensor sumt =
+            Upload(*device, dtype, S({2, k.c}), EncodeFloating(dtype, sums));
+        struct Pass {
+          BatchNormPass pass;
+          std::vector<TensorRef> in;
+          Shape out;
+          const std::vector<double>* want;
+        };
+        const TensorRef xr = xt.ref();
+        const Pass passes[] = {
+            {BatchNormPass::kStatistics,
+             {xr, xr, xr, xr, xr},
+             S({3, k.c}),
+             &stats},
+            {BatchNormPass::kNormalize,
+             {xr, st.ref(), wt.ref(), bt.ref(), xr},
+             x_shape,
+             &y},
+            {BatchNormPass::kParamGrads,
+             {xr, gt.ref(), st.ref(), xr, xr},
+             S({2, k.c}),
+             &sums},
+            {BatchNormPass::kInputGrad,
+             {xr, gt.ref(), st.ref(), sumt.ref(), wt.ref()},
+             x_shape,
+             &gx},
+        };
+        for (const Pass& pass : passes) {
+          SCOPED_TRACE(static_cast<int>(pass.pass));
+          args.pass = pass.pass;
+          ASSERT_EQ(device->Select(args, dtype),
+                    Device::Implementation::kLibrary);
+          DevTensor out = Empty(*device, dtype, pass.out);
+          const absl::Status launched =
+              device->Launch({args, pass.in, out.ref()});
+          ASSERT_TRUE(launched.ok()) << launched;
+          const std::vector<uint8_t> got = Download(out);
+          for (size_t e = 0; e < pass.want->size(); ++e) {
+            ASSERT_NEAR(ValueAt(dtype, got, e), (*pass.want)[e],
+                        tolerance * std::max(1.0, std::abs((*pass.want)[e])))
+                << "element " << e;
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 2 * 4 * 4 * 4);
+}
+
 TEST_P(ConformanceTest, PermuteEveryDType) {
   const std::vector<std::pair<std::vector<int64_t>, std::vector<int>>> cases = {
       {{}, {}},

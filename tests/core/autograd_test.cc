@@ -716,6 +716,134 @@ TEST(LibraryConvTest, EqualsTheComposedConvolution) {
   }
 }
 
+// batch_norm in training on the CPU's one-call kernel (core/cpu/
+// norm_kernels.h) and composed of reductions and elementwise kernels
+// (--kernel-libraries=false) agree: y, the gradients of x, the weight and
+// the bias, and the running statistics after the step, with and without
+// each parameter, x of rank 2, 3 and 4.
+TEST(LibraryBatchNormTest, EqualsTheComposedBatchNorm) {
+  auto make_runtime = [](bool libraries) {
+    RuntimeOptions options;
+    options.host_memory_budget = 256 << 20;
+    options.kernel_libraries = libraries;
+    return Runtime::Create(std::move(options)).value();
+  };
+  std::unique_ptr<Runtime> library = make_runtime(true);
+  std::unique_ptr<Runtime> composed = make_runtime(false);
+  struct Case {
+    std::vector<int64_t> x;
+    bool weight, bias, running;
+  };
+  const std::vector<Case> cases = {
+      {{8, 4, 6, 6}, true, true, true},
+      {{5, 3}, false, false, true},
+      {{2, 3, 5}, true, false, false},
+      {{4, 2, 3, 3}, false, true, true},
+  };
+  std::mt19937 gen(12);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  auto values = [&](int64_t n, float lo) {
+    std::vector<float> v(n);
+    for (float& f : v) f = lo + (uniform(gen) + 1) * 0.75f;
+    return v;
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "x of rank " << c.x.size());
+    int64_t numel = 1;
+    for (int64_t d : c.x) numel *= d;
+    const int64_t ch = c.x[1];
+    const std::vector<float> x = values(numel, -3), w = values(ch, -1),
+                             b = values(ch, -1), mean = values(ch, -1),
+                             var = values(ch, 0.5);
+    std::vector<std::vector<float>> results[2];
+    for (int r = 0; r < 2; ++r) {
+      Runtime& rt = r == 0 ? *library : *composed;
+      const std::string session = rt.OpenSession("bn").value();
+      auto upload = [&](const std::vector<int64_t>& dims,
+                        const std::vector<float>& v, bool grad) {
+        const std::span<const uint8_t> bytes(
+            reinterpret_cast<const uint8_t*>(v.data()),
+            v.size() * sizeof(float));
+        const uint64_t h =
+            rt.CreateFromData(session, "cpu", DType::kFloat32, dims, bytes, "")
+                .value()
+                .handle;
+        if (grad) {
+          OpSpec g;
+          g.kind = Kind::kRequiresGrad;
+          g.requires_grad = true;
+          g.inputs = {Operand::Handle(h)};
+          EXPECT_TRUE(rt.Run(session, g).ok());
+        }
+        return h;
+      };
+      auto read = [&](uint64_t h) {
+        const TensorMeta meta = rt.GetTensor(session, h).value();
+        std::vector<float> out(meta.nbytes / sizeof(float));
+        EXPECT_TRUE(
+            rt.OpenReader(session, h)
+                .value()
+                ->Read(0, {reinterpret_cast<uint8_t*>(out.data()), meta.nbytes})
+                .ok());
+        return out;
+      };
+      std::vector<uint64_t> grads = {upload(c.x, x, true)};
+      std::vector<OpSpec> ops(3);
+      ops[0].kind = Kind::kNorm;
+      ops[0].norm.kind = NormKind::kBatchNorm;
+      ops[0].norm.weight = c.weight;
+      ops[0].norm.bias = c.bias;
+      ops[0].norm.running_stats = c.running;
+      ops[0].norm.eps = 1e-5;
+      ops[0].norm.momentum = 0.1;
+      ops[0].train = true;
+      ops[0].inputs = {Operand::Handle(grads[0])};
+      if (c.weight) grads.push_back(upload({ch}, w, true));
+      if (c.weight) ops[0].inputs.push_back(Operand::Handle(grads.back()));
+      if (c.bias) grads.push_back(upload({ch}, b, true));
+      if (c.bias) ops[0].inputs.push_back(Operand::Handle(grads.back()));
+      std::vector<uint64_t> running;
+      if (c.running) {
+        running = {upload({ch}, mean, false), upload({ch}, var, false)};
+        for (uint64_t h : running) ops[0].inputs.push_back(Operand::Handle(h));
+      }
+      ops[1].kind = Kind::kUnary;  // a nonlinear loss: gradients that vary
+      ops[1].unary = UnaryOp::kTanh;
+      ops[1].inputs = {Operand::Result(0)};
+      ops[2].kind = Kind::kReduce;
+      ops[2].reduce = ReduceOp::kSum;
+      ops[2].inputs = {Operand::Result(1)};
+      const uint32_t keep[] = {0, 2};
+      const absl::StatusOr<std::vector<TensorMeta>> kept =
+          rt.Execute(session, ops, keep);
+      ASSERT_TRUE(kept.ok()) << kept.status();
+      OpSpec backward;
+      backward.kind = Kind::kBackward;
+      backward.inputs = {Operand::Handle((*kept)[1].handle)};
+      const absl::Status back = rt.Run(session, backward).status();
+      ASSERT_TRUE(back.ok()) << back;
+      results[r].push_back(read((*kept)[0].handle));
+      for (uint64_t h : grads) {
+        OpSpec grad;
+        grad.kind = Kind::kGrad;
+        grad.inputs = {Operand::Handle(h)};
+        results[r].push_back(read(rt.Run(session, grad).value().handle));
+      }
+      for (uint64_t h : running) results[r].push_back(read(h));
+    }
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      ASSERT_EQ(results[0][i].size(), results[1][i].size()) << "result " << i;
+      for (size_t k = 0; k < results[0][i].size(); ++k) {
+        ASSERT_NEAR(results[0][i][k], results[1][i][k],
+                    2e-5 * std::max(1.0f, std::abs(results[1][i][k])))
+            << "result " << i << " (y, the gradients, the running "
+            << "statistics) element " << k;
+      }
+    }
+  }
+}
+
 TEST_F(AutogradTest, Losses) {
   const Input targets = Ints({4}, {2, 0, -100, 1});
   for (LossKind loss : {LossKind::kCrossEntropy, LossKind::kNll}) {

@@ -15,7 +15,7 @@ namespace {
 size_t Index(FaultSite site) { return static_cast<size_t>(site); }
 
 bool IsKernel(FaultSite site) {
-  return site >= FaultSite::kFill && site <= FaultSite::kPool2d;
+  return site >= FaultSite::kFill && site <= FaultSite::kBatchNorm;
 }
 
 absl::StatusCode DefaultCode(FaultSite site) {
@@ -61,6 +61,8 @@ std::string_view FaultSiteName(FaultSite site) {
       return "Conv2d";
     case FaultSite::kPool2d:
       return "Pool2d";
+    case FaultSite::kBatchNorm:
+      return "BatchNorm";
     case FaultSite::kAnyKernel:
       return "kernel";
     case FaultSite::kSynchronize:
@@ -323,6 +325,8 @@ FaultSite SiteOf(KernelKind kind) {
       return FaultSite::kConv2d;
     case KernelKind::kPool2d:
       return FaultSite::kPool2d;
+    case KernelKind::kBatchNorm:
+      return FaultSite::kBatchNorm;
   }
   return FaultSite::kAnyKernel;  // unreachable
 }

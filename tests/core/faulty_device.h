@@ -89,6 +89,7 @@ enum class FaultSite {
   kCol2Im,
   kConv2d,  // the library kernels (FaultyDevice composes: never reached)
   kPool2d,
+  kBatchNorm,
   kAnyKernel,  // every kernel above, counted together
   kSynchronize,
 };
