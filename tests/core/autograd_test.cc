@@ -543,6 +543,47 @@ TEST_F(AutogradTest, BackwardPlansNothingTheForwardPlanned) {
   EXPECT_EQ(Grad(w)->size(), 4u * 3 * 3 * 3);
 }
 
+// A runtime with the host device only, its one-call kernels on or off
+// (--kernel-libraries), for the tests comparing the two paths.
+std::unique_ptr<Runtime> HostRuntime(bool kernel_libraries) {
+  RuntimeOptions options;
+  options.host_memory_budget = 256 << 20;
+  options.kernel_libraries = kernel_libraries;
+  return Runtime::Create(std::move(options)).value();
+}
+
+// A float32 tensor of `dims` on the cpu, requiring grad when `grad`.
+uint64_t UploadFloats(Runtime& rt, const std::string& session,
+                      const std::vector<int64_t>& dims,
+                      const std::vector<float>& v, bool grad) {
+  const std::span<const uint8_t> bytes(
+      reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float));
+  const uint64_t h =
+      rt.CreateFromData(session, "cpu", DType::kFloat32, dims, bytes, "")
+          .value()
+          .handle;
+  if (grad) {
+    OpSpec g;
+    g.kind = Kind::kRequiresGrad;
+    g.requires_grad = true;
+    g.inputs = {Operand::Handle(h)};
+    EXPECT_TRUE(rt.Run(session, g).ok());
+  }
+  return h;
+}
+
+std::vector<float> ReadFloats(Runtime& rt, const std::string& session,
+                              uint64_t h) {
+  const TensorMeta meta = rt.GetTensor(session, h).value();
+  std::vector<float> out(meta.nbytes / sizeof(float));
+  EXPECT_TRUE(
+      rt.OpenReader(session, h)
+          .value()
+          ->Read(0, {reinterpret_cast<uint8_t*>(out.data()), meta.nbytes})
+          .ok());
+  return out;
+}
+
 // conv2d on the CPU's library (oneDNN, float32) with pooling on its direct
 // kernel, and both composed of tensord's kernels (--kernel-libraries=false)
 // agree: forward, bias, and
@@ -550,14 +591,8 @@ TEST_F(AutogradTest, BackwardPlansNothingTheForwardPlanned) {
 // and grouped windows and an unbatched input, with max and average pooling
 // (padding counted or not) after the convolution.
 TEST(LibraryConvTest, EqualsTheComposedConvolution) {
-  auto make_runtime = [](bool libraries) {
-    RuntimeOptions options;
-    options.host_memory_budget = 256 << 20;
-    options.kernel_libraries = libraries;
-    return Runtime::Create(std::move(options)).value();
-  };
-  std::unique_ptr<Runtime> library = make_runtime(true);
-  std::unique_ptr<Runtime> composed = make_runtime(false);
+  std::unique_ptr<Runtime> library = HostRuntime(true);
+  std::unique_ptr<Runtime> composed = HostRuntime(false);
   if (library->ListDevices()[0].properties.kernel_library.empty()) {
     GTEST_SKIP() << "one-call kernels are off";
   }
@@ -642,32 +677,11 @@ TEST(LibraryConvTest, EqualsTheComposedConvolution) {
       const std::string session = rt.OpenSession("conv").value();
       auto upload = [&](const std::vector<int64_t>& dims,
                         const std::vector<float>& v) {
-        const std::span<const uint8_t> bytes(
-            reinterpret_cast<const uint8_t*>(v.data()),
-            v.size() * sizeof(float));
-        const uint64_t h = rt.CreateFromData(session, "cpu", DType::kFloat32,
-                                             dims, bytes, "")
-                               .value()
-                               .handle;
-        OpSpec grad;
-        grad.kind = Kind::kRequiresGrad;
-        grad.requires_grad = true;
-        grad.inputs = {Operand::Handle(h)};
-        EXPECT_TRUE(rt.Run(session, grad).ok());
-        return h;
+        return UploadFloats(rt, session, dims, v, true);
       };
       const uint64_t hx = upload(c.x, x), hw = upload(c.w, w),
                      hb = upload({c.w[0]}, b);
-      auto read = [&](uint64_t h) {
-        const TensorMeta meta = rt.GetTensor(session, h).value();
-        std::vector<float> out(meta.nbytes / sizeof(float));
-        EXPECT_TRUE(rt.OpenReader(session, h)
-                        .value()
-                        ->Read(0, {reinterpret_cast<uint8_t*>(out.data()),
-                                   meta.nbytes})
-                        .ok());
-        return out;
-      };
+      auto read = [&](uint64_t h) { return ReadFloats(rt, session, h); };
       std::vector<OpSpec> ops(1);
       ops[0].kind = Kind::kConv2d;
       ops[0].inputs = {Operand::Handle(hx), Operand::Handle(hw),
@@ -722,14 +736,8 @@ TEST(LibraryConvTest, EqualsTheComposedConvolution) {
 // the bias, and the running statistics after the step, with and without
 // each parameter, x of rank 2, 3 and 4.
 TEST(LibraryBatchNormTest, EqualsTheComposedBatchNorm) {
-  auto make_runtime = [](bool libraries) {
-    RuntimeOptions options;
-    options.host_memory_budget = 256 << 20;
-    options.kernel_libraries = libraries;
-    return Runtime::Create(std::move(options)).value();
-  };
-  std::unique_ptr<Runtime> library = make_runtime(true);
-  std::unique_ptr<Runtime> composed = make_runtime(false);
+  std::unique_ptr<Runtime> library = HostRuntime(true);
+  std::unique_ptr<Runtime> composed = HostRuntime(false);
   struct Case {
     std::vector<int64_t> x;
     bool weight, bias, running;
@@ -761,32 +769,9 @@ TEST(LibraryBatchNormTest, EqualsTheComposedBatchNorm) {
       const std::string session = rt.OpenSession("bn").value();
       auto upload = [&](const std::vector<int64_t>& dims,
                         const std::vector<float>& v, bool grad) {
-        const std::span<const uint8_t> bytes(
-            reinterpret_cast<const uint8_t*>(v.data()),
-            v.size() * sizeof(float));
-        const uint64_t h =
-            rt.CreateFromData(session, "cpu", DType::kFloat32, dims, bytes, "")
-                .value()
-                .handle;
-        if (grad) {
-          OpSpec g;
-          g.kind = Kind::kRequiresGrad;
-          g.requires_grad = true;
-          g.inputs = {Operand::Handle(h)};
-          EXPECT_TRUE(rt.Run(session, g).ok());
-        }
-        return h;
+        return UploadFloats(rt, session, dims, v, grad);
       };
-      auto read = [&](uint64_t h) {
-        const TensorMeta meta = rt.GetTensor(session, h).value();
-        std::vector<float> out(meta.nbytes / sizeof(float));
-        EXPECT_TRUE(
-            rt.OpenReader(session, h)
-                .value()
-                ->Read(0, {reinterpret_cast<uint8_t*>(out.data()), meta.nbytes})
-                .ok());
-        return out;
-      };
+      auto read = [&](uint64_t h) { return ReadFloats(rt, session, h); };
       std::vector<uint64_t> grads = {upload(c.x, x, true)};
       std::vector<OpSpec> ops(3);
       ops[0].kind = Kind::kNorm;
