@@ -8,6 +8,7 @@ script runs there too.
 """
 import socket
 import threading
+import time
 
 import grpc
 import numpy as np
@@ -21,15 +22,30 @@ class CuttingProxy:
     """Forwards 127.0.0.1:<port> to `upstream` ("host:port"); cut() drops
     every open connection (new ones are accepted as before)."""
 
-    def __init__(self, upstream):
+    def __init__(self, upstream, slow_connects_s=0.0):
+        """slow_connects_s > 0: for that long the listen queue is full (one
+        idle connection of its own fills a queue of length 0), so a client's
+        TCP connect waits for its SYN to be sent again (Linux: after 1 s)."""
         self.upstream = upstream  # may be changed: later connections go there
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = socket.create_server(("127.0.0.1", 0),
+                                              backlog=0 if slow_connects_s else None)
         self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
         self._lock = threading.Lock()
         self._open = []  # sockets of the connections not cut
         self.cuts = 0
         self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        if slow_connects_s:
+            filler = socket.create_connection(self._listener.getsockname())
+            threading.Thread(target=self._accept_after, args=(slow_connects_s, filler),
+                             daemon=True).start()
+        else:
+            threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept_after(self, seconds, filler):
+        time.sleep(seconds)
+        self._listener.accept()[0].close()  # the filler: the queue has room again
+        filler.close()
+        self._accept()
 
     def _accept(self):
         while True:
@@ -180,6 +196,24 @@ def test_a_failure_before_a_cut_is_still_reported_once(proxy):
         assert (x + 1).numpy().tolist() == [[1.0] * 3] * 2
     finally:
         c.close()
+
+
+def test_a_slow_connect_is_waited_for(own_daemon):
+    """A connect that takes a second (its SYN dropped by a full listen queue)
+    is waited for, not cut at gRPC's connect timeout: the channel once set it
+    to 100 ms (grpc.min_reconnect_backoff_ms), and under load a reconnect
+    failed with "tcp handshaker shutdown"."""
+    slow = CuttingProxy(own_daemon.address, slow_connects_s=0.3)
+    try:
+        t0 = time.monotonic()
+        c = tensord.connect(slow.address, pipeline=True)
+        try:
+            assert (c.ones(2) + 1).tolist() == [2.0, 2.0]
+        finally:
+            c.close()
+        assert time.monotonic() - t0 > 0.25  # the connect did wait
+    finally:
+        slow.close()
 
 
 def test_a_server_restart_is_an_error_not_a_reconnect(proxy, own_daemon):

@@ -48,9 +48,11 @@ def open_channel(address=None, token_file=None, tls=False, tls_ca_file=None,
                # failing one at most every second: gRPC's defaults (1 s,
                # growing to 2 min) fail calls at once meanwhile, which
                # outlasted the command stream's reconnect tries (_stream.py)
-               # when a connection was cut during a reconnect.
+               # when a connection was cut during a reconnect. Not
+               # grpc.min_reconnect_backoff_ms: despite its name gRPC takes
+               # it as the connect timeout (default 20 s), and at 100 ms a
+               # connect slowed by load failed ("tcp handshaker shutdown").
                ("grpc.initial_reconnect_backoff_ms", 100),
-               ("grpc.min_reconnect_backoff_ms", 100),
                ("grpc.max_reconnect_backoff_ms", 1000)]
     if tls or tls_ca_file or tls_cert_file:
         if bool(tls_cert_file) != bool(tls_key_file):
