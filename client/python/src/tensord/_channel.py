@@ -74,3 +74,20 @@ def open_channel(address=None, token_file=None, tls=False, tls_ca_file=None,
         if token:
             metadata = (("authorization", "Bearer " + token),)
     return channel, metadata
+
+
+def wait_ready(channel, timeout):
+    """Waits at most `timeout` seconds for `channel` to be connected (READY);
+    whether it is. The reconnect loops wait here instead of sleeping: while
+    a channel has no call in flight nothing in grpcio drives its connection
+    attempt (seen here under load: a connect to a live server pending for
+    seconds, the channel failing every call at once meanwhile, until the
+    stream's tries ran out); a readiness watch does."""
+    future = grpc.channel_ready_future(channel)
+    try:
+        future.result(timeout=timeout)
+        return True
+    except grpc.FutureTimeoutError:
+        return False
+    finally:
+        future.cancel()

@@ -46,6 +46,7 @@ import weakref
 import grpc
 
 from tensord import _wire
+from tensord._channel import wait_ready
 from tensord._errors import TensordError, from_rpc_error
 from tensord.v1 import tensord_pb2 as pb
 from tensord.v1 import tensord_pb2_grpc as pb_grpc
@@ -116,7 +117,8 @@ class Session:
     def start_stream(self):
         """Opens the session's command stream (_stream.py); unary calls drain it."""
         from tensord._stream import CommandStream
-        self.stream = CommandStream(self._stub, self.id, self._metadata, self.instance)
+        self.stream = CommandStream(self._stub, self.id, self._metadata, self.instance,
+                                    channel=self._channel)
         self._streams.append(self.stream)
         return self.stream
 
@@ -195,10 +197,10 @@ class Session:
         return (error.code() == grpc.StatusCode.UNAVAILABLE and attempt + 1 < RETRY_ATTEMPTS
                 and "shutting down" not in (error.details() or ""))
 
-    @staticmethod
-    def _backoff(attempt):
-        """Waits before retry number attempt + 1 (exponential backoff)."""
-        time.sleep(RETRY_BACKOFF_S * 2 ** attempt)
+    def _backoff(self, attempt):
+        """Waits before retry number attempt + 1: exponential backoff, cut
+        short once the channel is connected again (_channel.wait_ready)."""
+        wait_ready(self._channel, RETRY_BACKOFF_S * 2 ** attempt)
 
     def upload(self, header, data, chunk_bytes, on_chunk=None):
         """Upload's reply for `header` (an UploadRequest.Header) and `data`;

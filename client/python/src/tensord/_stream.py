@@ -26,7 +26,8 @@ Contract (tensord.proto, "The session's ordered command stream"):
   * A dropped connection (UNAVAILABLE or CANCELLED, not by close()) is
     reconnected, as the C++ client does: up to MAX_RECONNECTS tries in a
     row, RECONNECT_BACKOFF_S doubling (at most MAX_RECONNECT_BACKOFF_S:
-    about 3.6 s in all), each a new Stream call naming the
+    about 3.6 s in all; each wait ends early once the channel is connected,
+    _channel.wait_ready), each a new Stream call naming the
     same stream id with `received_through`; the server replays the replies
     it kept and skips the seqs it ran, and every command without a reply is
     sent again, so nothing is lost or run twice. `reconnects` counts them.
@@ -45,6 +46,7 @@ import time
 
 import grpc
 
+from tensord._channel import wait_ready
 from tensord._errors import TensordError, from_rpc_error, make_error
 from tensord.v1 import tensord_pb2 as pb
 
@@ -129,7 +131,7 @@ def _never_made(handle, error):
 
 
 class CommandStream:
-    def __init__(self, stub, session_id, metadata=(), instance=None):
+    def __init__(self, stub, session_id, metadata=(), instance=None, channel=None):
         self._cond = threading.Condition()
         self._writer_cv = threading.Condition(self._cond)
         self._outbox = collections.deque()  # numbered, not yet written
@@ -148,6 +150,7 @@ class CommandStream:
         self._session_id = session_id
         self._stream_id = secrets.randbits(63) + 1
         self._stub = stub
+        self._channel = channel  # grpc.Channel: reconnects wait for it (wait_ready)
         self._metadata = tuple(metadata)
         self._instance = instance  # the server instance the session lives on
         self.reconnects = 0  # connections made again after a drop
@@ -273,7 +276,11 @@ class CommandStream:
                 error = TensordError(grpc.StatusCode.INTERNAL, f"command stream reader: {e!r}")
                 transient = False
             if transient and tries < MAX_RECONNECTS and not self._closing:
-                time.sleep(min(RECONNECT_BACKOFF_S * 2 ** tries, MAX_RECONNECT_BACKOFF_S))
+                delay = min(RECONNECT_BACKOFF_S * 2 ** tries, MAX_RECONNECT_BACKOFF_S)
+                if self._channel is None:
+                    time.sleep(delay)
+                else:  # at once when connected; a watch drives the connect
+                    wait_ready(self._channel, delay)
                 tries += 1
                 with self._cond:
                     if not self._closing:
