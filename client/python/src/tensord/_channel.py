@@ -11,6 +11,7 @@ token (first line of token_file or $TENSORD_TOKEN_FILE) becomes the
 loopback channel). Unreadable files raise TensordError(INVALID_ARGUMENT).
 """
 import os
+import time
 
 import grpc
 
@@ -76,18 +77,24 @@ def open_channel(address=None, token_file=None, tls=False, tls_ca_file=None,
     return channel, metadata
 
 
-def wait_ready(channel, timeout):
-    """Waits at most `timeout` seconds for `channel` to be connected (READY);
-    whether it is. The reconnect loops wait here instead of sleeping: while
-    a channel has no call in flight nothing in grpcio drives its connection
-    attempt (seen here under load: a connect to a live server pending for
-    seconds, the channel failing every call at once meanwhile, until the
-    stream's tries ran out); a readiness watch does."""
+
+def backoff(channel, seconds):
+    """Sleeps `seconds` before a call is tried again, watching `channel`
+    meanwhile. The reconnect loops wait here rather than in time.sleep:
+    while a channel has no call in flight nothing in grpcio drives its
+    connection attempt (seen here under load: a connect to a live server
+    pending for seconds, the channel failing every call at once meanwhile,
+    until the stream's tries ran out); a readiness watch does. The whole
+    backoff is slept even when the channel connects sooner: a retry may be
+    answered UNAVAILABLE by a server still finishing the first try."""
+    deadline = time.monotonic() + seconds
     future = grpc.channel_ready_future(channel)
     try:
-        future.result(timeout=timeout)
-        return True
+        future.result(timeout=seconds)
     except grpc.FutureTimeoutError:
-        return False
+        pass
     finally:
         future.cancel()
+    rest = deadline - time.monotonic()
+    if rest > 0:
+        time.sleep(rest)

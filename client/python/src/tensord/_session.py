@@ -46,7 +46,7 @@ import weakref
 import grpc
 
 from tensord import _wire
-from tensord._channel import wait_ready
+from tensord._channel import backoff
 from tensord._errors import TensordError, from_rpc_error
 from tensord.v1 import tensord_pb2 as pb
 from tensord.v1 import tensord_pb2_grpc as pb_grpc
@@ -198,9 +198,9 @@ class Session:
                 and "shutting down" not in (error.details() or ""))
 
     def _backoff(self, attempt):
-        """Waits before retry number attempt + 1: exponential backoff, cut
-        short once the channel is connected again (_channel.wait_ready)."""
-        wait_ready(self._channel, RETRY_BACKOFF_S * 2 ** attempt)
+        """Waits before retry number attempt + 1 (exponential backoff; the
+        channel watched meanwhile, _channel.backoff)."""
+        backoff(self._channel, RETRY_BACKOFF_S * 2 ** attempt)
 
     def upload(self, header, data, chunk_bytes, on_chunk=None):
         """Upload's reply for `header` (an UploadRequest.Header) and `data`;

@@ -26,8 +26,8 @@ Contract (tensord.proto, "The session's ordered command stream"):
   * A dropped connection (UNAVAILABLE or CANCELLED, not by close()) is
     reconnected, as the C++ client does: up to MAX_RECONNECTS tries in a
     row, RECONNECT_BACKOFF_S doubling (at most MAX_RECONNECT_BACKOFF_S:
-    about 3.6 s in all; each wait ends early once the channel is connected,
-    _channel.wait_ready), each a new Stream call naming the
+    about 3.6 s in all; the channel watched meanwhile, _channel.backoff),
+    each a new Stream call naming the
     same stream id with `received_through`; the server replays the replies
     it kept and skips the seqs it ran, and every command without a reply is
     sent again, so nothing is lost or run twice. `reconnects` counts them.
@@ -46,7 +46,7 @@ import time
 
 import grpc
 
-from tensord._channel import wait_ready
+from tensord._channel import backoff
 from tensord._errors import TensordError, from_rpc_error, make_error
 from tensord.v1 import tensord_pb2 as pb
 
@@ -150,7 +150,7 @@ class CommandStream:
         self._session_id = session_id
         self._stream_id = secrets.randbits(63) + 1
         self._stub = stub
-        self._channel = channel  # grpc.Channel: reconnects wait for it (wait_ready)
+        self._channel = channel  # grpc.Channel: watched while reconnects wait
         self._metadata = tuple(metadata)
         self._instance = instance  # the server instance the session lives on
         self.reconnects = 0  # connections made again after a drop
@@ -279,8 +279,8 @@ class CommandStream:
                 delay = min(RECONNECT_BACKOFF_S * 2 ** tries, MAX_RECONNECT_BACKOFF_S)
                 if self._channel is None:
                     time.sleep(delay)
-                else:  # at once when connected; a watch drives the connect
-                    wait_ready(self._channel, delay)
+                else:  # the channel watched meanwhile: that drives its connect
+                    backoff(self._channel, delay)
                 tries += 1
                 with self._cond:
                     if not self._closing:
