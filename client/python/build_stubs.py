@@ -41,7 +41,9 @@ PROTO_FILE = os.path.join("tensord", "v1", "tensord.proto")
 OP_TABLE_FILE = os.path.join("tensord", "v1", "ops.json")
 # What the client's op facts (tensord/_op_table.py) keep of each row.
 OP_FACTS = ("id", "name", "kind", "wire", "arity", "grad_inputs", "grad_fn",
-            "params", "method", "func", "doc", "python", "example")
+            "params", "method", "func", "doc", "python", "example",
+            # a unary op's dtype rule, as the planner's (tensord/_planner.py)
+            "integers", "kernel_name", "bool_error")
 HERE = os.path.dirname(os.path.abspath(__file__))
 NUMPY_REQUIREMENT = "numpy>=1.21"
 # grpc_python_plugin has no --version: Debian 12's grpcio, the oldest tested.

@@ -11,14 +11,16 @@ the replay:
            output), because the value depends on the hardware or on random
            draws; `why` says which;
   "skip"   not replayed; `why` says why.
+`line`, for a cell whose notebook shows an error: the line of the cell its
+traceback points at (1-based), where the replay must raise it too.
 Seed 003 is a d2l source file without printed outputs: its `output`s are
 the ones d2l.ai publishes for that section (a server with two GPUs).
 Nothing here talks to a server.
 """
 import collections
 
-Cell = collections.namedtuple("Cell", "seed label source output compare form why",
-                              defaults=("exact", None, ""))
+Cell = collections.namedtuple("Cell", "seed label source output compare form why line",
+                              defaults=("exact", None, "", None))
 
 _ONES_2x3 = "tensor([[1., 1., 1.],\n        [1., 1., 1.]], device='cuda:{}')"
 # A printed float, in PyTorch's scientific mode too (random values whose
@@ -35,7 +37,7 @@ CELLS = [
     Cell("000", "In [15]", "tensor1_gpu = vector1.cuda()", ""),
     Cell("000", "In [16]", "tensor1_gpu * vector2",
          "RuntimeError: Expected all tensors to be on the same device, but found at least "
-         "two devices, cuda:0 and cpu!"),
+         "two devices, cuda:0 and cpu!", line=1),
     Cell("000", "In [17]", "tensor2_gpu = vector2.cuda()", ""),
     Cell("000", "In [18]", "tensor1_gpu * tensor2_gpu",
          "tensor([ 5, 16,  3], device='cuda:0')"),
@@ -145,7 +147,8 @@ CELLS = [
          "copy the tensor to host memory first.",
          "form", r"TypeError: can't convert cuda:\d+ device type tensor to numpy\. Use "
                  r"Tensor\.cpu\(\) to copy the tensor to host memory first\.|array\(\[1, 2, 3\]\)",
-         "numpy() refuses a GPU tensor; the GPU's stand-in, a host device, may be fetched"),
+         "numpy() refuses a GPU tensor; the GPU's stand-in, a host device, may be fetched",
+         line=2),
     Cell("004", "cpu().numpy()",
          "# Instead, copy the tensor back to cpu\n"
          "tensor_back_on_cpu = tensor_on_gpu.cpu().numpy()\ntensor_back_on_cpu",

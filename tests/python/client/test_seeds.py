@@ -17,6 +17,7 @@ import ast
 import contextlib
 import io
 import re
+import traceback
 
 import pytest
 
@@ -90,7 +91,9 @@ def _builtin_name(exc):
 
 
 def run_cell(source, namespace):
-    """What Jupyter prints for `source`: captured stdout, then repr of a last expression."""
+    """What Jupyter prints for `source` (captured stdout, then repr of a last
+    expression), and the line of the cell its error was raised on (None: no
+    error, or one raised outside the cell's own code, e.g. by the repr)."""
     module = ast.parse(source)
     last = None
     if module.body and isinstance(module.body[-1], ast.Expr):
@@ -104,8 +107,10 @@ def run_cell(source, namespace):
                 if value is not None:
                     print(repr(value))
     except Exception as e:  # noqa: BLE001 (the notebook shows it)
-        return out.getvalue() + f"{_builtin_name(e)}: {e}"
-    return out.getvalue().rstrip("\n")
+        lines = [f.lineno for f in traceback.extract_tb(e.__traceback__)
+                 if f.filename == "<cell>"]
+        return out.getvalue() + f"{_builtin_name(e)}: {e}", (lines[-1] if lines else None)
+    return out.getvalue().rstrip("\n"), None
 
 
 @pytest.fixture(scope="module")
@@ -127,11 +132,16 @@ def _cell_id(cell):
 def test_cell(cell, notebooks):
     if cell.compare == "skip":
         pytest.skip(cell.why)
-    printed = run_cell(map_source(cell.source), notebooks(cell.seed))
+    printed, error_line = run_cell(map_source(cell.source), notebooks(cell.seed))
     if cell.compare == "exact":
         assert printed == map_output(cell.output).rstrip("\n")
     else:
         assert re.fullmatch(cell.form, printed), (printed, cell.why)
+    if error_line is not None or cell.line is not None:
+        # Raised where the notebook's traceback points (the pipelined client
+        # plans at the line), not at a later sync point such as the repr.
+        raised = re.match(r"\w+: ", printed) is not None
+        assert error_line == (cell.line if raised else None), (printed, error_line)
 
 
 def test_every_mapping_is_used():

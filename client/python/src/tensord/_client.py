@@ -158,18 +158,17 @@ class Client:
                  session_ttl_ms=0, session=None, pipeline=None):
         self._channel = channel
         self._session = Session(channel, metadata, client_name, session_ttl_ms, session)
-        stream, names = None, ()
+        stream, listed = None, ()
         if pipeline is None or pipeline:
             try:
                 listed = self._session.call("ListDevices", pb.ListDevicesRequest()).devices
             except BaseException:
                 self._session.close()
                 raise
-            names = [d.name for d in listed]
             # A server without capability tables has no command stream either.
             if listed and all(len(d.capabilities) for d in listed):
                 stream = self._session.start_stream()
-        self._dispatcher = Dispatcher(self._session, stream, names)
+        self._dispatcher = Dispatcher(self._session, stream, listed)
         self._seed_lock = threading.Lock()
         self._next_seed = None
         self.shared_memory_reason = None  # why enable_shared_memory last failed

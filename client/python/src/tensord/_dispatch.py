@@ -14,7 +14,15 @@ paths, one contract for the tensor code above:
     a Tensor exists at once; its metadata (shape, dtype, device,
     requires_grad...) is a _stream.PendingInfo that arrives with the
     server's reply, and reading it waits for that reply (that one only).
-    Python plans nothing: the server alone says what an op makes.
+    Planned at the line: a binary or unary elementwise op whose operands'
+    metadata the client knows without waiting (each a create, a move, an
+    in-place op's target or such an op's result, or answered already) is
+    planned before it is sent (_planner.py, the server's rules): an op the
+    server's planner would refuse raises its error (code and PyTorch's
+    message) on its own line and sends nothing, and the result's shape,
+    dtype and device are known at once (PendingInfo.planned; they never
+    wait). Other ops, and ops on a tensor of unknown metadata, are planned
+    by the server alone, their errors raised at the next sync point.
     Sync points wait for what they need: fetch (numpy, item, tolist, repr,
     bool) for its read's reply, synchronize() and every unary call (listings,
     large uploads and fetches, Execute, capture, close) for every command
@@ -41,10 +49,13 @@ paths, one contract for the tensor code above:
     INLINE_CREATE_BYTES (and the server's max_inline_bytes), else Upload in
     UPLOAD_CHUNK_BYTES chunks.
   * create_fill(dtype, shape, fill, device): a Create from a pb.Fill.
-  * to(handle, device, copy), run(op, wait=False) and execute(ops, keep):
-    the tensor the server made or named (run marks the op no_grad inside
-    tensord.no_grad(); wait=True: the reply is waited for, so its failure
-    is raised here).
+  * to(handle, device, copy), run(op, wait=False, planned=None) and
+    execute(ops, keep): the tensor the server made or named (run marks the
+    op no_grad inside tensord.no_grad(); wait=True: the reply is waited
+    for, so its failure is raised here; planned: the result's Meta from
+    plan_binary(op, a, b, number) or plan_unary(op, x), which take the
+    operands' infos and raise the planner's error, or give None where the
+    server plans).
   * recorder: None, or while client.capture() runs a step, the
     _capture.Recorder that run() reports each op and its result to; to()
     and fetch() refuse then (RuntimeError).
@@ -63,7 +74,7 @@ Thread-safety: as the Session's.
 """
 import grpc
 
-from tensord import _capture, _grad_mode, _progress, _wire
+from tensord import _capture, _grad_mode, _planner, _progress, _wire
 from tensord._errors import TensordError
 from tensord._stream import PendingInfo
 from tensord.v1 import tensord_pb2 as pb
@@ -78,11 +89,13 @@ _IN_PLACE = {"in_place": "target", "requires_grad": "x", "backward": "root",
 
 
 class Dispatcher:
-    def __init__(self, session, stream=None, device_names=()):
+    def __init__(self, session, stream=None, devices=()):
+        """devices: ListDevices' DeviceInfos (names and capability tables)."""
         self.session = session
         self.recorder = None  # a _capture.Recorder while a step is captured
         self._stream = stream  # a _stream.CommandStream: the pipelined path
-        self._device_names = frozenset(device_names)
+        self._device_names = frozenset(d.name for d in devices)
+        self._caps = {d.name: _planner.Capabilities(d) for d in devices}
         self.region = None  # a _shm.Region: the same-host path of large transfers
 
     def set_region(self, region):
@@ -120,11 +133,39 @@ class Dispatcher:
             return "cuda:0"
         return None
 
-    def _send(self, stream, kind, request, device_hint=None):
+    def _send(self, stream, kind, request, device_hint=None, planned=None):
         """A PendingInfo for the new tensor of a create/to/run command sent now."""
-        pending = PendingInfo(stream, stream.new_handle(), device_hint)
+        pending = PendingInfo(stream, stream.new_handle(), device_hint, planned=planned)
         self._send_carrying(stream, kind, request, pending.handle, pending)
         return pending
+
+    def plan_binary(self, op, a, b, number=None):
+        """The Meta of a (op) b, tensors' infos, or a (op) `number` (b None)
+        where the op goes on the stream and the operands' metadata is known
+        here (planned at the line: raises the server planner's error); else
+        None (the server plans it)."""
+        a, caps = self._plannable(a)
+        if caps is None:
+            return None
+        if b is not None:
+            b = _known(b)
+            if b is None:
+                return None
+        return _planner.plan_binary(op, a, b, number, caps)
+
+    def plan_unary(self, op, x):
+        """The Meta of unary op `op` of the tensor whose info is `x`, as
+        plan_binary's."""
+        x, caps = self._plannable(x)
+        return _planner.plan_unary(op, x, caps) if caps is not None else None
+
+    def _plannable(self, info):
+        """(its Meta, its device's Capabilities) for an op's first operand
+        when the op goes on the stream and both are known here, else
+        (None, None)."""
+        meta = _known(info) if self._streaming() is not None else None
+        caps = self._caps.get(meta.device) if meta is not None else None
+        return (meta, caps) if caps is not None else (None, None)
 
     def _send_carrying(self, stream, kind, request, result, pending):
         taken = self.session._take_dropped()
@@ -177,7 +218,7 @@ class Dispatcher:
                                        data=bytes(data), tag=tag)
             stream = self._streaming()
             if stream is not None:
-                return self._send(stream, "create", request, self._canonical(device))
+                return self._send_create(stream, request, device)
             return self.session.call("Create", request, mutating=True).tensor
         header = pb.UploadRequest.Header(device=device, dtype=dtype.wire,
                                          shape=list(shape), tag=tag)
@@ -213,8 +254,15 @@ class Dispatcher:
                                    fill=fill)
         stream = self._streaming()
         if stream is not None:
-            return self._send(stream, "create", request, self._canonical(device))
+            return self._send_create(stream, request, device)
         return self.session.call("Create", request, mutating=True).tensor
+
+    def _send_create(self, stream, request, device):
+        target = self._canonical(device)
+        planned = None
+        if target is not None and request.dtype:
+            planned = _planner.Meta(request.dtype, tuple(request.shape), target)
+        return self._send(stream, "create", request, target, planned)
 
     def to(self, handle, device, copy=False):
         self._refuse_while_capturing("a move between devices (to/cuda/cpu)")
@@ -233,13 +281,16 @@ class Dispatcher:
                         where = getattr(info, "device_hint", None) or info.device
                         if where == target:
                             return info
+                known = _known(getattr(self.session.live(handle), "_info", None))
+                planned = known._replace(device=target) if known is not None else None
                 return self._send(stream, "to", pb.ToRequest(handle=handle, device=target),
-                                  target)
+                                  target, planned)
             # A device this server does not have: the unary call says so.
         return self.session.call("To", pb.ToRequest(
             handle=handle, device=device, copy=copy), mutating=True).tensor
 
-    def run(self, op, wait=False):
+    def run(self, op, wait=False, planned=None):
+        """planned: the result's Meta (plan_binary, plan_unary), if planned."""
         if _grad_mode.no_grad_active():
             op.no_grad = True
         stream = self._streaming()
@@ -248,14 +299,16 @@ class Dispatcher:
             kind = op.WhichOneof("kind")
             field = _IN_PLACE.get(kind)
             if field is None:
-                pending = self._send(stream, "run", pb.RunRequest(op=op))
+                pending = self._send(stream, "run", pb.RunRequest(op=op), planned=planned)
             else:
                 target = getattr(getattr(op, kind), field)
                 handle = (target[0] if len(target) else pb.Operand()).handle \
                     if field in ("tensors", "params") else target.handle
                 live = self.session.live(handle)
-                pending = PendingInfo(stream, handle,
-                                      fallback=getattr(live, "_info", None))
+                fallback = getattr(live, "_info", None)
+                # The target keeps its shape, dtype and device.
+                pending = PendingInfo(stream, handle, fallback=fallback,
+                                      planned=_known(fallback))
                 self._send_carrying(stream, "run", pb.RunRequest(op=op), 0, pending)
             if wait:
                 pending.resolved()
@@ -350,6 +403,20 @@ class Dispatcher:
             raise TensordError(grpc.StatusCode.DATA_LOSS,
                                f"tensor {info.handle}: fetched {received} of {nbytes} bytes")
         return out
+
+
+def _known(info):
+    """The _planner.Meta of `info` (a pb.TensorInfo or PendingInfo) where
+    it is known without waiting: answered, or planned; else None."""
+    if info is None:
+        return None
+    if isinstance(info, PendingInfo):
+        if info._info is None:
+            return info.planned
+        info = info._info
+    if not info.dtype:
+        return None
+    return _planner.Meta(info.dtype, tuple(info.shape), info.device)
 
 
 def _check_chunk(handle, chunk, data, expected_offset):

@@ -84,14 +84,24 @@ def describe(command):
     return f"command {command.seq} ({kind}{result})"
 
 
+# The TensorInfo fields a planned result answers without its reply.
+_PLANNED_FIELDS = frozenset(("shape", "dtype", "device"))
+
+
 class PendingInfo:
-    """The pb.TensorInfo of a command's result, once its reply comes."""
+    """The pb.TensorInfo of a command's result, once its reply comes.
 
-    __slots__ = ("handle", "device_hint", "_stream", "_seq", "_info", "_error", "_fallback")
+    `planned` is the result's _planner.Meta where the client knows it
+    without the reply (a create, a move, an op it planned at the line):
+    shape, dtype and device then read from it and never wait."""
 
-    def __init__(self, stream, handle, device_hint=None, fallback=None):
+    __slots__ = ("handle", "device_hint", "planned", "_stream", "_seq", "_info", "_error",
+                 "_fallback")
+
+    def __init__(self, stream, handle, device_hint=None, fallback=None, planned=None):
         self.handle = handle
         self.device_hint = device_hint  # the device asked for, if the command says
+        self.planned = planned
         self._stream = stream
         self._seq = 0
         self._info = None
@@ -106,6 +116,9 @@ class PendingInfo:
         return info
 
     def __getattr__(self, name):  # every field but handle
+        planned = self.planned
+        if planned is not None and self._info is None and name in _PLANNED_FIELDS:
+            return getattr(planned, name)
         return getattr(self.resolved(), name)
 
     def __repr__(self):

@@ -178,9 +178,11 @@ class Tensor:
 
     # --- dispatch ----------------------------------------------------------
 
-    def _run(self, **kind):
-        """Runs one pb.Op (its oneof field and args) and adopts the result."""
-        return Tensor._adopt(self._client, self._client._dispatcher.run(pb.Op(**kind)))
+    def _run(self, planned=None, **kind):
+        """Runs one pb.Op (its oneof field and args) and adopts the result
+        (`planned`: its metadata, where the dispatcher planned it)."""
+        return Tensor._adopt(self._client,
+                             self._client._dispatcher.run(pb.Op(**kind), planned=planned))
 
     def _same_client(self, other):
         if other._client is not self._client:
@@ -192,16 +194,22 @@ class Tensor:
 
     # --- elementwise -------------------------------------------------------
 
+    # Binary and unary ops are planned at the line on the pipelined path
+    # (Dispatcher.plan_binary/plan_unary: their errors raise here).
     def _binary(self, op, other, reflected=False):
         if isinstance(other, Tensor):
             rhs = self._same_client(other)
             if reflected:
                 return other._binary(op, self)
-            return self._run(binary=pb.BinaryArgs(op=op, lhs=operand(self), rhs=rhs))
+            planned = self._client._dispatcher.plan_binary(op, self._info, other._info)
+            return self._run(planned, binary=pb.BinaryArgs(op=op, lhs=operand(self), rhs=rhs))
         if _is_number(other):
-            return self._run(binary=pb.BinaryArgs(op=op, lhs=operand(self),
-                                                  scalar=scalar_message(other),
-                                                  scalar_first=reflected))
+            number = int(other) if isinstance(other, (bool, np.bool_, numbers.Integral)) \
+                else float(other)
+            planned = self._client._dispatcher.plan_binary(op, self._info, None, number)
+            return self._run(planned, binary=pb.BinaryArgs(op=op, lhs=operand(self),
+                                                           scalar=scalar_message(number),
+                                                           scalar_first=reflected))
         return NotImplemented
 
     def __add__(self, other):
@@ -304,7 +312,8 @@ class Tensor:
     del _binary_method
 
     def _unary(self, op, args=()):
-        return self._run(unary=pb.UnaryArgs(op=op, x=operand(self), args=args))
+        planned = self._client._dispatcher.plan_unary(op, self._info)
+        return self._run(planned, unary=pb.UnaryArgs(op=op, x=operand(self), args=args))
 
     def neg(self):
         return self._unary(pb.NEG)

@@ -1,0 +1,198 @@
+"""Planning at the line: what an elementwise op makes, or the error the server would raise, before it is sent.
+
+Contract: the Python twin of the server's planner (core/planner) for the
+op families the pipelined client plans — binary and unary elementwise ops.
+From the operands' metadata (Meta: wire dtype, shape, the server's device
+name) and the target device's capability table (Capabilities, from
+ListDevices), plan_binary and plan_unary return the result's Meta, or raise
+the error the server's planner gives for the same request: a TensordError
+(a RuntimeError) with the server's gRPC code and its exact message,
+PyTorch's words. So the pipelined client raises on the op's line, as the C++
+client does, and sends nothing for a refused op.
+
+Each function names the C++ rule it mirrors (core/planner/planner.cc,
+op_plan.cc, core/base/dtype.cc, shape.cc, op_checks.cc); the unary dtype
+rules come from the op table (tensord._op_table, made from ops.json), as the
+server's do. tests/python/client/test_planner_differential.py proves the two
+equal over generated requests (valid and invalid, every op of these
+families, every dtype, broadcasting, 0-d and empty tensors, two devices)
+against the real server. What only the server knows — memory, quotas, a
+tensor whose own command failed — still surfaces at sync points.
+Stateless.
+"""
+import collections
+
+import grpc
+
+from tensord._errors import make_error
+from tensord._op_table import OPS
+from tensord.v1 import tensord_pb2 as pb
+
+# A tensor's metadata as the planner reads it: the wire DType, the shape as
+# a tuple of ints, the server's name of its device.
+Meta = collections.namedtuple("Meta", "dtype shape device")
+
+_FLOATING = frozenset((pb.FLOAT32, pb.FLOAT64, pb.FLOAT16, pb.BFLOAT16))
+# core/base/dtype.cc PromotionRank: float16 and bfloat16 tie (PromoteTypes).
+_RANK = {pb.BOOL: 0, pb.INT32: 1, pb.INT64: 2, pb.FLOAT16: 3, pb.BFLOAT16: 3,
+         pb.FLOAT32: 4, pb.FLOAT64: 5}
+# ScalarTypeName: torch's names, as its messages quote them.
+_SCALAR_TYPE = {pb.FLOAT32: "Float", pb.FLOAT64: "Double", pb.INT32: "Int",
+                pb.INT64: "Long", pb.BOOL: "Bool", pb.FLOAT16: "Half",
+                pb.BFLOAT16: "BFloat16"}
+_COMPARISONS = frozenset((pb.EQ, pb.NE, pb.LT, pb.LE, pb.GT, pb.GE))
+# The unary rows of the op table by wire value ("unary NEG" -> pb.NEG).
+_UNARY = {pb.UnaryOp.Value(row["wire"].split()[1]): row
+          for row in OPS if row["kind"] == "Unary"}
+
+
+def _error(code, message):
+    return make_error(code, message)
+
+
+def not_implemented(op, dtype, device=None):
+    """op_checks.cc NotImplementedError: '"pow" not implemented for 'Bool''
+    (then ' on <device>' for a kernel one device lacks)."""
+    message = f"\"{op}\" not implemented for '{_SCALAR_TYPE[dtype]}'"
+    if device is not None:
+        message += f" on {device}"
+    return _error(grpc.StatusCode.FAILED_PRECONDITION, message)
+
+
+class Capabilities:
+    """A device's capability table (DeviceInfo.capabilities): for each op
+    family, the dtypes it runs it in (core/base/device.h Capabilities)."""
+
+    __slots__ = ("device", "_dtypes")
+
+    def __init__(self, device_info):
+        self.device = device_info.name
+        self._dtypes = {c.family: c.dtypes for c in device_info.capabilities}
+
+    def check(self, family, dtype, kind):
+        """Capabilities::Check: raises '"<kind>" not implemented for
+        '<dtype>' on <device>' unless the device runs `family` in `dtype`."""
+        if not self._dtypes.get(family, 0) >> dtype & 1:
+            raise not_implemented(kind, dtype, self.device)
+
+    def cast(self, source, target):
+        """PlanCast: converting `source` to `target` on this device."""
+        if source != target:
+            self.check(pb.CAST, source, "cast")
+            self.check(pb.CAST, target, "cast")
+
+
+def promote_types(a, b):
+    """dtype.cc PromoteTypes (torch.promote_types)."""
+    if a == b:
+        return a
+    if {a, b} == {pb.FLOAT16, pb.BFLOAT16}:
+        return pb.FLOAT32
+    return a if _RANK[a] >= _RANK[b] else b
+
+
+def _category(dtype):
+    """bool < integral < floating, result_type's categories."""
+    return 0 if dtype == pb.BOOL else 2 if dtype in _FLOATING else 1
+
+
+def result_type(a, a_is_scalar, b, b_is_scalar):
+    """dtype.cc ResultType: of two tensors, a 0-d one counting only when
+    it is of a higher category than a dimensioned one."""
+    if a_is_scalar == b_is_scalar:
+        return promote_types(a, b)
+    dim, zero_dim = (b, a) if a_is_scalar else (a, b)
+    if _category(zero_dim) > _category(dim):
+        return promote_types(dim, zero_dim)
+    return dim
+
+
+def scalar_result_type(dtype, integral):
+    """planner.cc ScalarResultType: a Python number promotes by category
+    only; a higher-category number gives int64 or float32."""
+    if (1 if integral else 2) > _category(dtype):
+        return pb.INT64 if integral else pb.FLOAT32
+    return dtype
+
+
+def broadcast_shapes(a, b):
+    """shape.cc BroadcastShapes (torch's infer_size), from the right."""
+    rank = max(len(a), len(b))
+    dims = [0] * rank
+    for i in range(rank - 1, -1, -1):
+        ai, bi = i - (rank - len(a)), i - (rank - len(b))
+        da = a[ai] if ai >= 0 else 1
+        db = b[bi] if bi >= 0 else 1
+        if da != db and da != 1 and db != 1:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"The size of tensor a ({da}) must match the size of tensor b "
+                         f"({db}) at non-singleton dimension {i}")
+        dims[i] = db if da == 1 else da
+    return tuple(dims)
+
+
+def check_same_device(operands):
+    """op_plan.cc PlanOp: every operand on the first one's device."""
+    first = operands[0].device
+    for other in operands[1:]:
+        if other.device != first:
+            raise _error(grpc.StatusCode.FAILED_PRECONDITION,
+                         "Expected all tensors to be on the same device, but found at "
+                         f"least two devices, {first} and {other.device}!")
+
+
+def plan_binary(op, a, b, number, caps):
+    """planner.cc PlanBinary (as PlanOp calls it): a (op) b, or a (op) the
+    Python number `number` (an int or a float; b None). The result's Meta."""
+    if b is not None:
+        if b.device != a.device:
+            check_same_device((a, b))
+        shape = a.shape if a.shape == b.shape else broadcast_shapes(a.shape, b.shape)
+        compute = (a.dtype if a.dtype == b.dtype
+                   else result_type(a.dtype, not a.shape, b.dtype, not b.shape))
+    else:
+        shape = a.shape
+        integral = isinstance(number, int)
+        compute = scalar_result_type(a.dtype, integral)
+    if op == pb.DIV and compute not in _FLOATING:
+        compute = pb.FLOAT32  # true division of integers: float32
+    out_dtype = pb.BOOL if op in _COMPARISONS else compute
+    if compute == pb.BOOL:  # op_checks.cc CheckBinaryOpDType
+        if op == pb.SUB:
+            raise _error(grpc.StatusCode.FAILED_PRECONDITION,
+                         "Subtraction, the `-` operator, with two bool tensors is not "
+                         "supported. Use the `^` or `logical_xor()` operator instead.")
+        if op == pb.POW:
+            raise not_implemented("pow", compute)
+    if (op == pb.POW and b is None and integral and number < 0
+            and compute not in _FLOATING):
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "Integers to negative integer powers are not allowed.")
+    caps.check(pb.BINARY_FAMILY, compute, "binary")
+    if a.dtype != compute:
+        caps.cast(a.dtype, compute)
+    # planner.cc NumberDType: a number reaches the device as int64 or float64.
+    other = b.dtype if b is not None else pb.INT64 if integral else pb.FLOAT64
+    if other != compute:
+        caps.cast(other, compute)
+    return Meta(out_dtype, shape, a.device)
+
+
+def plan_unary(op, x, caps):
+    """planner.cc PlanUnary with op_checks.cc CheckUnaryOpDType: the op
+    table's row says what an integer or bool input does (keeps its dtype,
+    computes in float32, or is refused)."""
+    row = _UNARY[op]
+    integers = row.get("integers")
+    floating = x.dtype in _FLOATING
+    refused = (not floating if integers == "refuse"
+               else x.dtype == pb.BOOL if integers == "keep" else False)
+    if refused:
+        if row.get("bool_error") and x.dtype == pb.BOOL:
+            raise _error(grpc.StatusCode.FAILED_PRECONDITION, row["bool_error"])
+        raise not_implemented(row.get("kernel_name"), x.dtype)
+    compute = pb.FLOAT32 if integers != "keep" and not floating else x.dtype
+    caps.check(pb.UNARY_FAMILY, compute, "unary")
+    if x.dtype != compute:
+        caps.cast(x.dtype, compute)
+    return Meta(compute, x.shape, x.device)

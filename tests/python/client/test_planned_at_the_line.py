@@ -1,0 +1,127 @@
+"""Planned at the line: the pipelined client raises an elementwise op's error on the op's own line, sends nothing for it, and knows its result's metadata without waiting.
+
+The rules themselves are checked against the server's planner in
+test_planner_differential.py; these tests check where the errors surface
+and what reaches the wire. Both pipeline modes: on the unary path every
+op raises at its line anyway.
+"""
+import math
+import sys
+import traceback
+
+import grpc
+import pytest
+
+import tensord
+from tensord import _planner
+from tensord.v1 import tensord_pb2 as pb
+
+
+def _commands_sent(c):
+    stream = c._session.stream if c.pipelined else None
+    return stream._next_seq if stream is not None else None
+
+
+def test_the_issues_snippet_raises_on_its_line_and_sends_nothing(client):
+    x = client.tensor([1.0, 2.0, 3.0])
+    y = client.tensor([4.0, 5.0, 6.0])
+    a = x.to("cpu:1")
+    before = _commands_sent(client)
+    with pytest.raises(RuntimeError) as err:
+        z = a * y  # noqa: F841 — the line that raises
+    assert str(err.value) == ("Expected all tensors to be on the same device, but found at "
+                              "least two devices, cpu:1 and cpu:0!")
+    assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    # Raised by this very line, not at a later sync point.
+    user_frame = [f for f in traceback.extract_tb(err.tb) if f.filename == __file__][-1]
+    assert user_frame.line == "z = a * y  # noqa: F841 — the line that raises"
+    assert err.value.command is None
+    if client.pipelined:
+        assert _commands_sent(client) == before  # no command for the refused op
+    # The session goes on: nothing failed on the server.
+    assert (a.cpu() * y).tolist() == [4.0, 10.0, 18.0]
+
+
+@pytest.mark.parametrize("line, error, message", [
+    ("x + c.zeros(4)", RuntimeError,
+     "The size of tensor a (3) must match the size of tensor b (4) at non-singleton dimension 0"),
+    ("-(x > 1)", RuntimeError,
+     "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
+     "invert a mask, use the `~` or `logical_not()` operator instead."),
+    ("(x > 1) - (x > 2)", RuntimeError,
+     "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or "
+     "`logical_xor()` operator instead."),
+    ("c.tensor([1, 2]) ** -1", RuntimeError,
+     "Integers to negative integer powers are not allowed."),
+    ("tensord.nn.functional.silu(c.tensor([1, 2]))", RuntimeError,
+     "\"silu_cpu\" not implemented for 'Long'"),
+    ("(x > 1).relu()", RuntimeError, "Boolean inputs not supported for relu"),
+])
+def test_torchs_errors_at_the_line(client, line, error, message):
+    c = client
+    x = c.tensor([1.0, 2.0, 3.0])
+    before = _commands_sent(c)
+    with pytest.raises(error) as err:
+        eval(line, {"c": c, "x": x, "tensord": tensord})
+    assert str(err.value) == message
+    if c.pipelined:
+        # Only the line's own creates and planned ops were sent, not the refused op.
+        assert err.value.command is None
+        assert _commands_sent(c) - before <= line.count("c.") + line.count(">")
+
+
+def test_a_planned_result_knows_its_metadata_without_waiting(client, monkeypatch):
+    if not client.pipelined:
+        pytest.skip("the unary path answers every op before it returns")
+    x = client.tensor([[1, 2, 3]], dtype=tensord.int32)
+    y = client.ones(2, 1, device="cpu:0")
+    z = ((x * y) / 2).exp().to("cpu:1") + 1
+    x.add_(1)
+    assert z._info.planned == _planner.Meta(pb.FLOAT32, (2, 3), "cpu:1")
+
+    def no_wait(*args, **kwargs):
+        raise AssertionError("a planned tensor's metadata waited for the server")
+    monkeypatch.setattr(client._session.stream, "wait", no_wait)
+    assert (z.shape, z.dtype, str(z.device)) == ((2, 3), tensord.float32, "cpu:1")
+    assert (x.shape, x.dtype) == ((1, 3), tensord.int32)
+    monkeypatch.undo()
+    row = [1 + math.exp(0.5), 1 + math.exp(1.0), 1 + math.exp(1.5)]
+    assert z.tolist() == [pytest.approx(row, rel=1e-6)] * 2
+    assert x.tolist() == [[2, 3, 4]]
+
+
+def test_an_op_on_an_unplanned_result_goes_to_the_server(client):
+    """A matmul is not planned here yet: its result's metadata comes with the
+    reply, and an op on it is planned by the server, its error raised at the
+    next sync point, as before."""
+    if not client.pipelined:
+        pytest.skip("the unary path raises every error at its line")
+    m = client.ones(2, 3) @ client.ones(3, 4)
+    bad = m + client.ones(3)  # the server's planner refuses it
+    assert bad._info.planned is None
+    with pytest.raises(RuntimeError, match="must match the size of tensor b") as err:
+        client.synchronize()
+    assert err.value.command is not None  # reported as the stream's command
+
+
+def test_a_device_without_a_kernel_names_itself():
+    """The capability rule (no CPU device lacks a kernel, so the differential
+    test cannot reach it): the server's words for a kernel one device lacks."""
+    info = pb.DeviceInfo(name="cuda:1", capabilities=[
+        pb.Capability(family=pb.BINARY_FAMILY, dtypes=1 << pb.FLOAT32),
+        pb.Capability(family=pb.UNARY_FAMILY, dtypes=1 << pb.FLOAT32),
+        pb.Capability(family=pb.CAST, dtypes=(1 << pb.FLOAT32) | (1 << pb.INT64))])
+    caps = _planner.Capabilities(info)
+    half = _planner.Meta(pb.FLOAT16, (2,), "cuda:1")
+    with pytest.raises(RuntimeError) as err:
+        _planner.plan_binary(pb.ADD, half, half, None, caps)
+    assert str(err.value) == "\"binary\" not implemented for 'Half' on cuda:1"
+    assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    longs = _planner.Meta(pb.INT64, (2,), "cuda:1")
+    with pytest.raises(RuntimeError, match=r"^\"cast\" not implemented for 'Double' on cuda:1$"):
+        _planner.plan_binary(pb.ADD, longs, None, 0.5, caps)
+    assert _planner.plan_unary(pb.EXP, longs, caps) == _planner.Meta(pb.FLOAT32, (2,), "cuda:1")
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__]))

@@ -1,0 +1,116 @@
+"""The client's planner (tensord/_planner.py) against the server's own: 20,000 generated requests, no mismatch.
+
+Each request is a binary op of two tensors or of a tensor and a number, or
+a unary op, over tiny tensors of every dtype in shapes that broadcast and
+shapes that do not (0-d and empty ones among them), mostly on one device
+and sometimes on two (cpu:0 and cpu:1 of the suite's --host-devices 2
+daemon). The Python module plans it; the server runs it as a real Run (a
+unary call: the path a client's op takes, with no server code kept only
+for this test; at most 12 elements a tensor, so the run takes seconds).
+Both must agree on the result's dtype, shape and device, or on the error:
+its gRPC code, its class (torch's, from the server's error kind) and its
+message, word for word.
+"""
+import random
+
+import pytest
+
+import tensord
+from tensord import _op_table, _planner
+from tensord._errors import TensordError
+from tensord.v1 import tensord_pb2 as pb
+
+REQUESTS = 20_000
+DTYPES = (tensord.float32, tensord.float64, tensord.float16, tensord.bfloat16,
+          tensord.int32, tensord.int64, tensord.bool)
+SHAPES = ((), (0,), (1,), (2,), (3,), (2, 1), (1, 3), (2, 3), (3, 2), (0, 3), (2, 0),
+          (1, 1, 3), (2, 2, 3))
+DEVICES = ("cpu:0", "cpu:1")
+BINARY = [pb.BinaryOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Binary"]
+UNARY = [pb.UnaryOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Unary"]
+NUMBERS = (pb.Scalar(int_value=3), pb.Scalar(int_value=-2), pb.Scalar(int_value=0),
+           pb.Scalar(int_value=1), pb.Scalar(float_value=0.5), pb.Scalar(float_value=-1.5))
+
+
+def _outcome(plan):
+    """("ok", dtype, shape, device) or ("error", code, class, message)."""
+    try:
+        meta = plan()
+    except TensordError as e:
+        return ("error", e.code, type(e).__name__, str(e))
+    return ("ok", meta.dtype, tuple(meta.shape), meta.device)
+
+
+def _requests(rng, pool):
+    """REQUESTS (pb.Op, its operands' Metas) pairs, seeded."""
+    by_device = {d: [t for t in pool if t[1].device == d] for d in DEVICES}
+    for _ in range(REQUESTS):
+        a_handle, a = rng.choice(pool)
+        roll = rng.random()
+        if roll < 0.45:  # tensor (op) tensor: one device, one time in ten two
+            others = pool if rng.random() < 0.1 else by_device[a.device]
+            b_handle, b = rng.choice(others)
+            op = pb.Op(binary=pb.BinaryArgs(op=rng.choice(BINARY),
+                                            lhs=pb.Operand(handle=a_handle),
+                                            rhs=pb.Operand(handle=b_handle)))
+            yield op, (a, b)
+        elif roll < 0.7:  # tensor (op) number, either way round
+            op = pb.Op(binary=pb.BinaryArgs(op=rng.choice(BINARY),
+                                            lhs=pb.Operand(handle=a_handle),
+                                            scalar=rng.choice(NUMBERS),
+                                            scalar_first=rng.random() < 0.3))
+            yield op, (a,)
+        else:
+            op = pb.Op(unary=pb.UnaryArgs(op=rng.choice(UNARY), x=pb.Operand(handle=a_handle)))
+            yield op, (a,)
+
+
+def _planned(op, metas, caps):
+    if op.WhichOneof("kind") == "binary":
+        args = op.binary
+        b = metas[1] if len(metas) > 1 else None
+        number = None
+        if b is None:
+            number = (args.scalar.int_value if args.scalar.WhichOneof("value") == "int_value"
+                      else args.scalar.float_value)
+        return lambda: _planner.plan_binary(args.op, metas[0], b, number,
+                                            caps[metas[0].device])
+    return lambda: _planner.plan_unary(op.unary.op, metas[0], caps[metas[0].device])
+
+
+def _served(session, op):
+    def run():
+        info = session.call("Run", pb.RunRequest(op=op), mutating=True).tensor
+        session.drop(info.handle)
+        return _planner.Meta(info.dtype, tuple(info.shape), info.device)
+    return run
+
+
+def test_the_planner_equals_the_servers(daemon, pipeline_mode):
+    if not pipeline_mode:
+        pytest.skip("pipeline-independent (unary Runs on both sides): runs in the --pipeline=on run")
+    c = tensord.connect(daemon.address, pipeline=False)
+    try:
+        caps = {d.name: _planner.Capabilities(d) for d in c.devices()}
+        assert set(DEVICES) <= set(caps)
+        keep, pool = [], []
+        for device in DEVICES:
+            for dtype in DTYPES:
+                for shape in SHAPES:
+                    t = c.zeros(*shape, dtype=dtype, device=device)
+                    keep.append(t)
+                    pool.append((t.handle, _planner.Meta(dtype.wire, tuple(shape), device)))
+        rng = random.Random(20261201)
+        mismatches, counts = [], {"ok": 0, "error": 0}
+        for op, metas in _requests(rng, pool):
+            mine = _outcome(_planned(op, metas, caps))
+            theirs = _outcome(_served(c._session, op))
+            counts[theirs[0]] += 1
+            if mine != theirs:
+                mismatches.append((str(op).replace("\n", " "), metas, mine, theirs))
+        assert not mismatches, (f"{len(mismatches)} of {REQUESTS} differ; the first:\n"
+                                + "\n".join(map(repr, mismatches[:10])))
+        # The generator reached both kinds of outcome in earnest.
+        assert counts["ok"] > REQUESTS // 4 and counts["error"] > REQUESTS // 20, counts
+    finally:
+        c.close()
