@@ -56,6 +56,13 @@ def test_the_issues_snippet_raises_on_its_line_and_sends_nothing(client):
     ("tensord.nn.functional.silu(c.tensor([1, 2]))", RuntimeError,
      "\"silu_cpu\" not implemented for 'Long'"),
     ("(x > 1).relu()", RuntimeError, "Boolean inputs not supported for relu"),
+    ("x.add_(c.zeros(2, 3))", RuntimeError,
+     "output with shape [3] doesn't match the broadcast shape [2, 3]"),
+    ("c.tensor([1, 2]).div_(2)", RuntimeError,
+     "result type Float can't be cast to the desired output type Long"),
+    ("c.tensor([1, 2]).add_(c.tensor([3, 4]), alpha=0.5)", RuntimeError,
+     "axpy_: for integral input tensors, alpha must not be a floating point number "
+     "(got 0.5)"),
 ])
 def test_torchs_errors_at_the_line(client, line, error, message):
     c = client

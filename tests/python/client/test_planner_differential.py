@@ -1,7 +1,8 @@
 """The client's planner (tensord/_planner.py) against the server's own: 20,000 generated requests, no mismatch.
 
-Each request is a binary op of two tensors or of a tensor and a number, or
-a unary op, over tiny tensors of every dtype in shapes that broadcast and
+Each request is a binary op of two tensors or of a tensor and a number, an
+in-place one (add_, sub_, mul_, div_, and axpy_: add_ with alpha), or a
+unary op, over tiny tensors of every dtype in shapes that broadcast and
 shapes that do not (0-d and empty ones among them), mostly on one device
 and sometimes on two (cpu:0 and cpu:1 of the suite's --host-devices 2
 daemon). The Python module plans it; the server runs it as a real Run (a
@@ -28,6 +29,8 @@ SHAPES = ((), (0,), (1,), (2,), (3,), (2, 1), (1, 3), (2, 3), (3, 2), (0, 3), (2
 DEVICES = ("cpu:0", "cpu:1")
 BINARY = [pb.BinaryOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Binary"]
 UNARY = [pb.UnaryOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Unary"]
+IN_PLACE = [pb.InPlaceOp.Value(r["wire"].split()[1]) for r in _op_table.OPS
+            if r["kind"] == "InPlace"]
 NUMBERS = (pb.Scalar(int_value=3), pb.Scalar(int_value=-2), pb.Scalar(int_value=0),
            pb.Scalar(int_value=1), pb.Scalar(float_value=0.5), pb.Scalar(float_value=-1.5))
 
@@ -54,7 +57,21 @@ def _requests(rng, pool):
                                             lhs=pb.Operand(handle=a_handle),
                                             rhs=pb.Operand(handle=b_handle)))
             yield op, (a, b)
-        elif roll < 0.7:  # tensor (op) number, either way round
+        elif roll < 0.55:  # in place: target (op)= tensor or number, target += alpha * tensor
+            op = rng.choice(IN_PLACE)
+            args = pb.InPlaceArgs(op=op, target=pb.Operand(handle=a_handle))
+            metas = (a,)
+            if op == pb.AXPY_ or rng.random() < 0.6:
+                others = pool if rng.random() < 0.1 else by_device[a.device]
+                b_handle, b = rng.choice(others)
+                args.other.handle = b_handle
+                metas = (a, b)
+            else:
+                args.scalar.CopyFrom(rng.choice(NUMBERS))
+            if op == pb.AXPY_:
+                args.alpha.CopyFrom(rng.choice(NUMBERS))
+            yield pb.Op(in_place=args), metas
+        elif roll < 0.75:  # tensor (op) number, either way round
             op = pb.Op(binary=pb.BinaryArgs(op=rng.choice(BINARY),
                                             lhs=pb.Operand(handle=a_handle),
                                             scalar=rng.choice(NUMBERS),
@@ -65,14 +82,22 @@ def _requests(rng, pool):
             yield op, (a,)
 
 
+def _value(scalar):
+    return scalar.int_value if scalar.WhichOneof("value") == "int_value" else scalar.float_value
+
+
 def _planned(op, metas, caps):
+    if op.WhichOneof("kind") == "in_place":
+        args = op.in_place
+        b = metas[1] if len(metas) > 1 else None
+        number = _value(args.scalar) if b is None else None
+        alpha = _value(args.alpha) if args.HasField("alpha") else None
+        return lambda: _planner.plan_in_place(args.op, metas[0], b, number, alpha,
+                                              caps[metas[0].device])
     if op.WhichOneof("kind") == "binary":
         args = op.binary
         b = metas[1] if len(metas) > 1 else None
-        number = None
-        if b is None:
-            number = (args.scalar.int_value if args.scalar.WhichOneof("value") == "int_value"
-                      else args.scalar.float_value)
+        number = _value(args.scalar) if b is None else None
         return lambda: _planner.plan_binary(args.op, metas[0], b, number,
                                             caps[metas[0].device])
     return lambda: _planner.plan_unary(op.unary.op, metas[0], caps[metas[0].device])
@@ -81,7 +106,8 @@ def _planned(op, metas, caps):
 def _served(session, op):
     def run():
         info = session.call("Run", pb.RunRequest(op=op), mutating=True).tensor
-        session.drop(info.handle)
+        if op.WhichOneof("kind") != "in_place":  # in place: the pool's own tensor
+            session.drop(info.handle)
         return _planner.Meta(info.dtype, tuple(info.shape), info.device)
     return run
 

@@ -159,6 +159,19 @@ class Dispatcher:
         x, caps = self._plannable(x)
         return _planner.plan_unary(op, x, caps) if caps is not None else None
 
+    def plan_in_place(self, op, target, other, number=None, alpha=None):
+        """Plans in-place op `op` of the tensor whose info is `target` (with
+        the tensor `other`'s info, or `number`; alpha for AXPY_) as
+        plan_binary does: raises the planner's error, else returns."""
+        target, caps = self._plannable(target)
+        if caps is None:
+            return
+        if other is not None:
+            other = _known(other)
+            if other is None:
+                return
+        _planner.plan_in_place(op, target, other, number, alpha, caps)
+
     def _plannable(self, info):
         """(its Meta, its device's Capabilities) for an op's first operand
         when the op goes on the stream and both are known here, else

@@ -141,9 +141,10 @@ def check_same_device(operands):
                          f"least two devices, {first} and {other.device}!")
 
 
-def plan_binary(op, a, b, number, caps):
+def plan_binary(op, a, b, number, caps, into=None):
     """planner.cc PlanBinary (as PlanOp calls it): a (op) b, or a (op) the
-    Python number `number` (an int or a float; b None). The result's Meta."""
+    Python number `number` (an int or a float; b None), written into the
+    tensor `into` (a Meta) for an in-place op. The result's Meta."""
     if b is not None:
         if b.device != a.device:
             check_same_device((a, b))
@@ -168,6 +169,15 @@ def plan_binary(op, a, b, number, caps):
             and compute not in _FLOATING):
         raise _error(grpc.StatusCode.INVALID_ARGUMENT,
                      "Integers to negative integer powers are not allowed.")
+    if into is not None:
+        if shape != into.shape:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"output with shape {_dims(into.shape)} doesn't match the "
+                         f"broadcast shape {_dims(shape)}")
+        if not can_cast(out_dtype, into.dtype):
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"result type {_SCALAR_TYPE[out_dtype]} can't be cast to the "
+                         f"desired output type {_SCALAR_TYPE[into.dtype]}")
     caps.check(pb.BINARY_FAMILY, compute, "binary")
     if a.dtype != compute:
         caps.cast(a.dtype, compute)
@@ -175,7 +185,48 @@ def plan_binary(op, a, b, number, caps):
     other = b.dtype if b is not None else pb.INT64 if integral else pb.FLOAT64
     if other != compute:
         caps.cast(other, compute)
+    if into is not None and out_dtype != into.dtype:
+        caps.cast(out_dtype, into.dtype)
     return Meta(out_dtype, shape, a.device)
+
+
+# op_plan.cc InPlaceBinaryOp: the binary op each in-place op runs.
+_IN_PLACE_BINARY = {pb.ADD_: pb.ADD, pb.SUB_: pb.SUB, pb.MUL_: pb.MUL, pb.DIV_: pb.DIV,
+                    pb.AXPY_: pb.ADD}
+
+
+def plan_in_place(op, target, other, number, alpha, caps):
+    """op_plan.cc PlanInPlace: target (op)= other (a Meta) or `number`;
+    AXPY_ is target += alpha * other (alpha a Python number). The result is
+    the target, its Meta unchanged."""
+    if other is not None and other.device != target.device:
+        check_same_device((target, other))
+    if op == pb.AXPY_:
+        if isinstance(alpha, float) and other.dtype not in _FLOATING:  # CheckAxpyAlpha
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         "axpy_: for integral input tensors, alpha must not be a floating "
+                         f"point number (got {_python_float(alpha)})")
+        other = plan_binary(pb.MUL, other, None, alpha, caps)
+    plan_binary(_IN_PLACE_BINARY[op], target, other, number, caps, into=target)
+    return target
+
+
+def can_cast(source, target):
+    """planner.cc CanCast (torch's canCast): no floating into an integer,
+    nothing but bool into bool."""
+    if source in _FLOATING and target not in _FLOATING:
+        return False
+    return source == pb.BOOL or target != pb.BOOL
+
+
+def _dims(shape):
+    """shape.cc DimsToString: "[2, 3]"."""
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _python_float(value):
+    """ops.cc PythonFloat: Python's repr of a float ("2.0", "1e-05", "inf")."""
+    return repr(float(value))
 
 
 def plan_unary(op, x, caps):

@@ -74,6 +74,13 @@ def _is_number(value):
     return isinstance(value, (numbers.Number, np.bool_)) and not isinstance(value, complex)
 
 
+def _number(value):
+    """A Python or numpy number as the int or float the wire carries it as."""
+    if isinstance(value, (bool, np.bool_, numbers.Integral)):
+        return int(value)
+    return float(value)
+
+
 def scalar_message(value):
     """The pb.Scalar of a Python (or numpy) number."""
     if isinstance(value, (bool, np.bool_, numbers.Integral)):
@@ -204,8 +211,7 @@ class Tensor:
             planned = self._client._dispatcher.plan_binary(op, self._info, other._info)
             return self._run(planned, binary=pb.BinaryArgs(op=op, lhs=operand(self), rhs=rhs))
         if _is_number(other):
-            number = int(other) if isinstance(other, (bool, np.bool_, numbers.Integral)) \
-                else float(other)
+            number = _number(other)
             planned = self._client._dispatcher.plan_binary(op, self._info, None, number)
             return self._run(planned, binary=pb.BinaryArgs(op=op, lhs=operand(self),
                                                            scalar=scalar_message(number),
@@ -599,14 +605,19 @@ class Tensor:
 
     def _in_place(self, op, other, alpha=None):
         args = pb.InPlaceArgs(op=op, target=operand(self))
+        dispatcher = self._client._dispatcher
+        if alpha is not None:
+            alpha = _number(alpha)
+            args.alpha.CopyFrom(scalar_message(alpha))
         if isinstance(other, Tensor):
             args.other.CopyFrom(self._same_client(other))
+            dispatcher.plan_in_place(op, self._info, other._info, alpha=alpha)
         elif _is_number(other):
-            args.scalar.CopyFrom(scalar_message(other))
+            number = _number(other)
+            args.scalar.CopyFrom(scalar_message(number))
+            dispatcher.plan_in_place(op, self._info, None, number, alpha)
         else:
             raise TypeError(f"expected a Tensor or a number, got {type(other).__name__}")
-        if alpha is not None:
-            args.alpha.CopyFrom(scalar_message(alpha))
         return self._run(in_place=args)
 
     def add_(self, other, alpha=1):
