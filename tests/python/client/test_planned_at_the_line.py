@@ -56,6 +56,12 @@ def test_the_issues_snippet_raises_on_its_line_and_sends_nothing(client):
     ("tensord.nn.functional.silu(c.tensor([1, 2]))", RuntimeError,
      "\"silu_cpu\" not implemented for 'Long'"),
     ("(x > 1).relu()", RuntimeError, "Boolean inputs not supported for relu"),
+    ("x.sum(1)", IndexError, "Dimension out of range (expected to be in range of [-1, 0], "
+     "but got 1)"),
+    ("c.tensor([1, 2]).mean()", RuntimeError,
+     "mean(): could not infer output dtype. Input dtype must be either a floating point or "
+     "complex dtype. Got: Long"),
+    ("c.zeros(0, 2).max(0)", IndexError, "max(): Expected reduction dim 0 to have non-zero size."),
     ("x.add_(c.zeros(2, 3))", RuntimeError,
      "output with shape [3] doesn't match the broadcast shape [2, 3]"),
     ("c.tensor([1, 2]).div_(2)", RuntimeError,

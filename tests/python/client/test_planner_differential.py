@@ -1,8 +1,9 @@
 """The client's planner (tensord/_planner.py) against the server's own: 20,000 generated requests, no mismatch.
 
 Each request is a binary op of two tensors or of a tensor and a number, an
-in-place one (add_, sub_, mul_, div_, and axpy_: add_ with alpha), or a
-unary op, over tiny tensors of every dtype in shapes that broadcast and
+in-place one (add_, sub_, mul_, div_, and axpy_: add_ with alpha), a unary
+op, or a reduction (every op, over all dims, one dim or several, in range
+or not, named twice or not, kept or not), over tiny tensors of every dtype in shapes that broadcast and
 shapes that do not (0-d and empty ones among them), mostly on one device
 and sometimes on two (cpu:0 and cpu:1 of the suite's --host-devices 2
 daemon). The Python module plans it; the server runs it as a real Run (a
@@ -29,6 +30,7 @@ SHAPES = ((), (0,), (1,), (2,), (3,), (2, 1), (1, 3), (2, 3), (3, 2), (0, 3), (2
 DEVICES = ("cpu:0", "cpu:1")
 BINARY = [pb.BinaryOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Binary"]
 UNARY = [pb.UnaryOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Unary"]
+REDUCE = [pb.ReduceOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Reduce"]
 IN_PLACE = [pb.InPlaceOp.Value(r["wire"].split()[1]) for r in _op_table.OPS
             if r["kind"] == "InPlace"]
 NUMBERS = (pb.Scalar(int_value=3), pb.Scalar(int_value=-2), pb.Scalar(int_value=0),
@@ -71,7 +73,17 @@ def _requests(rng, pool):
             if op == pb.AXPY_:
                 args.alpha.CopyFrom(rng.choice(NUMBERS))
             yield pb.Op(in_place=args), metas
-        elif roll < 0.75:  # tensor (op) number, either way round
+        elif roll < 0.65:  # a reduction over all dims, one dim or several
+            args = pb.ReduceArgs(op=rng.choice(REDUCE), x=pb.Operand(handle=a_handle),
+                                 keepdim=rng.random() < 0.5)
+            rank = len(a.shape)
+            pick = rng.random()
+            if pick < 0.4:
+                args.dim = rng.randint(-rank - 1, rank)
+            elif pick < 0.7:
+                args.dims.extend(rng.randint(-rank - 1, rank) for _ in range(rng.randint(1, 3)))
+            yield pb.Op(reduce=args), (a,)
+        elif roll < 0.8:  # tensor (op) number, either way round
             op = pb.Op(binary=pb.BinaryArgs(op=rng.choice(BINARY),
                                             lhs=pb.Operand(handle=a_handle),
                                             scalar=rng.choice(NUMBERS),
@@ -94,6 +106,11 @@ def _planned(op, metas, caps):
         alpha = _value(args.alpha) if args.HasField("alpha") else None
         return lambda: _planner.plan_in_place(args.op, metas[0], b, number, alpha,
                                               caps[metas[0].device])
+    if op.WhichOneof("kind") == "reduce":
+        args = op.reduce
+        dims = list(args.dims) or ([args.dim] if args.HasField("dim") else [])
+        return lambda: _planner.plan_reduce(args.op, metas[0], dims, args.keepdim,
+                                            caps[metas[0].device])
     if op.WhichOneof("kind") == "binary":
         args = op.binary
         b = metas[1] if len(metas) > 1 else None

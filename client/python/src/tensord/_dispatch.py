@@ -53,7 +53,8 @@ paths, one contract for the tensor code above:
     execute(ops, keep): the tensor the server made or named (run marks the
     op no_grad inside tensord.no_grad(); wait=True: the reply is waited
     for, so its failure is raised here; planned: the result's Meta from
-    plan_binary(op, a, b, number) or plan_unary(op, x), which take the
+    plan_binary(op, a, b, number), plan_unary(op, x) or plan_reduce(op,
+    x, dims, keepdim), which take the
     operands' infos and raise the planner's error, or give None where the
     server plans).
   * recorder: None, or while client.capture() runs a step, the
@@ -158,6 +159,12 @@ class Dispatcher:
         plan_binary's."""
         x, caps = self._plannable(x)
         return _planner.plan_unary(op, x, caps) if caps is not None else None
+
+    def plan_reduce(self, op, x, dims, keepdim):
+        """The Meta of reduction `op` of the tensor whose info is `x` over
+        `dims` (a list), as plan_binary's."""
+        x, caps = self._plannable(x)
+        return _planner.plan_reduce(op, x, dims, keepdim, caps) if caps is not None else None
 
     def plan_in_place(self, op, target, other, number=None, alpha=None):
         """Plans in-place op `op` of the tensor whose info is `target` (with

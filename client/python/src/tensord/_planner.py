@@ -44,10 +44,24 @@ _COMPARISONS = frozenset((pb.EQ, pb.NE, pb.LT, pb.LE, pb.GT, pb.GE))
 # The unary rows of the op table by wire value ("unary NEG" -> pb.NEG).
 _UNARY = {pb.UnaryOp.Value(row["wire"].split()[1]): row
           for row in OPS if row["kind"] == "Unary"}
+# ReduceOpName: each reduction's name ("sum", "argmax", ...) by wire value.
+_REDUCE_NAME = {pb.ReduceOp.Value(row["wire"].split()[1]): row["name"]
+                for row in OPS if row["kind"] == "Reduce"}
 
 
-def _error(code, message):
-    return make_error(code, message)
+def _error(code, message, kind=0):
+    return make_error(code, message, kind)
+
+
+def wrap_dim(dim, rank):
+    """planner.cc WrapDim (maybe_wrap_dim): a 0-d tensor takes 0 and -1;
+    IndexError otherwise."""
+    bound = max(rank, 1)
+    if not -bound <= dim < bound:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"Dimension out of range (expected to be in range of [{-bound}, "
+                     f"{bound - 1}], but got {dim})", "IndexError")
+    return dim + bound if dim < 0 else dim
 
 
 def not_implemented(op, dtype, device=None):
@@ -209,6 +223,57 @@ def plan_in_place(op, target, other, number, alpha, caps):
         other = plan_binary(pb.MUL, other, None, alpha, caps)
     plan_binary(_IN_PLACE_BINARY[op], target, other, number, caps, into=target)
     return target
+
+
+def plan_reduce(op, x, dims, keepdim, caps):
+    """planner.cc PlanReduce: op (sum, mean, max, min, argmax, norm) of x
+    over `dims` (a list; empty: every dim), kept as size 1 with `keepdim`."""
+    floating = x.dtype in _FLOATING
+    compute = pb.INT64 if op == pb.SUM and not floating else x.dtype
+    if op == pb.MEAN and not floating:
+        raise _error(grpc.StatusCode.FAILED_PRECONDITION,
+                     "mean(): could not infer output dtype. Input dtype must be either a "
+                     f"floating point or complex dtype. Got: {_SCALAR_TYPE[x.dtype]}")
+    if op == pb.NORM and not floating:
+        raise _error(grpc.StatusCode.FAILED_PRECONDITION,
+                     "norm(): input dtype should be either floating point or complex. "
+                     f"Got {_SCALAR_TYPE[x.dtype]} instead.")
+    name = _REDUCE_NAME[op]
+    needs_element = op in (pb.MAX, pb.MIN, pb.ARGMAX)
+    if needs_element and len(dims) > 1:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"{name}() reduces over one dim, got {len(dims)} dims")
+    out_dtype = pb.INT64 if op == pb.ARGMAX else compute
+    rank = len(x.shape)
+    reduced = [not dims] * max(rank, 1)
+    for d in dims:
+        axis = wrap_dim(d, rank)
+        if reduced[axis]:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"dim {axis} appears multiple times in the list of dims")
+        reduced[axis] = True
+    out, count = [], 1  # count: the elements each result reduces
+    for i, size in enumerate(x.shape):
+        if not reduced[i]:
+            out.append(size)
+        else:
+            count *= size
+            if keepdim:
+                out.append(1)
+    if needs_element and count == 0:
+        if dims:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"{name}(): Expected reduction dim {wrap_dim(dims[0], rank)} to "
+                         "have non-zero size.", "IndexError")
+        message = f"{name}(): Expected reduction dim to be specified for input.numel() == 0."
+        if op == pb.ARGMAX:  # torch: IndexError for argmax, RuntimeError for max/min
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT, message, "IndexError")
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     message + " Specify the reduction dim with the 'dim' argument.")
+    caps.check(pb.REDUCE_FAMILY, compute, "reduce")
+    if x.dtype != compute:
+        caps.cast(x.dtype, compute)
+    return Meta(out_dtype, tuple(out), x.device)
 
 
 def can_cast(source, target):

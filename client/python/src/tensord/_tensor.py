@@ -389,10 +389,15 @@ class Tensor:
     def _reduce(self, op, dim=None, keepdim=False):
         args = pb.ReduceArgs(op=op, x=operand(self), keepdim=keepdim)
         if isinstance(dim, (tuple, list)):
-            args.dims.extend(int(d) for d in dim)
+            dims = [int(d) for d in dim]
+            args.dims.extend(dims)
         elif dim is not None:
-            args.dim = int(dim)
-        return self._run(reduce=args)
+            dims = [int(dim)]
+            args.dim = dims[0]
+        else:
+            dims = []
+        planned = self._client._dispatcher.plan_reduce(op, self._info, dims, bool(keepdim))
+        return self._run(planned, reduce=args)
 
     def sum(self, dim=None, keepdim=False, dtype=None):
         result = self._reduce(pb.SUM, dim, keepdim)
