@@ -62,6 +62,11 @@ def test_the_issues_snippet_raises_on_its_line_and_sends_nothing(client):
      "mean(): could not infer output dtype. Input dtype must be either a floating point or "
      "complex dtype. Got: Long"),
     ("c.zeros(0, 2).max(0)", IndexError, "max(): Expected reduction dim 0 to have non-zero size."),
+    ("c.ones(2, 3) @ c.ones(4, 2)", RuntimeError,
+     "mat1 and mat2 shapes cannot be multiplied (2x3 and 4x2)"),
+    ("tensord.nn.functional.linear(c.ones(2, 3), c.ones(4, 3), c.ones(3))", RuntimeError,
+     "The expanded size of the tensor (4) must match the existing size (3) at "
+     "non-singleton dimension 1.  Target sizes: [2, 4].  Tensor sizes: [3]"),
     ("x.add_(c.zeros(2, 3))", RuntimeError,
      "output with shape [3] doesn't match the broadcast shape [2, 3]"),
     ("c.tensor([1, 2]).div_(2)", RuntimeError,
@@ -104,12 +109,12 @@ def test_a_planned_result_knows_its_metadata_without_waiting(client, monkeypatch
 
 
 def test_an_op_on_an_unplanned_result_goes_to_the_server(client):
-    """A matmul is not planned here yet: its result's metadata comes with the
+    """A reshape is not planned here yet: its result's metadata comes with the
     reply, and an op on it is planned by the server, its error raised at the
     next sync point, as before."""
     if not client.pipelined:
         pytest.skip("the unary path raises every error at its line")
-    m = client.ones(2, 3) @ client.ones(3, 4)
+    m = client.ones(2, 3).reshape(3, 2)
     bad = m + client.ones(3)  # the server's planner refuses it
     assert bad._info.planned is None
     with pytest.raises(RuntimeError, match="must match the size of tensor b") as err:

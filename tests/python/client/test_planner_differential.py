@@ -2,8 +2,9 @@
 
 Each request is a binary op of two tensors or of a tensor and a number, an
 in-place one (add_, sub_, mul_, div_, and axpy_: add_ with alpha), a unary
-op, or a reduction (every op, over all dims, one dim or several, in range
-or not, named twice or not, kept or not), over tiny tensors of every dtype in shapes that broadcast and
+op, a reduction (every op, over all dims, one dim or several, in range or
+not, named twice or not, kept or not), a matmul or F.linear (every rank),
+over tiny tensors of every dtype in shapes that broadcast and
 shapes that do not (0-d and empty ones among them), mostly on one device
 and sometimes on two (cpu:0 and cpu:1 of the suite's --host-devices 2
 daemon). The Python module plans it; the server runs it as a real Run (a
@@ -26,7 +27,7 @@ REQUESTS = 20_000
 DTYPES = (tensord.float32, tensord.float64, tensord.float16, tensord.bfloat16,
           tensord.int32, tensord.int64, tensord.bool)
 SHAPES = ((), (0,), (1,), (2,), (3,), (2, 1), (1, 3), (2, 3), (3, 2), (0, 3), (2, 0),
-          (1, 1, 3), (2, 2, 3))
+          (1, 1, 3), (2, 2, 3), (2, 3, 2))
 DEVICES = ("cpu:0", "cpu:1")
 BINARY = [pb.BinaryOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Binary"]
 UNARY = [pb.UnaryOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Unary"]
@@ -83,7 +84,21 @@ def _requests(rng, pool):
             elif pick < 0.7:
                 args.dims.extend(rng.randint(-rank - 1, rank) for _ in range(rng.randint(1, 3)))
             yield pb.Op(reduce=args), (a,)
-        elif roll < 0.8:  # tensor (op) number, either way round
+        elif roll < 0.72:  # a @ b, on shapes of every rank
+            others = pool if rng.random() < 0.1 else by_device[a.device]
+            b_handle, b = rng.choice(others)
+            yield pb.Op(matmul=pb.MatMulArgs(lhs=pb.Operand(handle=a_handle),
+                                            rhs=pb.Operand(handle=b_handle))), (a, b)
+        elif roll < 0.76:  # F.linear(x, w[, bias])
+            w_handle, w = rng.choice(by_device[a.device] if rng.random() < 0.95 else pool)
+            args = pb.LinearArgs(x=pb.Operand(handle=a_handle), weight=pb.Operand(handle=w_handle))
+            metas = (a, w)
+            if rng.random() < 0.6:
+                bias_handle, bias = rng.choice(by_device[a.device])
+                args.bias.handle = bias_handle
+                metas = (a, w, bias)
+            yield pb.Op(linear=args), metas
+        elif roll < 0.85:  # tensor (op) number, either way round
             op = pb.Op(binary=pb.BinaryArgs(op=rng.choice(BINARY),
                                             lhs=pb.Operand(handle=a_handle),
                                             scalar=rng.choice(NUMBERS),
@@ -106,6 +121,11 @@ def _planned(op, metas, caps):
         alpha = _value(args.alpha) if args.HasField("alpha") else None
         return lambda: _planner.plan_in_place(args.op, metas[0], b, number, alpha,
                                               caps[metas[0].device])
+    if op.WhichOneof("kind") == "matmul":
+        return lambda: _planner.plan_matmul(metas[0], metas[1], caps[metas[0].device])
+    if op.WhichOneof("kind") == "linear":
+        bias = metas[2] if len(metas) > 2 else None
+        return lambda: _planner.plan_linear(metas[0], metas[1], bias, caps[metas[0].device])
     if op.WhichOneof("kind") == "reduce":
         args = op.reduce
         dims = list(args.dims) or ([args.dim] if args.HasField("dim") else [])

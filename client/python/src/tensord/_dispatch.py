@@ -53,8 +53,8 @@ paths, one contract for the tensor code above:
     execute(ops, keep): the tensor the server made or named (run marks the
     op no_grad inside tensord.no_grad(); wait=True: the reply is waited
     for, so its failure is raised here; planned: the result's Meta from
-    plan_binary(op, a, b, number), plan_unary(op, x) or plan_reduce(op,
-    x, dims, keepdim), which take the
+    plan_binary(op, a, b, number), plan_unary(op, x), plan_reduce(op, x,
+    dims, keepdim), plan_matmul(a, b) or plan_linear(x, w, b), which take the
     operands' infos and raise the planner's error, or give None where the
     server plans).
   * recorder: None, or while client.capture() runs a step, the
@@ -165,6 +165,25 @@ class Dispatcher:
         `dims` (a list), as plan_binary's."""
         x, caps = self._plannable(x)
         return _planner.plan_reduce(op, x, dims, keepdim, caps) if caps is not None else None
+
+    def plan_matmul(self, a, b):
+        """The Meta of a @ b (tensors' infos), as plan_binary's."""
+        a, caps = self._plannable(a)
+        b = _known(b) if caps is not None else None
+        return _planner.plan_matmul(a, b, caps) if b is not None else None
+
+    def plan_linear(self, x, weight, bias=None):
+        """The Meta of F.linear(x, weight, bias) (tensors' infos), as
+        plan_binary's."""
+        x, caps = self._plannable(x)
+        weight = _known(weight) if caps is not None else None
+        if weight is None:
+            return None
+        if bias is not None:
+            bias = _known(bias)
+            if bias is None:
+                return None
+        return _planner.plan_linear(x, weight, bias, caps)
 
     def plan_in_place(self, op, target, other, number=None, alpha=None):
         """Plans in-place op `op` of the tensor whose info is `target` (with

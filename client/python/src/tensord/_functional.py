@@ -100,7 +100,9 @@ def linear(input, weight, bias=None):
     args = pb.LinearArgs(x=operand(input), weight=input._same_client(weight))
     if bias is not None:
         args.bias.CopyFrom(input._same_client(bias))
-    return input._run(linear=args)
+    planned = input._client._dispatcher.plan_linear(
+        input._info, weight._info, bias._info if bias is not None else None)
+    return input._run(planned, linear=args)
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):

@@ -21,6 +21,7 @@ tensor whose own command failed — still surfaces at sync points.
 Stateless.
 """
 import collections
+import math
 
 import grpc
 
@@ -82,6 +83,10 @@ class Capabilities:
     def __init__(self, device_info):
         self.device = device_info.name
         self._dtypes = {c.family: c.dtypes for c in device_info.capabilities}
+
+    def has(self, family, dtype):
+        """Capabilities::Has: whether the device runs `family` in `dtype`."""
+        return bool(self._dtypes.get(family, 0) >> dtype & 1)
 
     def check(self, family, dtype, kind):
         """Capabilities::Check: raises '"<kind>" not implemented for
@@ -274,6 +279,133 @@ def plan_reduce(op, x, dims, keepdim, caps):
     if x.dtype != compute:
         caps.cast(x.dtype, compute)
     return Meta(out_dtype, tuple(out), x.device)
+
+
+def _matmul_error(a, b, caps):
+    """planner.cc MatMulError: torch.matmul's first error for a @ b, if
+    any, as ATen's dispatch to dot, mv, mm or bmm words it."""
+    ra, rb = len(a.shape), len(b.shape)
+    if ra == 0 or rb == 0:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "both arguments to matmul need to be at least 1D, but they are "
+                     f"{ra}D and {rb}D")
+
+    def kernel(name, dtype):
+        if not caps.has(pb.MATMUL_FAMILY, dtype):
+            raise not_implemented(name, dtype)
+
+    def same_dtype(first, second):
+        if first != second:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"expected scalar type {_SCALAR_TYPE[first]} but found "
+                         f"{_SCALAR_TYPE[second]}")
+
+    def mm(m, k1, d1, k2, n, d2):
+        if k1 != k2:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"mat1 and mat2 shapes cannot be multiplied ({m}x{k1} and {k2}x{n})")
+        same_dtype(d1, d2)
+        kernel("addmm_impl_cpu_", d1)
+
+    def mv(m, k, d1, kv, d2):
+        if k != kv:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"size mismatch, got {m}, {m}x{k},{kv}")
+        same_dtype(d1, d2)
+        kernel("addmv_impl_cpu", d1)
+
+    sa, sb = a.shape, b.shape
+    if ra == 1 and rb == 1:
+        if a.dtype != b.dtype:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         "dot : expected both vectors to have same dtype, but found "
+                         f"{_SCALAR_TYPE[a.dtype]} and {_SCALAR_TYPE[b.dtype]}")
+        if sa[0] != sb[0]:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"inconsistent tensor size, expected tensor [{sa[0]}] and src "
+                         f"[{sb[0]}] to have the same number of elements, but got "
+                         f"{sa[0]} and {sb[0]} elements respectively")
+        kernel("dot", a.dtype)
+    elif ra <= 2 and rb <= 2:
+        if rb == 1:
+            mv(sa[0], sa[1], a.dtype, sb[0], b.dtype)
+        else:
+            mm(1 if ra == 1 else sa[0], sa[-1], a.dtype, sb[0], sb[1], b.dtype)
+    elif rb <= 2:  # a's batch folded into rows: [batch * m, k]
+        rows = math.prod(sa[:-1])
+        if rb == 2:
+            mm(rows, sa[-1], a.dtype, sb[0], sb[1], b.dtype)
+        else:
+            mv(rows, sa[-1], a.dtype, sb[0], b.dtype)
+    elif ra <= 2:  # b transposed and folded, times a transposed
+        rows = math.prod(sb[:-2]) * sb[-1]
+        if ra == 2:
+            mm(rows, sb[-2], b.dtype, sa[1], sa[0], a.dtype)
+        else:
+            mv(rows, sb[-2], b.dtype, sa[0], a.dtype)
+    else:
+        batch = broadcast_shapes(sa[:-2], sb[:-2])
+        if sa[-1] != sb[-2]:
+            n = math.prod(batch)
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         "Expected size for first two dimensions of batch2 tensor to be: "
+                         f"[{n}, {sa[-1]}] but got: [{n}, {sb[-2]}].")
+        same_dtype(a.dtype, b.dtype)
+        kernel("bmm", a.dtype)
+
+
+def plan_matmul(a, b, caps):
+    """planner.cc PlanMatMul (torch.matmul): a 1-D lhs is a row, a 1-D rhs a
+    column, the added dim dropped; leading dims are batch dims and
+    broadcast."""
+    if b.device != a.device:
+        check_same_device((a, b))
+    _matmul_error(a, b, caps)
+    a_vector, b_vector = len(a.shape) == 1, len(b.shape) == 1
+    batch = broadcast_shapes(a.shape[:0 if a_vector else -2], b.shape[:0 if b_vector else -2])
+    out = batch + (() if a_vector else (a.shape[-2],)) + (() if b_vector else (b.shape[-1],))
+    return Meta(a.dtype, out, a.device)
+
+
+def check_expand(tensor, target):
+    """shape.cc CheckExpand: `tensor` expands to `target` (torch's expand)."""
+    if len(tensor) > len(target):
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"expand: the number of sizes provided ({len(target)}) must be greater "
+                     "or equal to the number of dimensions in the tensor "
+                     f"({len(tensor)})")
+    for i in range(len(target) - 1, -1, -1):
+        ti = i - (len(target) - len(tensor))
+        if ti < 0:
+            break
+        if tensor[ti] != 1 and tensor[ti] != target[i]:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"The expanded size of the tensor ({target[i]}) must match the "
+                         f"existing size ({tensor[ti]}) at non-singleton dimension {i}.  "
+                         f"Target sizes: {_dims(target)}.  Tensor sizes: {_dims(tensor)}")
+
+
+def plan_linear(x, weight, bias, caps):
+    """op_plan.cc PlanLinear (F.linear): x @ weight.t() (+ bias)."""
+    check_same_device((x, weight) if bias is None else (x, weight, bias))
+    w = weight.shape
+    if len(w) > 2:  # planner.cc CheckLinearShapes: w.t()'s and matmul's errors
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"t() expects a tensor with <= 2 dimensions, but self is {len(w)}D")
+    if not x.shape or not w:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "both arguments to matmul need to be at least 1D, but they are "
+                     f"{len(x.shape)}D and {len(w)}D")
+    if len(w) == 1:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "linear: weight must be 2-D [out_features, in_features], but has shape "
+                     f"{_dims(w)}")
+    y = plan_matmul(x, Meta(weight.dtype, (w[1], w[0]), weight.device), caps)
+    if bias is None:
+        return y
+    if len(x.shape) in (2, 3):  # torch: addmm, which expands the bias to [rows, out]
+        check_expand(bias.shape, (math.prod(x.shape[:-1]), w[0]))
+    return plan_binary(pb.ADD, y, bias, None, caps, into=y)
 
 
 def can_cast(source, target):

@@ -380,7 +380,9 @@ class Tensor:
     # --- linear algebra ----------------------------------------------------
 
     def matmul(self, other):
-        return self._run(matmul=pb.MatMulArgs(lhs=operand(self), rhs=self._same_client(other)))
+        rhs = self._same_client(other)
+        planned = self._client._dispatcher.plan_matmul(self._info, other._info)
+        return self._run(planned, matmul=pb.MatMulArgs(lhs=operand(self), rhs=rhs))
 
     mm = bmm = dot = matmul
 
