@@ -140,71 +140,49 @@ class Dispatcher:
         self._send_carrying(stream, kind, request, pending.handle, pending)
         return pending
 
+    # Planned at the line. Each takes the operands' infos (a pb.TensorInfo
+    # or PendingInfo; None for an optional operand not given) and returns
+    # the result's Meta, raising the server planner's error; or None where
+    # the op does not go on the stream or an operand's metadata is not
+    # known here (the server plans it).
     def plan_binary(self, op, a, b, number=None):
-        """The Meta of a (op) b, tensors' infos, or a (op) `number` (b None)
-        where the op goes on the stream and the operands' metadata is known
-        here (planned at the line: raises the server planner's error); else
-        None (the server plans it)."""
-        a, caps = self._plannable(a)
-        if caps is None:
-            return None
-        if b is not None:
-            b = _known(b)
-            if b is None:
-                return None
-        return _planner.plan_binary(op, a, b, number, caps)
+        """a (op) b, or a (op) `number` (b None)."""
+        return self._plan(lambda caps, a, b: _planner.plan_binary(op, a, b, number, caps), a, b)
 
     def plan_unary(self, op, x):
-        """The Meta of unary op `op` of the tensor whose info is `x`, as
-        plan_binary's."""
-        x, caps = self._plannable(x)
-        return _planner.plan_unary(op, x, caps) if caps is not None else None
+        return self._plan(lambda caps, x: _planner.plan_unary(op, x, caps), x)
 
     def plan_reduce(self, op, x, dims, keepdim):
-        """The Meta of reduction `op` of the tensor whose info is `x` over
-        `dims` (a list), as plan_binary's."""
-        x, caps = self._plannable(x)
-        return _planner.plan_reduce(op, x, dims, keepdim, caps) if caps is not None else None
+        """Reduction `op` of x over `dims` (a list)."""
+        return self._plan(lambda caps, x: _planner.plan_reduce(op, x, dims, keepdim, caps), x)
 
     def plan_matmul(self, a, b):
-        """The Meta of a @ b (tensors' infos), as plan_binary's."""
-        a, caps = self._plannable(a)
-        b = _known(b) if caps is not None else None
-        return _planner.plan_matmul(a, b, caps) if b is not None else None
+        return self._plan(lambda caps, a, b: _planner.plan_matmul(a, b, caps), a, b)
 
     def plan_linear(self, x, weight, bias=None):
-        """The Meta of F.linear(x, weight, bias) (tensors' infos), as
-        plan_binary's."""
-        x, caps = self._plannable(x)
-        weight = _known(weight) if caps is not None else None
-        if weight is None:
-            return None
-        if bias is not None:
-            bias = _known(bias)
-            if bias is None:
-                return None
-        return _planner.plan_linear(x, weight, bias, caps)
+        return self._plan(lambda caps, x, w, b: _planner.plan_linear(x, w, b, caps),
+                          x, weight, bias)
 
     def plan_in_place(self, op, target, other, number=None, alpha=None):
-        """Plans in-place op `op` of the tensor whose info is `target` (with
-        the tensor `other`'s info, or `number`; alpha for AXPY_) as
-        plan_binary does: raises the planner's error, else returns."""
-        target, caps = self._plannable(target)
-        if caps is None:
-            return
-        if other is not None:
-            other = _known(other)
-            if other is None:
-                return
-        _planner.plan_in_place(op, target, other, number, alpha, caps)
+        """target (op)= other or `number` (alpha for AXPY_): raises the
+        planner's error; the target's Meta stays as it is."""
+        self._plan(lambda caps, t, o: _planner.plan_in_place(op, t, o, number, alpha, caps),
+                   target, other)
 
-    def _plannable(self, info):
-        """(its Meta, its device's Capabilities) for an op's first operand
-        when the op goes on the stream and both are known here, else
-        (None, None)."""
-        meta = _known(info) if self._streaming() is not None else None
-        caps = self._caps.get(meta.device) if meta is not None else None
-        return (meta, caps) if caps is not None else (None, None)
+    def _plan(self, plan, first, *others):
+        """plan(caps, first's Meta, others' Metas) where all are known here."""
+        if self._streaming() is None:
+            return None
+        metas = [_known(first)]
+        caps = self._caps.get(metas[0].device) if metas[0] is not None else None
+        if caps is None:
+            return None
+        for info in others:
+            meta = _known(info) if info is not None else None
+            if info is not None and meta is None:
+                return None
+            metas.append(meta)
+        return plan(caps, *metas)
 
     def _send_carrying(self, stream, kind, request, result, pending):
         taken = self.session._take_dropped()
