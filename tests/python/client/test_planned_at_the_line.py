@@ -67,6 +67,10 @@ def test_the_issues_snippet_raises_on_its_line_and_sends_nothing(client):
     ("tensord.nn.functional.linear(c.ones(2, 3), c.ones(4, 3), c.ones(3))", RuntimeError,
      "The expanded size of the tensor (4) must match the existing size (3) at "
      "non-singleton dimension 1.  Target sizes: [2, 4].  Tensor sizes: [3]"),
+    ("x.view(2, -1)", RuntimeError, "shape '[2, -1]' is invalid for input of size 3"),
+    ("x.select(0, 3)", IndexError,
+     "select(): index 3 out of range for tensor of size [3] at dimension 0"),
+    ("c.ones(2, 3).permute(1, 1)", RuntimeError, "permute(): duplicate dims are not allowed."),
     ("x.add_(c.zeros(2, 3))", RuntimeError,
      "output with shape [3] doesn't match the broadcast shape [2, 3]"),
     ("c.tensor([1, 2]).div_(2)", RuntimeError,
@@ -109,17 +113,47 @@ def test_a_planned_result_knows_its_metadata_without_waiting(client, monkeypatch
 
 
 def test_an_op_on_an_unplanned_result_goes_to_the_server(client):
-    """A reshape is not planned here yet: its result's metadata comes with the
+    """A softmax is not planned here yet: its result's metadata comes with the
     reply, and an op on it is planned by the server, its error raised at the
     next sync point, as before."""
     if not client.pipelined:
         pytest.skip("the unary path raises every error at its line")
-    m = client.ones(2, 3).reshape(3, 2)
+    m = client.ones(3, 2).softmax(1)
     bad = m + client.ones(3)  # the server's planner refuses it
     assert bad._info.planned is None
     with pytest.raises(RuntimeError, match="must match the size of tensor b") as err:
         client.synchronize()
     assert err.value.command is not None  # reported as the stream's command
+
+
+def test_an_arange_is_sized_by_the_server(client):
+    """arange's length is the server's to compute: not planned, so a view of
+    it is planned by the server too (and is right)."""
+    x = client.arange(0, 1, 0.25).reshape(2, 2)
+    assert x.shape == (2, 2) and x.tolist() == [[0.0, 0.25], [0.5, 0.75]]
+
+
+def test_what_creates_and_moves_plan_is_what_the_server_answers(client):
+    """The metadata the client plans from for a create or a move (no planner
+    rule: the request's own dtype, shape and device) equals the answer."""
+    if not client.pipelined:
+        pytest.skip("the unary path answers every create before it returns")
+    np = pytest.importorskip("numpy")
+    c = client
+    made = [c.tensor([1, 2, 3]), c.tensor([[1.5]], dtype=tensord.float64), c.tensor(True),
+            c.tensor(2.5, device="cpu:1"), c.zeros(2, 0, 3), c.ones(4, dtype=tensord.bfloat16),
+            c.full((2, 2), 7), c.rand(3, seed=1), c.randn(1, 2, seed=2), c.zeros(()),
+            c.arange(5), c.arange(1, 2, 0.5, dtype=tensord.float16),
+            c.from_numpy(np.zeros((2, 3), np.int32)), c.zeros_like(c.ones(2, 2)),
+            c.ones(3).to("cpu:1"), c.tensor([1, 2]).to("cpu:1").to("cpu:0", copy=True)]
+    checked = 0
+    for t in made:
+        planned = t._info.planned
+        answer = t._info.resolved()
+        if planned is not None:
+            assert planned == _planner.Meta(answer.dtype, tuple(answer.shape), answer.device), t
+            checked += 1
+    assert checked >= len(made) - 2  # all but the aranges without a shape
 
 
 def test_a_device_without_a_kernel_names_itself():

@@ -4,7 +4,8 @@ Each request is a binary op of two tensors or of a tensor and a number, an
 in-place one (add_, sub_, mul_, div_, and axpy_: add_ with alpha), a unary
 op, a reduction (every op, over all dims, one dim or several, in range or
 not, named twice or not, kept or not), a matmul or F.linear (every rank),
-over tiny tensors of every dtype in shapes that broadcast and
+or a view (reshape with -1s and bad sizes, permute, transpose, narrow,
+select, dims and indices in range and one past), over tiny tensors of every dtype in shapes that broadcast and
 shapes that do not (0-d and empty ones among them), mostly on one device
 and sometimes on two (cpu:0 and cpu:1 of the suite's --host-devices 2
 daemon). The Python module plans it; the server runs it as a real Run (a
@@ -32,6 +33,7 @@ DEVICES = ("cpu:0", "cpu:1")
 BINARY = [pb.BinaryOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Binary"]
 UNARY = [pb.UnaryOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Unary"]
 REDUCE = [pb.ReduceOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Reduce"]
+VIEWS = ("reshape", "permute", "transpose", "narrow", "select")
 IN_PLACE = [pb.InPlaceOp.Value(r["wire"].split()[1]) for r in _op_table.OPS
             if r["kind"] == "InPlace"]
 NUMBERS = (pb.Scalar(int_value=3), pb.Scalar(int_value=-2), pb.Scalar(int_value=0),
@@ -98,7 +100,29 @@ def _requests(rng, pool):
                 args.bias.handle = bias_handle
                 metas = (a, w, bias)
             yield pb.Op(linear=args), metas
-        elif roll < 0.85:  # tensor (op) number, either way round
+        elif roll < 0.84:  # views: reshape, permute, transpose, narrow, select
+            rank = len(a.shape)
+            dim = lambda: rng.randint(-rank - 1, rank)  # noqa: E731 — in range or one past
+            pick = rng.randrange(5)
+            x = pb.Operand(handle=a_handle)
+            if pick == 0:
+                numel = 1
+                for d in a.shape:
+                    numel *= d
+                shape = rng.choice([[numel], [-1], [numel, 1], [-1, 2], [2, -1, 1], [3, 2],
+                                    [-1, -1], [0, -1], [-2], [1] * 9, [1] * 8, [2, 0]])
+                yield pb.Op(reshape=pb.ReshapeArgs(x=x, shape=shape)), (a,)
+            elif pick == 1:
+                dims = [dim() for _ in range(rng.choice([rank, rank, rank + 1, max(rank - 1, 0)]))]
+                yield pb.Op(permute=pb.PermuteArgs(x=x, dims=dims)), (a,)
+            elif pick == 2:
+                yield pb.Op(transpose=pb.TransposeArgs(x=x, dim0=dim(), dim1=dim())), (a,)
+            elif pick == 3:
+                yield pb.Op(narrow=pb.NarrowArgs(x=x, dim=dim(), start=rng.randint(-4, 4),
+                                                 length=rng.randint(-1, 3))), (a,)
+            else:
+                yield pb.Op(select=pb.SelectArgs(x=x, dim=dim(), index=rng.randint(-4, 4))), (a,)
+        elif roll < 0.9:  # tensor (op) number, either way round
             op = pb.Op(binary=pb.BinaryArgs(op=rng.choice(BINARY),
                                             lhs=pb.Operand(handle=a_handle),
                                             scalar=rng.choice(NUMBERS),
@@ -121,6 +145,14 @@ def _planned(op, metas, caps):
         alpha = _value(args.alpha) if args.HasField("alpha") else None
         return lambda: _planner.plan_in_place(args.op, metas[0], b, number, alpha,
                                               caps[metas[0].device])
+    kind = op.WhichOneof("kind")
+    if kind in VIEWS:
+        args = getattr(op, kind)
+        values = {"reshape": lambda: (list(args.shape),), "permute": lambda: (list(args.dims),),
+                  "transpose": lambda: (args.dim0, args.dim1),
+                  "narrow": lambda: (args.dim, args.start, args.length),
+                  "select": lambda: (args.dim, args.index)}[kind]()
+        return lambda: getattr(_planner, "plan_" + kind)(metas[0], *values)
     if op.WhichOneof("kind") == "matmul":
         return lambda: _planner.plan_matmul(metas[0], metas[1], caps[metas[0].device])
     if op.WhichOneof("kind") == "linear":

@@ -54,7 +54,8 @@ paths, one contract for the tensor code above:
     op no_grad inside tensord.no_grad(); wait=True: the reply is waited
     for, so its failure is raised here; planned: the result's Meta from
     plan_binary(op, a, b, number), plan_unary(op, x), plan_reduce(op, x,
-    dims, keepdim), plan_matmul(a, b) or plan_linear(x, w, b), which take the
+    dims, keepdim), plan_matmul(a, b), plan_linear(x, w, b) or
+    plan_view(kind, x, *args), which take the
     operands' infos and raise the planner's error, or give None where the
     server plans).
   * recorder: None, or while client.capture() runs a step, the
@@ -162,6 +163,12 @@ class Dispatcher:
     def plan_linear(self, x, weight, bias=None):
         return self._plan(lambda caps, x, w, b: _planner.plan_linear(x, w, b, caps),
                           x, weight, bias)
+
+    def plan_view(self, kind, x, *args):
+        """kind: "reshape", "permute", "transpose", "narrow" or "select", with
+        its arguments (_planner.plan_<kind>)."""
+        planner = _VIEW_PLANNERS[kind]
+        return self._plan(lambda caps, x: planner(x, *args), x)
 
     def plan_in_place(self, op, target, other, number=None, alpha=None):
         """target (op)= other or `number` (alpha for AXPY_): raises the
@@ -277,7 +284,10 @@ class Dispatcher:
     def _send_create(self, stream, request, device):
         target = self._canonical(device)
         planned = None
-        if target is not None and request.dtype:
+        # An arange without a shape: its length is the server's to compute.
+        sized = request.shape or not (request.HasField("fill")
+                                      and request.fill.kind == pb.Fill.ARANGE)
+        if target is not None and request.dtype and sized:
             planned = _planner.Meta(request.dtype, tuple(request.shape), target)
         return self._send(stream, "create", request, target, planned)
 
@@ -420,6 +430,11 @@ class Dispatcher:
             raise TensordError(grpc.StatusCode.DATA_LOSS,
                                f"tensor {info.handle}: fetched {received} of {nbytes} bytes")
         return out
+
+
+_VIEW_PLANNERS = {"reshape": _planner.plan_reshape, "permute": _planner.plan_permute,
+                  "transpose": _planner.plan_transpose, "narrow": _planner.plan_narrow,
+                  "select": _planner.plan_select}
 
 
 def _known(info):

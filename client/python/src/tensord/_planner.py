@@ -33,6 +33,7 @@ from tensord.v1 import tensord_pb2 as pb
 # a tuple of ints, the server's name of its device.
 Meta = collections.namedtuple("Meta", "dtype shape device")
 
+MAX_RANK = 8  # core/base/shape.h kMaxRank
 _FLOATING = frozenset((pb.FLOAT32, pb.FLOAT64, pb.FLOAT16, pb.BFLOAT16))
 # core/base/dtype.cc PromotionRank: float16 and bfloat16 tie (PromoteTypes).
 _RANK = {pb.BOOL: 0, pb.INT32: 1, pb.INT64: 2, pb.FLOAT16: 3, pb.BFLOAT16: 3,
@@ -57,12 +58,7 @@ def _error(code, message, kind=0):
 def wrap_dim(dim, rank):
     """planner.cc WrapDim (maybe_wrap_dim): a 0-d tensor takes 0 and -1;
     IndexError otherwise."""
-    bound = max(rank, 1)
-    if not -bound <= dim < bound:
-        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
-                     f"Dimension out of range (expected to be in range of [{-bound}, "
-                     f"{bound - 1}], but got {dim})", "IndexError")
-    return dim + bound if dim < 0 else dim
+    return _wrap(dim, rank)
 
 
 def not_implemented(op, dtype, device=None):
@@ -406,6 +402,125 @@ def plan_linear(x, weight, bias, caps):
     if len(x.shape) in (2, 3):  # torch: addmm, which expands the bias to [rows, out]
         check_expand(bias.shape, (math.prod(x.shape[:-1]), w[0]))
     return plan_binary(pb.ADD, y, bias, None, caps, into=y)
+
+
+def _wrap(index, size):
+    """planner.cc Wrap: an index into `size` slots (at least one), negative
+    from the end; torch's IndexError past either end."""
+    bound = max(size, 1)
+    if not -bound <= index < bound:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"Dimension out of range (expected to be in range of [{-bound}, "
+                     f"{bound - 1}], but got {index})", "IndexError")
+    return index + bound if index < 0 else index
+
+
+def make_shape(dims):
+    """shape.cc Shape::Make's checks: rank, negative dims, the element count."""
+    if len(dims) > MAX_RANK:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"rank {len(dims)} exceeds the maximum rank {MAX_RANK}")
+    for i, d in enumerate(dims):
+        if d < 0:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"dimension {i} is {d}; dims must be >= 0")
+    if 0 not in dims and math.prod(dims) >= 1 << 63:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"shape {_dims(dims)} has too many elements: the element count "
+                     "overflows a 64-bit integer")
+    return tuple(dims)
+
+
+def plan_reshape(x, dims):
+    """planner.cc PlanReshape (view/reshape): one dim may be -1."""
+    numel = math.prod(x.shape)
+
+    def invalid():
+        return _error(grpc.StatusCode.INVALID_ARGUMENT,
+                      f"shape '{_dims(dims)}' is invalid for input of size {numel}")
+    out, infer, known = list(dims), -1, 1
+    for i, d in enumerate(out):
+        if d == -1:
+            if infer >= 0:
+                raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                             "only one dimension can be inferred")
+            infer = i
+        elif d < 0:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT, f"invalid shape dimension {d}")
+        else:
+            known *= d
+            if known >= 1 << 63:
+                raise invalid()
+    if infer >= 0:
+        if known == 0 or numel % known:
+            raise invalid()
+        out[infer] = numel // known
+    shape = make_shape(out)
+    if math.prod(shape) != numel:
+        raise invalid()
+    return Meta(x.dtype, shape, x.device)
+
+
+def plan_permute(x, dims):
+    """planner.cc PlanPermute."""
+    rank = len(x.shape)
+    if len(dims) != rank:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "permute(sparse_coo): number of dimensions in the tensor input does not "
+                     "match the length of the desired ordering of dimensions i.e. "
+                     f"input.dim() = {rank} is not equal to len(dims) = {len(dims)}")
+    seen, out = set(), []
+    for d in dims:
+        axis = wrap_dim(d, rank)
+        if axis in seen:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         "permute(): duplicate dims are not allowed.")
+        seen.add(axis)
+        out.append(x.shape[axis])
+    return Meta(x.dtype, tuple(out), x.device)
+
+
+def plan_transpose(x, dim0, dim1):
+    """op_plan.cc TransposePerm, then PlanPermute."""
+    rank = len(x.shape)
+    d0, d1 = wrap_dim(dim0, rank), wrap_dim(dim1, rank)
+    perm = list(range(rank))
+    if rank:
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+    return plan_permute(x, perm)
+
+
+def _check_not_0d(x, op):
+    if not x.shape:  # torch: an IndexError for select, a RuntimeError for narrow
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"{op}() cannot be applied to a 0-dim tensor.",
+                     "IndexError" if op == "select" else 0)
+
+
+def plan_narrow(x, dim, start, length):
+    """planner.cc PlanNarrow: start wraps as a dim of the size would, but
+    start == size is the (valid) end."""
+    _check_not_0d(x, "narrow")
+    axis = wrap_dim(dim, len(x.shape))
+    size = x.shape[axis]
+    wrapped = start if start == size else _wrap(start, size)
+    if length < 0 or wrapped > size - length:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"start ({wrapped}) + length ({length}) exceeds dimension size ({size}).")
+    return Meta(x.dtype, x.shape[:axis] + (length,) + x.shape[axis + 1:], x.device)
+
+
+def plan_select(x, dim, index):
+    """planner.cc PlanSelect: the dim is removed."""
+    _check_not_0d(x, "select")
+    axis = wrap_dim(dim, len(x.shape))
+    size = x.shape[axis]
+    wrapped = index + size if index < 0 else index
+    if not 0 <= wrapped < size:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"select(): index {index} out of range for tensor of size "
+                     f"{_dims(x.shape)} at dimension {axis}", "IndexError")
+    return Meta(x.dtype, x.shape[:axis] + x.shape[axis + 1:], x.device)
 
 
 def can_cast(source, target):

@@ -450,8 +450,13 @@ class Tensor:
 
     # --- shapes ------------------------------------------------------------
 
+    def _view(self, kind, args, *planned_args):
+        planned = self._client._dispatcher.plan_view(kind, self._info, *planned_args)
+        return self._run(planned, **{kind: args})
+
     def reshape(self, *shape):
-        return self._run(reshape=pb.ReshapeArgs(x=operand(self), shape=_dims_arg(shape)))
+        dims = _dims_arg(shape)
+        return self._view("reshape", pb.ReshapeArgs(x=operand(self), shape=dims), dims)
 
     # tensord's tensors are contiguous: a view is a reshape (a new tensor,
     # not memory shared with x).
@@ -484,10 +489,12 @@ class Tensor:
         return self.reshape(shape)
 
     def permute(self, *dims):
-        return self._run(permute=pb.PermuteArgs(x=operand(self), dims=_dims_arg(dims)))
+        dims = _dims_arg(dims)
+        return self._view("permute", pb.PermuteArgs(x=operand(self), dims=dims), dims)
 
     def transpose(self, dim0, dim1):
-        return self._run(transpose=pb.TransposeArgs(x=operand(self), dim0=dim0, dim1=dim1))
+        return self._view("transpose", pb.TransposeArgs(x=operand(self), dim0=dim0, dim1=dim1),
+                          int(dim0), int(dim1))
 
     swapaxes = transpose
 
@@ -501,10 +508,13 @@ class Tensor:
         return self if self.dim() < 2 else self.permute(list(range(self.dim() - 1, -1, -1)))
 
     def narrow(self, dim, start, length):
-        return self._run(narrow=pb.NarrowArgs(x=operand(self), dim=dim, start=start, length=length))
+        return self._view("narrow", pb.NarrowArgs(x=operand(self), dim=dim, start=start,
+                                                  length=length),
+                          int(dim), int(start), int(length))
 
     def select(self, dim, index):
-        return self._run(select=pb.SelectArgs(x=operand(self), dim=dim, index=index))
+        return self._view("select", pb.SelectArgs(x=operand(self), dim=dim, index=index),
+                          int(dim), int(index))
 
     def contiguous(self):
         return self
