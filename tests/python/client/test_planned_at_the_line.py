@@ -71,6 +71,8 @@ def test_the_issues_snippet_raises_on_its_line_and_sends_nothing(client):
     ("x.select(0, 3)", IndexError,
      "select(): index 3 out of range for tensor of size [3] at dimension 0"),
     ("c.ones(2, 3).permute(1, 1)", RuntimeError, "permute(): duplicate dims are not allowed."),
+    ("c.tensor([1, 2]).softmax(0)", RuntimeError,
+     "\"softmax_lastdim_kernel_impl\" not implemented for 'Long'"),
     ("x.add_(c.zeros(2, 3))", RuntimeError,
      "output with shape [3] doesn't match the broadcast shape [2, 3]"),
     ("c.tensor([1, 2]).div_(2)", RuntimeError,
@@ -113,12 +115,12 @@ def test_a_planned_result_knows_its_metadata_without_waiting(client, monkeypatch
 
 
 def test_an_op_on_an_unplanned_result_goes_to_the_server(client):
-    """A softmax is not planned here yet: its result's metadata comes with the
+    """A cat is not planned here yet: its result's metadata comes with the
     reply, and an op on it is planned by the server, its error raised at the
     next sync point, as before."""
     if not client.pipelined:
         pytest.skip("the unary path raises every error at its line")
-    m = client.ones(3, 2).softmax(1)
+    m = tensord.cat([client.ones(1, 2), client.ones(2, 2)])
     bad = m + client.ones(3)  # the server's planner refuses it
     assert bad._info.planned is None
     with pytest.raises(RuntimeError, match="must match the size of tensor b") as err:

@@ -4,8 +4,9 @@ Each request is a binary op of two tensors or of a tensor and a number, an
 in-place one (add_, sub_, mul_, div_, and axpy_: add_ with alpha), a unary
 op, a reduction (every op, over all dims, one dim or several, in range or
 not, named twice or not, kept or not), a matmul or F.linear (every rank),
-or a view (reshape with -1s and bad sizes, permute, transpose, narrow,
-select, dims and indices in range and one past), over tiny tensors of every dtype in shapes that broadcast and
+a view (reshape with -1s and bad sizes, permute, transpose, narrow,
+select, dims and indices in range and one past), a cast to every dtype or a
+softmax or log_softmax over any dim, over tiny tensors of every dtype in shapes that broadcast and
 shapes that do not (0-d and empty ones among them), mostly on one device
 and sometimes on two (cpu:0 and cpu:1 of the suite's --host-devices 2
 daemon). The Python module plans it; the server runs it as a real Run (a
@@ -122,7 +123,15 @@ def _requests(rng, pool):
                                                  length=rng.randint(-1, 3))), (a,)
             else:
                 yield pb.Op(select=pb.SelectArgs(x=x, dim=dim(), index=rng.randint(-4, 4))), (a,)
-        elif roll < 0.9:  # tensor (op) number, either way round
+        elif roll < 0.87:  # a cast to every dtype, a softmax or log_softmax on any dim
+            x = pb.Operand(handle=a_handle)
+            if rng.random() < 0.5:
+                yield pb.Op(cast=pb.CastArgs(x=x, dtype=rng.choice(DTYPES).wire)), (a,)
+            else:
+                rank = len(a.shape)
+                yield pb.Op(softmax=pb.SoftmaxArgs(x=x, dim=rng.randint(-rank - 1, rank),
+                                                   log=rng.random() < 0.5)), (a,)
+        elif roll < 0.92:  # tensor (op) number, either way round
             op = pb.Op(binary=pb.BinaryArgs(op=rng.choice(BINARY),
                                             lhs=pb.Operand(handle=a_handle),
                                             scalar=rng.choice(NUMBERS),
@@ -153,6 +162,10 @@ def _planned(op, metas, caps):
                   "narrow": lambda: (args.dim, args.start, args.length),
                   "select": lambda: (args.dim, args.index)}[kind]()
         return lambda: getattr(_planner, "plan_" + kind)(metas[0], *values)
+    if kind == "cast":
+        return lambda: _planner.plan_cast(metas[0], op.cast.dtype, caps[metas[0].device])
+    if kind == "softmax":
+        return lambda: _planner.plan_softmax(metas[0], op.softmax.dim, op.softmax.log)
     if op.WhichOneof("kind") == "matmul":
         return lambda: _planner.plan_matmul(metas[0], metas[1], caps[metas[0].device])
     if op.WhichOneof("kind") == "linear":

@@ -54,8 +54,9 @@ paths, one contract for the tensor code above:
     op no_grad inside tensord.no_grad(); wait=True: the reply is waited
     for, so its failure is raised here; planned: the result's Meta from
     plan_binary(op, a, b, number), plan_unary(op, x), plan_reduce(op, x,
-    dims, keepdim), plan_matmul(a, b), plan_linear(x, w, b) or
-    plan_view(kind, x, *args), which take the
+    dims, keepdim), plan_matmul(a, b), plan_linear(x, w, b),
+    plan_view(kind, x, *args), plan_cast(x, dtype) or plan_softmax(x, dim,
+    log), which take the
     operands' infos and raise the planner's error, or give None where the
     server plans).
   * recorder: None, or while client.capture() runs a step, the
@@ -163,6 +164,13 @@ class Dispatcher:
     def plan_linear(self, x, weight, bias=None):
         return self._plan(lambda caps, x, w, b: _planner.plan_linear(x, w, b, caps),
                           x, weight, bias)
+
+    def plan_cast(self, x, dtype):
+        """x.to(dtype), dtype a wire DType."""
+        return self._plan(lambda caps, x: _planner.plan_cast(x, dtype, caps), x)
+
+    def plan_softmax(self, x, dim, log):
+        return self._plan(lambda caps, x: _planner.plan_softmax(x, dim, log), x)
 
     def plan_view(self, kind, x, *args):
         """kind: "reshape", "permute", "transpose", "narrow" or "select", with

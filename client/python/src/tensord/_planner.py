@@ -523,6 +523,24 @@ def plan_select(x, dim, index):
     return Meta(x.dtype, x.shape[:axis] + x.shape[axis + 1:], x.device)
 
 
+def plan_cast(x, dtype, caps):
+    """op_plan.cc PlanOp's cast: x converted to `dtype` (PlanCast)."""
+    if dtype != x.dtype:
+        caps.cast(x.dtype, dtype)
+    return Meta(dtype, x.shape, x.device)
+
+
+def plan_softmax(x, dim, log):
+    """planner.cc PlanSoftmax: floating inputs only, the kernel named for
+    the dim it runs on (torch wraps the dim first)."""
+    axis = wrap_dim(dim, len(x.shape))
+    if x.dtype not in _FLOATING:
+        last = axis == max(len(x.shape), 1) - 1
+        kernel = ("log_" if log and last else "") + "softmax" + ("_lastdim" if last else "")
+        raise not_implemented(kernel + "_kernel_impl", x.dtype)
+    return x
+
+
 def can_cast(source, target):
     """planner.cc CanCast (torch's canCast): no floating into an integer,
     nothing but bool into bool."""

@@ -372,10 +372,14 @@ class Tensor:
         return where(condition, self, other)
 
     def softmax(self, dim):
-        return self._run(softmax=pb.SoftmaxArgs(x=operand(self), dim=dim))
+        return self._softmax(dim, False)
 
     def log_softmax(self, dim):
-        return self._run(softmax=pb.SoftmaxArgs(x=operand(self), dim=dim, log=True))
+        return self._softmax(dim, True)
+
+    def _softmax(self, dim, log):
+        planned = self._client._dispatcher.plan_softmax(self._info, int(dim), log)
+        return self._run(planned, softmax=pb.SoftmaxArgs(x=operand(self), dim=dim, log=log))
 
     # --- linear algebra ----------------------------------------------------
 
@@ -583,7 +587,9 @@ class Tensor:
             result = Tensor._adopt(self._client, info)
             copy = False
         if target_dtype is not None and (target_dtype is not result.dtype or copy):
-            result = result._run(cast=pb.CastArgs(x=operand(result), dtype=target_dtype.wire))
+            planned = self._client._dispatcher.plan_cast(result._info, target_dtype.wire)
+            result = result._run(planned, cast=pb.CastArgs(x=operand(result),
+                                                           dtype=target_dtype.wire))
         return result
 
     def type(self, dtype=None):
