@@ -100,13 +100,18 @@ absl::StatusOr<Conv2dPlan> PlanConv2d(const OperandDesc& x,
   if (ws.rank() >= 3 && ws.rank() != 4) {
     // torch expands stride to weight.dim() - 2 values before it looks at the
     // weight's rank (conv2d's stride is always 2 values by then).
+    // A list of another length is quoted as it came (it was once refused
+    // with an empty message).
     std::pair<int64_t, int64_t> given;
-    RETURN_IF_ERROR(Pair(args.stride, {1, 1}, "", &given));
+    const std::string shown =
+        Pair(args.stride, {1, 1}, "", &given).ok()
+            ? absl::StrCat("[", given.first, ", ", given.second, "]")
+            : ListString(args.stride);
     return absl::InvalidArgumentError(absl::StrCat(
         "expected stride to be a single integer value or a list of ",
         ws.rank() - 2,
-        " values to match the convolution dimensions, but got stride=[",
-        given.first, ", ", given.second, "]"));
+        " values to match the convolution dimensions, but got stride=",
+        shown));
   }
   if (ws.rank() != 4) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -435,6 +435,10 @@ TEST(WindowPlanTest, PyTorchsMessages) {
             "expected stride to be a single integer value or a list of 1 "
             "values to match the convolution dimensions, but got stride=[1, "
             "1]");
+  EXPECT_EQ(conv({1, 3, 8, 8}, {6, 3, 5}, W({}, {1, 1, 1})).message(),
+            "expected stride to be a single integer value or a list of 1 "
+            "values to match the convolution dimensions, but got stride=[1, "
+            "1, 1]");
   EXPECT_EQ(conv({1, 3, 8, 8}, {6, 3}).message(),
             "Expected 4-dimensional weight for 4-dimensional input [1, 3, 8, "
             "8], but got 2-dimensional weight of size [6, 3] instead");

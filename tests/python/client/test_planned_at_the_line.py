@@ -73,6 +73,11 @@ def test_the_issues_snippet_raises_on_its_line_and_sends_nothing(client):
     ("c.ones(2, 3).permute(1, 1)", RuntimeError, "permute(): duplicate dims are not allowed."),
     ("c.tensor([1, 2]).softmax(0)", RuntimeError,
      "\"softmax_lastdim_kernel_impl\" not implemented for 'Long'"),
+    ("tensord.nn.functional.conv2d(c.ones(1, 3, 8, 8), c.ones(6, 2, 5, 5))", RuntimeError,
+     "Given groups=1, weight of size [6, 2, 5, 5], expected input[1, 3, 8, 8] to have 2 "
+     "channels, but got 3 channels instead"),
+    ("tensord.nn.functional.max_pool2d(c.ones(1, 1, 2, 2), 3)", RuntimeError,
+     "Given input size: (1x2x2). Calculated output size: (1x0x0). Output size is too small"),
     ("x.add_(c.zeros(2, 3))", RuntimeError,
      "output with shape [3] doesn't match the broadcast shape [2, 3]"),
     ("c.tensor([1, 2]).div_(2)", RuntimeError,

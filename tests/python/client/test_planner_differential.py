@@ -5,8 +5,9 @@ in-place one (add_, sub_, mul_, div_, and axpy_: add_ with alpha), a unary
 op, a reduction (every op, over all dims, one dim or several, in range or
 not, named twice or not, kept or not), a matmul or F.linear (every rank),
 a view (reshape with -1s and bad sizes, permute, transpose, narrow,
-select, dims and indices in range and one past), a cast to every dtype or a
-softmax or log_softmax over any dim, over tiny tensors of every dtype in shapes that broadcast and
+select, dims and indices in range and one past), a cast to every dtype, a
+softmax or log_softmax over any dim, or a conv2d, max/avg or adaptive
+pooling (windows of every length, sign and fit, groups), over tiny tensors of every dtype in shapes that broadcast and
 shapes that do not (0-d and empty ones among them), mostly on one device
 and sometimes on two (cpu:0 and cpu:1 of the suite's --host-devices 2
 daemon). The Python module plans it; the server runs it as a real Run (a
@@ -29,7 +30,9 @@ REQUESTS = 20_000
 DTYPES = (tensord.float32, tensord.float64, tensord.float16, tensord.bfloat16,
           tensord.int32, tensord.int64, tensord.bool)
 SHAPES = ((), (0,), (1,), (2,), (3,), (2, 1), (1, 3), (2, 3), (3, 2), (0, 3), (2, 0),
-          (1, 1, 3), (2, 2, 3), (2, 3, 2))
+          (1, 1, 3), (2, 2, 3), (2, 3, 2), (1, 2, 4, 4), (2, 1, 3, 3), (2, 2, 3, 3),
+          (1, 1, 1, 1), (3, 1, 2, 2), (1, 2, 0, 3))
+WINDOW_LISTS = ([], [], [1], [2], [1, 2], [0], [-1], [3], [1, 1, 1])
 DEVICES = ("cpu:0", "cpu:1")
 BINARY = [pb.BinaryOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Binary"]
 UNARY = [pb.UnaryOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Unary"]
@@ -93,13 +96,8 @@ def _requests(rng, pool):
             yield pb.Op(matmul=pb.MatMulArgs(lhs=pb.Operand(handle=a_handle),
                                             rhs=pb.Operand(handle=b_handle))), (a, b)
         elif roll < 0.76:  # F.linear(x, w[, bias])
-            w_handle, w = rng.choice(by_device[a.device] if rng.random() < 0.95 else pool)
-            args = pb.LinearArgs(x=pb.Operand(handle=a_handle), weight=pb.Operand(handle=w_handle))
-            metas = (a, w)
-            if rng.random() < 0.6:
-                bias_handle, bias = rng.choice(by_device[a.device])
-                args.bias.handle = bias_handle
-                metas = (a, w, bias)
+            args = pb.LinearArgs(x=pb.Operand(handle=a_handle))
+            metas = _weight_and_bias(rng, a, pool, by_device, args, 0.6)
             yield pb.Op(linear=args), metas
         elif roll < 0.84:  # views: reshape, permute, transpose, narrow, select
             rank = len(a.shape)
@@ -131,7 +129,28 @@ def _requests(rng, pool):
                 rank = len(a.shape)
                 yield pb.Op(softmax=pb.SoftmaxArgs(x=x, dim=rng.randint(-rank - 1, rank),
                                                    log=rng.random() < 0.5)), (a,)
-        elif roll < 0.92:  # tensor (op) number, either way round
+        elif roll < 0.9:  # conv2d, max/avg pooling, adaptive average pooling
+            x = pb.Operand(handle=a_handle)
+            window = lambda: rng.choice(WINDOW_LISTS)  # noqa: E731
+            pick = rng.random()
+            if pick < 0.5:
+                args = pb.Conv2dArgs(x=x, stride=window(), padding=window(), dilation=window())
+                if rng.random() < 0.8:
+                    args.groups = rng.choice([1, 1, 1, 2, 0, 3])
+                metas = _weight_and_bias(rng, a, pool, by_device, args, 0.4)
+                yield pb.Op(conv2d=args), metas
+            elif pick < 0.85:
+                op = rng.choice([pb.MAX_POOL, pb.AVG_POOL])
+                args = pb.Pool2dArgs(op=op, x=x, kernel_size=rng.choice([[], [2], [1, 2], [3],
+                                                                        [0], [5], [2, 2, 2]]),
+                                     stride=window(), padding=rng.choice([[], [0], [1], [2], [-1]]),
+                                     dilation=rng.choice([[], [], [1], [2], [0]]))
+                yield pb.Op(pool2d=args), (a,)
+            else:
+                args = pb.Pool2dArgs(op=pb.ADAPTIVE_AVG_POOL, x=x, output_size=rng.choice(
+                    [[], [1], [2, 3], [0], [-1, 2], [1, 2, 3], [3]]))
+                yield pb.Op(pool2d=args), (a,)
+        elif roll < 0.94:  # tensor (op) number, either way round
             op = pb.Op(binary=pb.BinaryArgs(op=rng.choice(BINARY),
                                             lhs=pb.Operand(handle=a_handle),
                                             scalar=rng.choice(NUMBERS),
@@ -144,6 +163,18 @@ def _requests(rng, pool):
 
 def _value(scalar):
     return scalar.int_value if scalar.WhichOneof("value") == "int_value" else scalar.float_value
+
+
+def _weight_and_bias(rng, a, pool, by_device, args, bias_odds):
+    """Sets args.weight (on a's device, one time in twenty any) and, with
+    bias_odds, args.bias; the operands' Metas."""
+    w_handle, w = rng.choice(by_device[a.device] if rng.random() < 0.95 else pool)
+    args.weight.handle = w_handle
+    if rng.random() >= bias_odds:
+        return (a, w)
+    b_handle, bias = rng.choice(by_device[a.device])
+    args.bias.handle = b_handle
+    return (a, w, bias)
 
 
 def _planned(op, metas, caps):
@@ -162,6 +193,21 @@ def _planned(op, metas, caps):
                   "narrow": lambda: (args.dim, args.start, args.length),
                   "select": lambda: (args.dim, args.index)}[kind]()
         return lambda: getattr(_planner, "plan_" + kind)(metas[0], *values)
+    if kind == "conv2d":
+        args = op.conv2d
+        bias = metas[2] if len(metas) > 2 else None
+        groups = args.groups if args.HasField("groups") else 1
+        return lambda: _planner.plan_conv2d(metas[0], metas[1], bias, list(args.stride),
+                                            list(args.padding), list(args.dilation), groups,
+                                            caps[metas[0].device])
+    if kind == "pool2d":
+        args = op.pool2d
+        if args.op == pb.ADAPTIVE_AVG_POOL:
+            return lambda: _planner.plan_adaptive_avg_pool2d(metas[0], list(args.output_size),
+                                                             caps[metas[0].device])
+        return lambda: _planner.plan_pool2d(args.op, metas[0], list(args.kernel_size),
+                                            list(args.stride), list(args.padding),
+                                            list(args.dilation), caps[metas[0].device])
     if kind == "cast":
         return lambda: _planner.plan_cast(metas[0], op.cast.dtype, caps[metas[0].device])
     if kind == "softmax":

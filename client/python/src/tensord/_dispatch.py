@@ -55,8 +55,8 @@ paths, one contract for the tensor code above:
     for, so its failure is raised here; planned: the result's Meta from
     plan_binary(op, a, b, number), plan_unary(op, x), plan_reduce(op, x,
     dims, keepdim), plan_matmul(a, b), plan_linear(x, w, b),
-    plan_view(kind, x, *args), plan_cast(x, dtype) or plan_softmax(x, dim,
-    log), which take the
+    plan_view(kind, x, *args), plan_cast(x, dtype), plan_softmax(x, dim,
+    log), plan_conv2d(...) or plan_pool2d(...), which take the
     operands' infos and raise the planner's error, or give None where the
     server plans).
   * recorder: None, or while client.capture() runs a step, the
@@ -171,6 +171,19 @@ class Dispatcher:
 
     def plan_softmax(self, x, dim, log):
         return self._plan(lambda caps, x: _planner.plan_softmax(x, dim, log), x)
+
+    def plan_conv2d(self, x, weight, bias, stride, padding, dilation, groups):
+        return self._plan(lambda caps, x, w, b: _planner.plan_conv2d(
+            x, w, b, stride, padding, dilation, groups, caps), x, weight, bias)
+
+    def plan_pool2d(self, op, x, kernel_size, stride, padding, dilation, output_size):
+        """A pooling: op MAX_POOL or AVG_POOL with its window, or
+        ADAPTIVE_AVG_POOL with output_size."""
+        if op == pb.ADAPTIVE_AVG_POOL:
+            return self._plan(lambda caps, x: _planner.plan_adaptive_avg_pool2d(
+                x, output_size, caps), x)
+        return self._plan(lambda caps, x: _planner.plan_pool2d(
+            op, x, kernel_size, stride, padding, dilation, caps), x)
 
     def plan_view(self, kind, x, *args):
         """kind: "reshape", "permute", "transpose", "narrow" or "select", with

@@ -113,7 +113,18 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
                          dilation=_pair(dilation), groups=groups)
     if bias is not None:
         args.bias.CopyFrom(input._same_client(bias))
-    return input._run(conv2d=args)
+    planned = input._client._dispatcher.plan_conv2d(
+        input._info, weight._info, bias._info if bias is not None else None,
+        list(args.stride), list(args.padding), list(args.dilation), int(groups))
+    return input._run(planned, conv2d=args)
+
+
+def _pool(input, args):
+    """Runs a pool2d op, planned at the line."""
+    planned = input._client._dispatcher.plan_pool2d(
+        args.op, input._info, list(args.kernel_size), list(args.stride),
+        list(args.padding), list(args.dilation), list(args.output_size))
+    return input._run(planned, pool2d=args)
 
 
 def _no_ceil(ceil_mode, return_indices=False):
@@ -126,7 +137,7 @@ def _no_ceil(ceil_mode, return_indices=False):
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
     _no_ceil(ceil_mode, return_indices)
-    return input._run(pool2d=pb.Pool2dArgs(
+    return _pool(input, pb.Pool2dArgs(
         op=pb.MAX_POOL, x=operand(input), kernel_size=_pair(kernel_size),
         stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation)))
 
@@ -136,14 +147,14 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
     _no_ceil(ceil_mode)
     if divisor_override is not None:
         raise NotImplementedError("tensord's avg_pool2d has no divisor_override")
-    return input._run(pool2d=pb.Pool2dArgs(
+    return _pool(input, pb.Pool2dArgs(
         op=pb.AVG_POOL, x=operand(input), kernel_size=_pair(kernel_size),
         stride=_pair(stride), padding=_pair(padding), exclude_pad=not count_include_pad))
 
 
 def adaptive_avg_pool2d(input, output_size):
-    return input._run(pool2d=pb.Pool2dArgs(op=pb.ADAPTIVE_AVG_POOL, x=operand(input),
-                                           output_size=_pair(output_size)))
+    return _pool(input, pb.Pool2dArgs(op=pb.ADAPTIVE_AVG_POOL, x=operand(input),
+                                      output_size=_pair(output_size)))
 
 
 def dropout(input, p=0.5, training=True, inplace=False, seed=None):

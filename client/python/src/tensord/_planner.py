@@ -541,6 +541,209 @@ def plan_softmax(x, dim, log):
     return x
 
 
+_CPP_TYPE = {pb.FLOAT32: "float", pb.FLOAT64: "double", pb.INT32: "int", pb.INT64: "long int",
+             pb.BOOL: "bool", pb.FLOAT16: "c10::Half", pb.BFLOAT16: "c10::BFloat16"}
+
+
+def _pair(values, fallback, bad_length):
+    """window_plan.cc Pair: (h, w) from an empty, one- or two-value list."""
+    if not values:
+        return fallback
+    if len(values) == 1:
+        return values[0], values[0]
+    if len(values) == 2:
+        return values[0], values[1]
+    raise _error(grpc.StatusCode.INVALID_ARGUMENT, bad_length)
+
+
+def _windows(size, k, stride, pad, dilation):
+    """window_plan.cc Windows: windows along one dim (0 when none fits)."""
+    room = size + 2 * pad - (dilation * (k - 1) + 1)
+    return 0 if room < 0 else min(room // stride + 1, (1 << 63) - 1)
+
+
+def _nchw(shape):
+    return (shape[0], *shape[1:]) if len(shape) == 4 else (1, *shape)
+
+
+def _window_out(x, c, oh, ow):
+    return ((x.shape[0],) if len(x.shape) == 4 else ()) + (c, oh, ow)
+
+
+def _check_columns(n, c, kh, kw, oh, ow, op):
+    """window_plan.cc CheckColumns: im2col's columns must be a tensor too."""
+    if 0 not in (c, kh, kw, n, oh, ow) and c * kh * kw * n * oh * ow >= 1 << 63:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"{op}: the unfolded input ({c} x {kh} x {kw} x {n} x {oh} x {ow} "
+                     "elements) is too large")
+
+
+def plan_conv2d(x, weight, bias, stride, padding, dilation, groups, caps):
+    """window_plan.cc PlanConv2d (F.conv2d), torch's checks in torch's order."""
+    check_same_device((x, weight) if bias is None else (x, weight, bias))
+    xs, ws = x.shape, weight.shape
+    if len(xs) not in (3, 4):
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "Expected 3D (unbatched) or 4D (batched) input to conv2d, but got "
+                     f"input of size: {_dims(xs)}")
+    if len(ws) >= 3 and len(ws) != 4:
+        # torch sizes stride by the weight's rank first (2 values by then); a
+        # list of another length is quoted as it came.
+        shown = _dims(_pair(stride, (1, 1), "") if len(stride) <= 2 else stride)
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "expected stride to be a single integer value or a list of "
+                     f"{len(ws) - 2} values to match the convolution dimensions, but got "
+                     f"stride={shown}")
+    if len(ws) != 4:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"Expected 4-dimensional weight for {len(xs)}-dimensional input "
+                     f"{_dims(xs)}, but got {len(ws)}-dimensional weight of size "
+                     f"{_dims(ws)} instead")
+
+    def bad_length(name, values):
+        return (f"expected {name} to be a single integer value or a list of 2 values to "
+                f"match the convolution dimensions, but got {name}={_dims(values)}")
+    sh, sw = _pair(stride, (1, 1), bad_length("stride", stride))
+    ph, pw = _pair(padding, (0, 0), bad_length("padding", padding))
+    dh, dw = _pair(dilation, (1, 1), bad_length("dilation", dilation))
+    if sh <= 0 or sw <= 0:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT, "non-positive stride is not supported")
+    if ph < 0 or pw < 0:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT, "negative padding is not supported")
+    if dh <= 0 or dw <= 0:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"dilation should be greater than zero, but got [{dh}, {dw}]")
+    if groups <= 0:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT, "non-positive groups is not supported")
+    if bias is not None and bias.dtype != x.dtype:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"Input type ({_CPP_TYPE[x.dtype]}) and bias type "
+                     f"({_CPP_TYPE[bias.dtype]}) should be the same")
+    oc, g = ws[0], groups
+    if oc < g or oc % g:
+        expected = f"at least {g}" if oc < g else f"divisible by {g}"
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"Given groups={g}, expected weight to be {expected} at dimension 0, "
+                     f"but got weight of size [{_dims(ws)}] instead")
+    n, c, h, w = _nchw(xs)
+    if c != ws[1] * g:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"Given groups={g}, weight of size {_dims(ws)}, expected input"
+                     f"{_dims(xs)} to have {ws[1] * g} channels, but got {c} channels "
+                     "instead")
+    if bias is not None and (len(bias.shape) != 1 or bias.shape[0] != oc):
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"Given weight of size {_dims(ws)}, expected bias to be 1-dimensional "
+                     f"with {oc} elements, but got bias of size {_dims(bias.shape)} instead")
+    kh, kw = ws[2], ws[3]
+    oh, ow = _windows(h, kh, sh, ph, dh), _windows(w, kw, sw, pw, dw)
+    if oh < 1 or ow < 1:
+        def text(v):
+            return "(too large)" if v >= 1 << 63 else str(v)
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"Calculated padded input size per channel: ({text(h + 2 * ph)} x "
+                     f"{text(w + 2 * pw)}). Kernel size: ({text(dh * (kh - 1) + 1)} x "
+                     f"{text(dw * (kw - 1) + 1)}). Kernel size can't be greater than "
+                     "actual input size")
+    if weight.dtype != x.dtype:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"expected scalar type {_SCALAR_TYPE[x.dtype]} but found "
+                     f"{_SCALAR_TYPE[weight.dtype]}")
+    if x.dtype not in _FLOATING or not caps.has(pb.MATMUL_FAMILY, x.dtype):
+        raise not_implemented("conv2d", x.dtype)
+    _check_columns(n, c, kh, kw, oh, ow, "conv2d")
+    return Meta(x.dtype, _window_out(x, oc, oh, ow), x.device)
+
+
+def plan_pool2d(op, x, kernel_size, stride, padding, dilation, caps):
+    """window_plan.cc PlanPool2d (F.max_pool2d, F.avg_pool2d)."""
+    name = "max_pool2d" if op == pb.MAX_POOL else "avg_pool2d"
+    xs, rank = x.shape, len(x.shape)
+    empty_plane = rank >= 3 and 0 in xs[-3:]
+    if op == pb.MAX_POOL and rank not in (3, 4):
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "non-empty 3D or 4D (batch mode) tensor expected for input")
+    if op == pb.AVG_POOL:  # avg_pool2d reads dim -3's size first
+        wrap_dim(-3, rank)
+    if rank not in (3, 4) or empty_plane:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size "
+                     f"for input, but got:{_dims(xs)}")
+    if op == pb.AVG_POOL and dilation:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT, "avg_pool2d takes no dilation")
+    if not kernel_size:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT, f"{name} needs a kernel_size")
+    kernel = _pair(kernel_size, (0, 0),
+                   f"{name}: kernel_size must either be a single int, or a tuple of two ints")
+    sh, sw = _pair(stride, kernel, f"{name}: stride must either be omitted, a single int, "
+                   "or a tuple of two ints")
+    ph, pw = _pair(padding, (0, 0),
+                   f"{name}: padding must either be a single int, or a tuple of two ints")
+    dh, dw = _pair(dilation, (1, 1),
+                   f"{name}: dilation must be either a single int, or a tuple of two ints")
+    if sh == 0 or sw == 0:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT, "stride should not be zero")
+    for p, k in ((ph, kernel[0]), (pw, kernel[1])):
+        if p < 0:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"pad must be non-negative, but got pad: {p}")
+        if p > _trunc_half(k):
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"pad should be at most half of kernel size, but got pad={p} and "
+                         f"kernel_size={k}")
+    kh, kw = kernel
+    if kh <= 0 or kw <= 0:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"kernel size should be greater than zero, but got kH: {kh} kW: {kw}")
+    if sh <= 0 or sw <= 0:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"stride should be greater than zero, but got dH: {sh} dW: {sw}")
+    if dh <= 0 or dw <= 0:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "dilation should be greater than zero, but got dilationH: "
+                     f"{dh} dilationW: {dw}")
+    if x.dtype not in _FLOATING or not caps.has(pb.REDUCE_FAMILY, x.dtype):
+        raise not_implemented(name, x.dtype)
+    n, c, h, w = _nchw(xs)
+    oh, ow = _windows(h, kh, sh, ph, dh), _windows(w, kw, sw, pw, dw)
+    if oh < 1 or ow < 1:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"Given input size: ({c}x{h}x{w}). Calculated output size: "
+                     f"({c}x{oh}x{ow}). Output size is too small")
+    _check_columns(n, c, kh, kw, oh, ow, name)
+    return Meta(x.dtype, _window_out(x, c, oh, ow), x.device)
+
+
+def _trunc_half(k):
+    """C++'s k / 2 (toward zero, for a negative k too)."""
+    return -(-k // 2) if k < 0 else k // 2
+
+
+def plan_adaptive_avg_pool2d(x, output_size, caps):
+    """window_plan.cc PlanAdaptiveAvgPool2d."""
+    xs, rank = x.shape, len(x.shape)
+    if rank not in (3, 4):
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got {_dims(xs)}")
+    for d in range(rank - 3, rank):
+        if xs[d] == 0:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         "adaptive_avg_pool2d(): Expected input to have non-zero size for "
+                         f"non-batch dimensions, but input has sizes {_dims(xs)} with "
+                         f"dimension {d} being empty")
+    oh, ow = _pair(output_size, (-1, -1), "adaptive_avg_pool2d: output_size must be 2")
+    if not output_size:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT, "adaptive_avg_pool2d: output_size must be 2")
+    if oh < 0 or ow < 0:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "adaptive_avg_pool2d: elements of output_size must be greater than or "
+                     f"equal to 0 but received {{{oh}, {ow}}}")
+    if x.dtype not in _FLOATING or not caps.has(pb.MATMUL_FAMILY, x.dtype):
+        raise not_implemented("adaptive_avg_pool2d", x.dtype)
+    _, c, _, _ = _nchw(xs)
+    return Meta(x.dtype, _window_out(x, c, oh, ow), x.device)
+
+
 def can_cast(source, target):
     """planner.cc CanCast (torch's canCast): no floating into an integer,
     nothing but bool into bool."""
