@@ -78,6 +78,8 @@ def test_the_issues_snippet_raises_on_its_line_and_sends_nothing(client):
      "channels, but got 3 channels instead"),
     ("tensord.nn.functional.max_pool2d(c.ones(1, 1, 2, 2), 3)", RuntimeError,
      "Given input size: (1x2x2). Calculated output size: (1x0x0). Output size is too small"),
+    ("tensord.nn.functional.cross_entropy(c.ones(4, 3), c.zeros(3, dtype=tensord.int64))",
+     ValueError, "Expected input batch_size (4) to match target batch_size (3)."),
     ("x.add_(c.zeros(2, 3))", RuntimeError,
      "output with shape [3] doesn't match the broadcast shape [2, 3]"),
     ("c.tensor([1, 2]).div_(2)", RuntimeError,

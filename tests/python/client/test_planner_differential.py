@@ -6,8 +6,9 @@ op, a reduction (every op, over all dims, one dim or several, in range or
 not, named twice or not, kept or not), a matmul or F.linear (every rank),
 a view (reshape with -1s and bad sizes, permute, transpose, narrow,
 select, dims and indices in range and one past), a cast to every dtype, a
-softmax or log_softmax over any dim, or a conv2d, max/avg or adaptive
-pooling (windows of every length, sign and fit, groups), over tiny tensors of every dtype in shapes that broadcast and
+softmax or log_softmax over any dim, a conv2d, max/avg or adaptive
+pooling (windows of every length, sign and fit, groups), or a loss (every
+reduction), over tiny tensors of every dtype in shapes that broadcast and
 shapes that do not (0-d and empty ones among them), mostly on one device
 and sometimes on two (cpu:0 and cpu:1 of the suite's --host-devices 2
 daemon). The Python module plans it; the server runs it as a real Run (a
@@ -15,9 +16,11 @@ unary call: the path a client's op takes, with no server code kept only
 for this test; at most 12 elements a tensor, so the run takes seconds).
 Both must agree on the result's dtype, shape and device, or on the error:
 its gRPC code, its class (torch's, from the server's error kind) and its
-message, word for word.
+message, word for word — except an error that reads the tensors' values
+(a loss's target out of range: SERVER_ONLY), which no planner can give.
 """
 import random
+import re
 
 import pytest
 
@@ -27,6 +30,9 @@ from tensord._errors import TensordError
 from tensord.v1 import tensord_pb2 as pb
 
 REQUESTS = 20_000
+# The errors only the server can give, from a tensor's values (the pool's
+# values change under the in-place requests): a loss's target out of range.
+SERVER_ONLY = re.compile(r"Target -?\d+ is out of bounds\.")
 DTYPES = (tensord.float32, tensord.float64, tensord.float16, tensord.bfloat16,
           tensord.int32, tensord.int64, tensord.bool)
 SHAPES = ((), (0,), (1,), (2,), (3,), (2, 1), (1, 3), (2, 3), (3, 2), (0, 3), (2, 0),
@@ -37,6 +43,7 @@ DEVICES = ("cpu:0", "cpu:1")
 BINARY = [pb.BinaryOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Binary"]
 UNARY = [pb.UnaryOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Unary"]
 REDUCE = [pb.ReduceOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Reduce"]
+LOSSES = [pb.LossOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Loss"]
 VIEWS = ("reshape", "permute", "transpose", "narrow", "select")
 IN_PLACE = [pb.InPlaceOp.Value(r["wire"].split()[1]) for r in _op_table.OPS
             if r["kind"] == "InPlace"]
@@ -53,8 +60,9 @@ def _outcome(plan):
     return ("ok", meta.dtype, tuple(meta.shape), meta.device)
 
 
-def _requests(rng, pool):
-    """REQUESTS (pb.Op, its operands' Metas) pairs, seeded."""
+def _requests(rng, pool, labels):
+    """REQUESTS (pb.Op, its operands' Metas) pairs, seeded; `labels`: per
+    device, int64 zeros no request writes (a loss's class indices)."""
     by_device = {d: [t for t in pool if t[1].device == d] for d in DEVICES}
     for _ in range(REQUESTS):
         a_handle, a = rng.choice(pool)
@@ -150,7 +158,15 @@ def _requests(rng, pool):
                 args = pb.Pool2dArgs(op=pb.ADAPTIVE_AVG_POOL, x=x, output_size=rng.choice(
                     [[], [1], [2, 3], [0], [-1, 2], [1, 2, 3], [3]]))
                 yield pb.Op(pool2d=args), (a,)
-        elif roll < 0.94:  # tensor (op) number, either way round
+        elif roll < 0.93:  # the losses, every reduction, mostly with class indices
+            others = pool if rng.random() < 0.05 else by_device[a.device]
+            t_handle, t = rng.choice(labels[a.device] if rng.random() < 0.6 else others)
+            args = pb.LossArgs(op=rng.choice(LOSSES), input=pb.Operand(handle=a_handle),
+                               target=pb.Operand(handle=t_handle),
+                               reduction=rng.choice([pb.REDUCTION_MEAN, pb.REDUCTION_SUM,
+                                                     pb.REDUCTION_NONE]))
+            yield pb.Op(loss=args), (a, t)
+        elif roll < 0.95:  # tensor (op) number, either way round
             op = pb.Op(binary=pb.BinaryArgs(op=rng.choice(BINARY),
                                             lhs=pb.Operand(handle=a_handle),
                                             scalar=rng.choice(NUMBERS),
@@ -193,6 +209,9 @@ def _planned(op, metas, caps):
                   "narrow": lambda: (args.dim, args.start, args.length),
                   "select": lambda: (args.dim, args.index)}[kind]()
         return lambda: getattr(_planner, "plan_" + kind)(metas[0], *values)
+    if kind == "loss":
+        return lambda: _planner.plan_loss(op.loss.op, metas[0], metas[1], op.loss.reduction,
+                                          caps[metas[0].device])
     if kind == "conv2d":
         args = op.conv2d
         bias = metas[2] if len(metas) > 2 else None
@@ -254,12 +273,20 @@ def test_the_planner_equals_the_servers(daemon, pipeline_mode):
                     t = c.zeros(*shape, dtype=dtype, device=device)
                     keep.append(t)
                     pool.append((t.handle, _planner.Meta(dtype.wire, tuple(shape), device)))
+        labels = {device: [] for device in DEVICES}
+        for device in DEVICES:
+            for shape in ((), (1,), (2,), (3,), (0,)):
+                t = c.zeros(*shape, dtype=tensord.int64, device=device)
+                keep.append(t)
+                labels[device].append((t.handle, _planner.Meta(pb.INT64, shape, device)))
         rng = random.Random(20261201)
         mismatches, counts = [], {"ok": 0, "error": 0}
-        for op, metas in _requests(rng, pool):
+        for op, metas in _requests(rng, pool, labels):
             mine = _outcome(_planned(op, metas, caps))
             theirs = _outcome(_served(c._session, op))
             counts[theirs[0]] += 1
+            if mine[0] == "ok" and theirs[0] == "error" and SERVER_ONLY.fullmatch(theirs[3]):
+                continue  # a check of the values, which only the server reads
             if mine != theirs:
                 mismatches.append((str(op).replace("\n", " "), metas, mine, theirs))
         assert not mismatches, (f"{len(mismatches)} of {REQUESTS} differ; the first:\n"

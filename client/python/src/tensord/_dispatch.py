@@ -56,7 +56,8 @@ paths, one contract for the tensor code above:
     plan_binary(op, a, b, number), plan_unary(op, x), plan_reduce(op, x,
     dims, keepdim), plan_matmul(a, b), plan_linear(x, w, b),
     plan_view(kind, x, *args), plan_cast(x, dtype), plan_softmax(x, dim,
-    log), plan_conv2d(...) or plan_pool2d(...), which take the
+    log), plan_conv2d(...), plan_pool2d(...) or plan_loss(...), which take
+    the
     operands' infos and raise the planner's error, or give None where the
     server plans).
   * recorder: None, or while client.capture() runs a step, the
@@ -184,6 +185,10 @@ class Dispatcher:
                 x, output_size, caps), x)
         return self._plan(lambda caps, x: _planner.plan_pool2d(
             op, x, kernel_size, stride, padding, dilation, caps), x)
+
+    def plan_loss(self, op, x, target, reduction):
+        return self._plan(lambda caps, x, t: _planner.plan_loss(op, x, t, reduction, caps),
+                          x, target)
 
     def plan_view(self, kind, x, *args):
         """kind: "reshape", "permute", "transpose", "narrow" or "select", with

@@ -176,7 +176,8 @@ def _loss(op, input, target, reduction, ignore_index=None):
                        reduction=_REDUCTIONS[reduction])
     if ignore_index is not None:
         args.ignore_index = ignore_index
-    return input._run(loss=args)
+    planned = input._client._dispatcher.plan_loss(op, input._info, target._info, args.reduction)
+    return input._run(planned, loss=args)
 
 
 def cross_entropy(input, target, reduction="mean", ignore_index=-100):

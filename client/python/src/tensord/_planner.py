@@ -46,6 +46,9 @@ _COMPARISONS = frozenset((pb.EQ, pb.NE, pb.LT, pb.LE, pb.GT, pb.GE))
 # The unary rows of the op table by wire value ("unary NEG" -> pb.NEG).
 _UNARY = {pb.UnaryOp.Value(row["wire"].split()[1]): row
           for row in OPS if row["kind"] == "Unary"}
+# LossName: each loss's name ("cross_entropy", ...) by wire value.
+_LOSS_NAME = {pb.LossOp.Value(row["wire"].split()[1]): row["name"]
+              for row in OPS if row["kind"] == "Loss"}
 # ReduceOpName: each reduction's name ("sum", "argmax", ...) by wire value.
 _REDUCE_NAME = {pb.ReduceOp.Value(row["wire"].split()[1]): row["name"]
                 for row in OPS if row["kind"] == "Reduce"}
@@ -742,6 +745,62 @@ def plan_adaptive_avg_pool2d(x, output_size, caps):
         raise not_implemented("adaptive_avg_pool2d", x.dtype)
     _, c, _, _ = _nchw(xs)
     return Meta(x.dtype, _window_out(x, c, oh, ow), x.device)
+
+
+def plan_loss(op, x, target, reduction, caps):
+    """loss_plan.cc PlanLoss (F.nll_loss, F.cross_entropy, F.mse_loss), in
+    torch's order of checks; the targets' range is the server's to check
+    when it reads them."""
+    check_same_device((x, target))
+    name = _LOSS_NAME[op]
+    if op == pb.MSE_LOSS:
+        broadcast_shapes(x.shape, target.shape)  # torch: broadcast_tensors first
+        if x.dtype not in _FLOATING and target.dtype not in _FLOATING:
+            raise not_implemented(
+                "mse_cpu", result_type(x.dtype, False, target.dtype, False))
+        for d in (x.dtype, target.dtype):
+            if d not in _FLOATING:
+                raise not_implemented(name, d)
+        diff = plan_binary(pb.SUB, x, target, None, caps)
+        return Meta(diff.dtype, diff.shape if reduction == pb.REDUCTION_NONE else (),
+                    x.device)
+    xs, ts = x.shape, target.shape
+    if op == pb.CROSS_ENTROPY:
+        if xs == ts:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"{name}: a target of the input's size {_dims(xs)} gives class "
+                         "probabilities, which are not offered yet: give class indices "
+                         "(int64, one per row)")
+        if x.dtype not in _FLOATING:
+            raise not_implemented("log_softmax_lastdim_kernel_impl", x.dtype)
+    if not xs:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"Expected 1 or more dimensions (got {len(xs)})", "ValueError")
+    if len(xs) != 1:
+        target_batch = ts[0] if ts else 0
+        if xs[0] != target_batch:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"Expected input batch_size ({xs[0]}) to match target batch_size "
+                         f"({target_batch}).", "ValueError")
+    if len(xs) > 2:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"{name}: input of size {_dims(xs)} is not supported: give [N, C] or "
+                     "unbatched [C] (the K-dimensional form is not offered yet)")
+    if len(ts) > 1:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "0D or 1D target tensor expected, multi-target not supported")
+    batched = len(xs) == 2
+    if batched == (not ts):
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"size mismatch (got input: {_dims(xs)}, target: {_dims(ts)})")
+    if x.dtype not in _FLOATING:
+        raise not_implemented("nll_loss_out_frame", x.dtype)
+    if target.dtype != pb.INT64:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"expected scalar type Long but found {_SCALAR_TYPE[target.dtype]}")
+    caps.check(pb.REDUCE_FAMILY, x.dtype, "reduce")
+    out = (xs[0],) if reduction == pb.REDUCTION_NONE and batched else ()
+    return Meta(x.dtype, out, x.device)
 
 
 def can_cast(source, target):
