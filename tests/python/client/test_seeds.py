@@ -8,10 +8,12 @@ base class: TensordError prints as the RuntimeError it is). Its source goes thro
 and the notebook's output through OUTPUT_MAPPING first: textual
 substitutions, each with the reason it is needed, so this file is the list
 of seed lines that still needed an edit (test_every_mapping_is_used keeps
-it free of dead entries). The daemon has no GPU, so the GPU is played by
-host devices: "the GPU" (cuda, cuda:0) is cpu:1 and d2l's second GPU
-(cuda:1) is cpu:0, which is also where tensors without a device go (with
-two host devices the host device is named cpu:0, not cpu).
+it free of dead entries). On a daemon without a GPU (the "host" mode) the
+GPU is played by host devices: "the GPU" (cuda, cuda:0) is cpu:1 and d2l's
+second GPU (cuda:1) is cpu:0, which is also where tensors without a device
+go (with two host devices the host device is named cpu:0, not cpu). On a
+daemon with a GPU (the "gpu" mode, GPU_MODE_*) cuda:0 is itself and d2l's
+second GPU is cpu:1.
 """
 import ast
 import contextlib
@@ -62,6 +64,29 @@ OUTPUT_MAPPING = [
 ]
 
 
+# A server with one GPU (how the GPU issue runs this file on a GPU machine):
+# "the GPU" (cuda, cuda:0) is the real cuda:0, d2l's second GPU (cuda:1) is
+# played by the host device cpu:1, and tensors without a device go to cpu:0.
+# The entries that differ from the host mode's; the rest are the same.
+GPU_MODE_STAND_INS = ["cuda:0", "cpu:1"]
+GPU_MODE_SOURCE_MAPPING = [
+    (old, new, why) for old, new, why in SOURCE_MAPPING
+    if old not in ("'cuda'", '"cuda"', "'cuda:1'", ".cuda()", ".cuda(1)")] + [
+    ("'cuda:1'", "'cpu:1'", "the second GPU is played by the host device cpu:1"),
+    (".cuda(1)", ".to('cpu:1')", "the second GPU is played by the host device cpu:1"),
+]
+GPU_MODE_OUTPUT_MAPPING = [
+    ("device(type='cuda', index=1)", "device(type='cpu', index=1)", "cuda:1 is cpu:1 here"),
+    ("device(type='cpu')", "device(type='cpu', index=0)", "the host device is cpu:0 here"),
+    (", device='cuda:1'", ", device='cpu:1'", "cuda:1 is cpu:1 here"),
+    ("cuda:0 and cpu!", "cuda:0 and cpu:0!", "the host device is cpu:0 here"),
+    ("on the :cpu", "on the :cpu:0", "the host device is cpu:0 here"),
+]
+# mode -> (the devices that play cuda:0 and cuda:1, source and output tables)
+MODES = {"host": (GPU_STAND_INS, SOURCE_MAPPING, OUTPUT_MAPPING),
+         "gpu": (GPU_MODE_STAND_INS, GPU_MODE_SOURCE_MAPPING, GPU_MODE_OUTPUT_MAPPING)}
+
+
 def _apply(mapping, text):
     """`text` with the mapping's substitutions, and the seed texts that matched."""
     table = {old: new for old, new, _ in mapping}
@@ -75,12 +100,12 @@ def _apply(mapping, text):
     return pattern.sub(replace, text), used
 
 
-def map_source(source):
-    return _apply(SOURCE_MAPPING, source)[0]
+def map_source(source, mode="host"):
+    return _apply(MODES[mode][1], source)[0]
 
 
-def map_output(output):
-    return _apply(OUTPUT_MAPPING, output)[0]
+def map_output(output, mode="host"):
+    return _apply(MODES[mode][2], output)[0]
 
 
 def _builtin_name(exc):
@@ -115,12 +140,13 @@ def run_cell(source, namespace):
 
 @pytest.fixture(scope="module")
 def notebooks(daemon):
+    """(the mode, seed -> that notebook's namespace): "host" on a server
+    without a GPU, "gpu" on one with one or more."""
     client = tensord.connect(daemon.address)
-    if client.cuda.is_available():
-        client.close()
-        pytest.skip("the mapping is written for a server without GPUs (host stand-ins)")
+    mode = "gpu" if client.cuda.is_available() else "host"
+    stand_ins = MODES[mode][0]
     namespaces = {}
-    yield lambda seed: namespaces.setdefault(seed, {"GPU_STAND_INS": GPU_STAND_INS})
+    yield mode, lambda seed: namespaces.setdefault(seed, {"GPU_STAND_INS": stand_ins})
     client.close()
 
 
@@ -132,9 +158,10 @@ def _cell_id(cell):
 def test_cell(cell, notebooks):
     if cell.compare == "skip":
         pytest.skip(cell.why)
-    printed, error_line = run_cell(map_source(cell.source), notebooks(cell.seed))
+    mode, namespace = notebooks
+    printed, error_line = run_cell(map_source(cell.source, mode), namespace(cell.seed))
     if cell.compare == "exact":
-        assert printed == map_output(cell.output).rstrip("\n")
+        assert printed == map_output(cell.output, mode).rstrip("\n")
     else:
         assert re.fullmatch(cell.form, printed), (printed, cell.why)
     if error_line is not None or cell.line is not None:
@@ -144,13 +171,27 @@ def test_cell(cell, notebooks):
         assert error_line == (cell.line if raised else None), (printed, error_line)
 
 
-def test_every_mapping_is_used():
-    """No entry of the tables is dead: each is a seed line that still needs it."""
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_every_mapping_is_used(mode):
+    """No entry of a mode's tables is dead: each is a seed line that still
+    needs it (the GPU mode's tables are checked here too, without a GPU)."""
+    _, source_mapping, output_mapping = MODES[mode]
     used_in_source, used_in_output = set(), set()
     for cell in CELLS:
         if cell.compare != "skip":
-            used_in_source |= _apply(SOURCE_MAPPING, cell.source)[1]
+            used_in_source |= _apply(source_mapping, cell.source)[1]
         if cell.compare == "exact":
-            used_in_output |= _apply(OUTPUT_MAPPING, cell.output)[1]
-    assert [old for old, _, _ in SOURCE_MAPPING if old not in used_in_source] == []
-    assert [old for old, _, _ in OUTPUT_MAPPING if old not in used_in_output] == []
+            used_in_output |= _apply(output_mapping, cell.output)[1]
+    assert [old for old, _, _ in source_mapping if old not in used_in_source] == []
+    assert [old for old, _, _ in output_mapping if old not in used_in_output] == []
+
+
+def test_the_gpu_mode_keeps_the_notebooks_cuda():
+    """On a GPU server the seeds' own cuda and cuda:0 stay as written, and
+    what the host mode plays with cpu:1 is the real GPU."""
+    assert map_source("x.cuda()\ny = x.to('cuda')", "gpu") == "x.cuda()\ny = x.to('cuda')"
+    assert map_source("x.to('cuda:1')", "gpu") == "x.to('cpu:1')"
+    assert map_output("tensor([1, 2], device='cuda:0')", "gpu") == \
+        "tensor([1, 2], device='cuda:0')"
+    assert map_output("found at least two devices, cuda:0 and cpu!", "gpu") == \
+        "found at least two devices, cuda:0 and cpu:0!"
