@@ -146,7 +146,8 @@ absl::StatusOr<Executor::Output> Executor::BinaryOut(
   ASSIGN_OR_RETURN(
       const BinaryPlan plan,
       PlanBinary(op, a_desc, b_desc ? &*b_desc : nullptr, scalar,
-                 into_desc ? &*into_desc : nullptr, TargetOf(*a.device)));
+                 into_desc ? &*into_desc : nullptr, TargetOf(*a.device),
+                 scalar != nullptr && scalar_first));
   return BinaryOut(plan, op, a, b, scalar, scalar_first, into);
 }
 

@@ -349,7 +349,8 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
       ASSIGN_OR_RETURN(
           BinaryPlan plan,
           PlanBinary(op.binary, Desc(x), b ? &*b : nullptr,
-                     b ? nullptr : &*op.scalar, nullptr, target));
+                     b ? nullptr : &*op.scalar, nullptr, target,
+                     !b && op.scalar_first));
       return WithPlan(plan.out_dtype, std::move(plan));
     }
     case OpSpec::Kind::kInPlace:

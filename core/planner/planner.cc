@@ -100,7 +100,8 @@ absl::StatusOr<BinaryPlan> PlanBinary(BinaryOp op, const OperandDesc& a,
                                       const OperandDesc* b,
                                       const Scalar* scalar,
                                       const OperandDesc* into,
-                                      const Target& target) {
+                                      const Target& target,
+                                      bool scalar_first) {
   CountPlan(Planner::kBinary);
   BinaryPlan plan;
   plan.out = a.shape;
@@ -118,8 +119,8 @@ absl::StatusOr<BinaryPlan> PlanBinary(BinaryOp op, const OperandDesc& a,
   }
   plan.out_dtype = IsComparison(op) ? DType::kBool : plan.compute;
   RETURN_IF_ERROR(CheckBinaryOpDType(op, plan.compute));
-  if (op == BinaryOp::kPow && scalar != nullptr && scalar->is_integral &&
-      scalar->i < 0 && !IsFloating(plan.compute)) {
+  if (op == BinaryOp::kPow && scalar != nullptr && !scalar_first &&
+      scalar->is_integral && scalar->i < 0 && !IsFloating(plan.compute)) {
     return absl::InvalidArgumentError(
         "Integers to negative integer powers are not allowed.");
   }

@@ -76,13 +76,16 @@ struct BinaryPlan {
 };
 // INVALID_ARGUMENT for shapes that do not broadcast, or (with `into`) a
 // broadcast shape other than into's or a result not castable to into's
-// dtype (PyTorch's canCast); FAILED_PRECONDITION for an op the dtype does
-// not have (bool sub/pow). Division of integers computes in float32.
+// dtype (PyTorch's canCast), or an integer tensor to a negative integer
+// power; FAILED_PRECONDITION for an op the dtype does not have (bool
+// sub/pow). Division of integers computes in float32. `scalar_first`: the
+// number is the left operand (scalar (op) a: (-2) ** x is no error).
 absl::StatusOr<BinaryPlan> PlanBinary(BinaryOp op, const OperandDesc& a,
                                       const OperandDesc* b,
                                       const Scalar* scalar,
                                       const OperandDesc* into,
-                                      const Target& target);
+                                      const Target& target,
+                                      bool scalar_first = false);
 // The families whose plans an op carries (core/planner/op_plan.h's FamilyPlan).
 // Each family's planner counts its calls: a test's proof that the executor
 // plans each op once (PlanOp's plan is the one it runs; a composite op's

@@ -439,6 +439,18 @@ TEST(PlannerTest, BinaryPromotesAndBroadcasts) {
                        nullptr, kAnyDevice)
                 ->compute,
             DType::kInt64);
+  // An integer tensor to a negative integer power is refused; a negative
+  // integer base is not ((-2) ** x: scalar_first).
+  const Scalar minus_two = Scalar::Int(-2);
+  EXPECT_EQ(PlanBinary(BinaryOp::kPow, {DType::kInt64, a}, nullptr, &minus_two,
+                       nullptr, kAnyDevice)
+                .status()
+                .message(),
+            "Integers to negative integer powers are not allowed.");
+  EXPECT_EQ(PlanBinary(BinaryOp::kPow, {DType::kInt64, a}, nullptr, &minus_two,
+                       nullptr, kAnyDevice, /*scalar_first=*/true)
+                ->compute,
+            DType::kInt64);
   // True division of integers is float32; comparisons give bool.
   EXPECT_EQ(PlanBinary(BinaryOp::kDiv, {DType::kInt64, a}, nullptr, &two,
                        nullptr, kAnyDevice)

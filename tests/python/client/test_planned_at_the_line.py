@@ -135,6 +135,14 @@ def test_an_op_on_an_unplanned_result_goes_to_the_server(client):
     assert err.value.command is not None  # reported as the stream's command
 
 
+def test_a_negative_integer_base_is_no_error(client):
+    """(-2) ** x for an integer x is torch's [4, -8], not the negative-power
+    error of x ** -2 (the server's planner once refused both)."""
+    assert ((-2) ** client.tensor([2, 3])).tolist() == [4, -8]
+    with pytest.raises(RuntimeError, match="^Integers to negative integer powers"):
+        client.tensor([2, 3]) ** -2
+
+
 def test_an_arange_is_sized_by_the_server(client):
     """arange's length is the server's to compute: not planned, so a view of
     it is planned by the server too (and is right)."""

@@ -246,7 +246,8 @@ def _planned(op, metas, caps):
         b = metas[1] if len(metas) > 1 else None
         number = _value(args.scalar) if b is None else None
         return lambda: _planner.plan_binary(args.op, metas[0], b, number,
-                                            caps[metas[0].device])
+                                            caps[metas[0].device],
+                                            number_first=b is None and args.scalar_first)
     return lambda: _planner.plan_unary(op.unary.op, metas[0], caps[metas[0].device])
 
 

@@ -148,9 +148,10 @@ class Dispatcher:
     # the result's Meta, raising the server planner's error; or None where
     # the op does not go on the stream or an operand's metadata is not
     # known here (the server plans it).
-    def plan_binary(self, op, a, b, number=None):
-        """a (op) b, or a (op) `number` (b None)."""
-        return self._plan(lambda caps, a, b: _planner.plan_binary(op, a, b, number, caps), a, b)
+    def plan_binary(self, op, a, b, number=None, number_first=False):
+        """a (op) b, or a (op) `number` (b None; number (op) a with number_first)."""
+        return self._plan(lambda caps, a, b: _planner.plan_binary(
+            op, a, b, number, caps, number_first=number_first), a, b)
 
     def plan_unary(self, op, x):
         return self._plan(lambda caps, x: _planner.plan_unary(op, x, caps), x)

@@ -159,10 +159,11 @@ def check_same_device(operands):
                          f"least two devices, {first} and {other.device}!")
 
 
-def plan_binary(op, a, b, number, caps, into=None):
+def plan_binary(op, a, b, number, caps, into=None, number_first=False):
     """planner.cc PlanBinary (as PlanOp calls it): a (op) b, or a (op) the
-    Python number `number` (an int or a float; b None), written into the
-    tensor `into` (a Meta) for an in-place op. The result's Meta."""
+    Python number `number` (an int or a float; b None; number (op) a with
+    number_first), written into the tensor `into` (a Meta) for an in-place
+    op. The result's Meta."""
     if b is not None:
         if b.device != a.device:
             check_same_device((a, b))
@@ -183,7 +184,7 @@ def plan_binary(op, a, b, number, caps, into=None):
                          "supported. Use the `^` or `logical_xor()` operator instead.")
         if op == pb.POW:
             raise not_implemented("pow", compute)
-    if (op == pb.POW and b is None and integral and number < 0
+    if (op == pb.POW and b is None and not number_first and integral and number < 0
             and compute not in _FLOATING):
         raise _error(grpc.StatusCode.INVALID_ARGUMENT,
                      "Integers to negative integer powers are not allowed.")

@@ -212,7 +212,8 @@ class Tensor:
             return self._run(planned, binary=pb.BinaryArgs(op=op, lhs=operand(self), rhs=rhs))
         if _is_number(other):
             number = _number(other)
-            planned = self._client._dispatcher.plan_binary(op, self._info, None, number)
+            planned = self._client._dispatcher.plan_binary(op, self._info, None, number,
+                                                           number_first=reflected)
             return self._run(planned, binary=pb.BinaryArgs(op=op, lhs=operand(self),
                                                            scalar=scalar_message(number),
                                                            scalar_first=reflected))
