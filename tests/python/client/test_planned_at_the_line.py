@@ -80,6 +80,14 @@ def test_the_issues_snippet_raises_on_its_line_and_sends_nothing(client):
      "Given input size: (1x2x2). Calculated output size: (1x0x0). Output size is too small"),
     ("tensord.nn.functional.cross_entropy(c.ones(4, 3), c.zeros(3, dtype=tensord.int64))",
      ValueError, "Expected input batch_size (4) to match target batch_size (3)."),
+    ("tensord.where(x, x, 0)", RuntimeError,
+     "where expected condition to be a boolean tensor, but got a tensor with dtype Float"),
+    ("tensord.cat([x, c.zeros(2, 2)])", RuntimeError,
+     "Tensors must have same number of dimensions: got 1 and 2"),
+    ("tensord.nn.functional.dropout(x, 1.5)", ValueError,
+     "dropout probability has to be between 0 and 1, but got 1.5"),
+    ("c.tensor([1, 2]).requires_grad_()", RuntimeError,
+     "only Tensors of floating point dtype can require gradients"),
     ("x.add_(c.zeros(2, 3))", RuntimeError,
      "output with shape [3] doesn't match the broadcast shape [2, 3]"),
     ("c.tensor([1, 2]).div_(2)", RuntimeError,
@@ -122,12 +130,12 @@ def test_a_planned_result_knows_its_metadata_without_waiting(client, monkeypatch
 
 
 def test_an_op_on_an_unplanned_result_goes_to_the_server(client):
-    """A cat is not planned here yet: its result's metadata comes with the
+    """A clamp is not planned here yet: its result's metadata comes with the
     reply, and an op on it is planned by the server, its error raised at the
     next sync point, as before."""
     if not client.pipelined:
         pytest.skip("the unary path raises every error at its line")
-    m = tensord.cat([client.ones(1, 2), client.ones(2, 2)])
+    m = client.ones(3, 2).clamp(0)
     bad = m + client.ones(3)  # the server's planner refuses it
     assert bad._info.planned is None
     with pytest.raises(RuntimeError, match="must match the size of tensor b") as err:

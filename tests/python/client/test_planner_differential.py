@@ -7,8 +7,8 @@ not, named twice or not, kept or not), a matmul or F.linear (every rank),
 a view (reshape with -1s and bad sizes, permute, transpose, narrow,
 select, dims and indices in range and one past), a cast to every dtype, a
 softmax or log_softmax over any dim, a conv2d, max/avg or adaptive
-pooling (windows of every length, sign and fit, groups), or a loss (every
-reduction), over tiny tensors of every dtype in shapes that broadcast and
+pooling (windows of every length, sign and fit, groups), a loss (every
+reduction), or a where, cat or dropout, over tiny tensors of every dtype in shapes that broadcast and
 shapes that do not (0-d and empty ones among them), mostly on one device
 and sometimes on two (cpu:0 and cpu:1 of the suite's --host-devices 2
 daemon). The Python module plans it; the server runs it as a real Run (a
@@ -67,14 +67,14 @@ def _requests(rng, pool, labels):
     for _ in range(REQUESTS):
         a_handle, a = rng.choice(pool)
         roll = rng.random()
-        if roll < 0.45:  # tensor (op) tensor: one device, one time in ten two
+        if roll < 0.30:  # tensor (op) tensor: one device, one time in ten two
             others = pool if rng.random() < 0.1 else by_device[a.device]
             b_handle, b = rng.choice(others)
             op = pb.Op(binary=pb.BinaryArgs(op=rng.choice(BINARY),
                                             lhs=pb.Operand(handle=a_handle),
                                             rhs=pb.Operand(handle=b_handle)))
             yield op, (a, b)
-        elif roll < 0.55:  # in place: target (op)= tensor or number, target += alpha * tensor
+        elif roll < 0.38:  # in place: target (op)= tensor or number, target += alpha * tensor
             op = rng.choice(IN_PLACE)
             args = pb.InPlaceArgs(op=op, target=pb.Operand(handle=a_handle))
             metas = (a,)
@@ -88,7 +88,7 @@ def _requests(rng, pool, labels):
             if op == pb.AXPY_:
                 args.alpha.CopyFrom(rng.choice(NUMBERS))
             yield pb.Op(in_place=args), metas
-        elif roll < 0.65:  # a reduction over all dims, one dim or several
+        elif roll < 0.46:  # a reduction over all dims, one dim or several
             args = pb.ReduceArgs(op=rng.choice(REDUCE), x=pb.Operand(handle=a_handle),
                                  keepdim=rng.random() < 0.5)
             rank = len(a.shape)
@@ -98,16 +98,16 @@ def _requests(rng, pool, labels):
             elif pick < 0.7:
                 args.dims.extend(rng.randint(-rank - 1, rank) for _ in range(rng.randint(1, 3)))
             yield pb.Op(reduce=args), (a,)
-        elif roll < 0.72:  # a @ b, on shapes of every rank
+        elif roll < 0.52:  # a @ b, on shapes of every rank
             others = pool if rng.random() < 0.1 else by_device[a.device]
             b_handle, b = rng.choice(others)
             yield pb.Op(matmul=pb.MatMulArgs(lhs=pb.Operand(handle=a_handle),
                                             rhs=pb.Operand(handle=b_handle))), (a, b)
-        elif roll < 0.76:  # F.linear(x, w[, bias])
+        elif roll < 0.55:  # F.linear(x, w[, bias])
             args = pb.LinearArgs(x=pb.Operand(handle=a_handle))
             metas = _weight_and_bias(rng, a, pool, by_device, args, 0.6)
             yield pb.Op(linear=args), metas
-        elif roll < 0.84:  # views: reshape, permute, transpose, narrow, select
+        elif roll < 0.62:  # views: reshape, permute, transpose, narrow, select
             rank = len(a.shape)
             dim = lambda: rng.randint(-rank - 1, rank)  # noqa: E731 — in range or one past
             pick = rng.randrange(5)
@@ -129,7 +129,7 @@ def _requests(rng, pool, labels):
                                                  length=rng.randint(-1, 3))), (a,)
             else:
                 yield pb.Op(select=pb.SelectArgs(x=x, dim=dim(), index=rng.randint(-4, 4))), (a,)
-        elif roll < 0.87:  # a cast to every dtype, a softmax or log_softmax on any dim
+        elif roll < 0.66:  # a cast to every dtype, a softmax or log_softmax on any dim
             x = pb.Operand(handle=a_handle)
             if rng.random() < 0.5:
                 yield pb.Op(cast=pb.CastArgs(x=x, dtype=rng.choice(DTYPES).wire)), (a,)
@@ -137,7 +137,7 @@ def _requests(rng, pool, labels):
                 rank = len(a.shape)
                 yield pb.Op(softmax=pb.SoftmaxArgs(x=x, dim=rng.randint(-rank - 1, rank),
                                                    log=rng.random() < 0.5)), (a,)
-        elif roll < 0.9:  # conv2d, max/avg pooling, adaptive average pooling
+        elif roll < 0.72:  # conv2d, max/avg pooling, adaptive average pooling
             x = pb.Operand(handle=a_handle)
             window = lambda: rng.choice(WINDOW_LISTS)  # noqa: E731
             pick = rng.random()
@@ -158,7 +158,7 @@ def _requests(rng, pool, labels):
                 args = pb.Pool2dArgs(op=pb.ADAPTIVE_AVG_POOL, x=x, output_size=rng.choice(
                     [[], [1], [2, 3], [0], [-1, 2], [1, 2, 3], [3]]))
                 yield pb.Op(pool2d=args), (a,)
-        elif roll < 0.93:  # the losses, every reduction, mostly with class indices
+        elif roll < 0.76:  # the losses, every reduction, mostly with class indices
             others = pool if rng.random() < 0.05 else by_device[a.device]
             t_handle, t = rng.choice(labels[a.device] if rng.random() < 0.6 else others)
             args = pb.LossArgs(op=rng.choice(LOSSES), input=pb.Operand(handle=a_handle),
@@ -166,7 +166,37 @@ def _requests(rng, pool, labels):
                                reduction=rng.choice([pb.REDUCTION_MEAN, pb.REDUCTION_SUM,
                                                      pb.REDUCTION_NONE]))
             yield pb.Op(loss=args), (a, t)
-        elif roll < 0.95:  # tensor (op) number, either way round
+        elif roll < 0.82:  # where, cat, dropout
+            pick = rng.random()
+            same = lambda: rng.choice(pool if rng.random() < 0.05 else by_device[a.device])  # noqa: E731
+            if pick < 0.4:  # mostly on a bool condition
+                if rng.random() < 0.7:
+                    a_handle, a = rng.choice([t for t in by_device[a.device]
+                                              if t[1].dtype == pb.BOOL])
+                args = pb.WhereArgs(condition=pb.Operand(handle=a_handle))
+                metas = [a]
+                for tensor_field, scalar_field in (("input", "input_scalar"),
+                                                   ("other", "other_scalar")):
+                    if rng.random() < 0.6:
+                        handle, meta = same()
+                        getattr(args, tensor_field).handle = handle
+                        metas.append(meta)
+                    else:
+                        getattr(args, scalar_field).CopyFrom(rng.choice(NUMBERS))
+                        metas.append(None)
+                yield pb.Op(where=args), tuple(metas)
+            elif pick < 0.8:
+                others = [same() for _ in range(rng.randint(0, 2))]
+                args = pb.CatArgs(xs=[pb.Operand(handle=a_handle)]
+                                  + [pb.Operand(handle=h) for h, _ in others],
+                                  dim=rng.randint(-len(a.shape) - 1, len(a.shape)))
+                yield pb.Op(cat=args), (a, *(m for _, m in others))
+            else:
+                args = pb.DropoutArgs(x=pb.Operand(handle=a_handle),
+                                      p=rng.choice([0.0, 0.5, 1.0, -0.1, 1.5]),
+                                      training=rng.random() < 0.7, seed=1)
+                yield pb.Op(dropout=args), (a,)
+        elif roll < 0.90:  # tensor (op) number, either way round
             op = pb.Op(binary=pb.BinaryArgs(op=rng.choice(BINARY),
                                             lhs=pb.Operand(handle=a_handle),
                                             scalar=rng.choice(NUMBERS),
@@ -209,6 +239,17 @@ def _planned(op, metas, caps):
                   "narrow": lambda: (args.dim, args.start, args.length),
                   "select": lambda: (args.dim, args.index)}[kind]()
         return lambda: getattr(_planner, "plan_" + kind)(metas[0], *values)
+    if kind == "where":
+        args = op.where
+        numbers = [None if m is not None else _value(getattr(args, field))
+                   for m, field in zip(metas[1:], ("input_scalar", "other_scalar"))]
+        return lambda: _planner.plan_where(metas[0], metas[1], numbers[0], metas[2],
+                                           numbers[1], caps[metas[0].device])
+    if kind == "cat":
+        return lambda: _planner.plan_cat(list(metas), op.cat.dim, caps[metas[0].device])
+    if kind == "dropout":
+        return lambda: _planner.plan_dropout(metas[0], op.dropout.p, op.dropout.training,
+                                             caps[metas[0].device])
     if kind == "loss":
         return lambda: _planner.plan_loss(op.loss.op, metas[0], metas[1], op.loss.reduction,
                                           caps[metas[0].device])

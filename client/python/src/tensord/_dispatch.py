@@ -191,6 +191,25 @@ class Dispatcher:
         return self._plan(lambda caps, x, t: _planner.plan_loss(op, x, t, reduction, caps),
                           x, target)
 
+    def plan_where(self, cond, x, x_number, y, y_number):
+        """torch.where(cond, x or x_number, y or y_number)."""
+        return self._plan(lambda caps, c, a, b: _planner.plan_where(
+            c, a, x_number, b, y_number, caps), cond, x, y)
+
+    def plan_cat(self, xs, dim):
+        """torch.cat of the tensors whose infos are `xs`."""
+        return self._plan(lambda caps, *metas: _planner.plan_cat(list(metas), dim, caps), *xs)
+
+    def plan_dropout(self, x, p, train):
+        return self._plan(lambda caps, x: _planner.plan_dropout(x, p, train, caps), x)
+
+    def plan_requires_grad(self, x, requires_grad):
+        """requires_grad_: raises the planner's error; x keeps its Meta."""
+        self._plan(lambda caps, x: _planner.check_requires_grad(x, requires_grad), x)
+
+    def plan_detach(self, x):
+        return self._plan(lambda caps, x: x, x)
+
     def plan_view(self, kind, x, *args):
         """kind: "reshape", "permute", "transpose", "narrow" or "select", with
         its arguments (_planner.plan_<kind>)."""

@@ -39,7 +39,9 @@ def cat(tensors, dim=0):
     if not tensors:
         raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
     first = _first_tensor(*tensors)
-    return first._run(cat=pb.CatArgs(xs=[first._same_client(t) for t in tensors], dim=dim))
+    xs = [first._same_client(t) for t in tensors]
+    planned = first._client._dispatcher.plan_cat([t._info for t in tensors], int(dim))
+    return first._run(planned, cat=pb.CatArgs(xs=xs, dim=dim))
 
 
 concat = cat
@@ -163,7 +165,8 @@ def dropout(input, p=0.5, training=True, inplace=False, seed=None):
     args = pb.DropoutArgs(x=operand(input), p=p, training=training)
     if seed is not None:
         args.seed = seed
-    return input._run(dropout=args)
+    planned = input._client._dispatcher.plan_dropout(input._info, float(p), bool(training))
+    return input._run(planned, dropout=args)
 
 
 _REDUCTIONS = {"mean": pb.REDUCTION_MEAN, "sum": pb.REDUCTION_SUM, "none": pb.REDUCTION_NONE}

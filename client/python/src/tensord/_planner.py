@@ -804,6 +804,95 @@ def plan_loss(op, x, target, reduction, caps):
     return Meta(x.dtype, out, x.device)
 
 
+def plan_where(cond, x, x_number, y, y_number, caps):
+    """planner.cc PlanWhere (torch.where): x and y tensors (Metas) or the
+    numbers x_number, y_number."""
+    tensors = [t for t in (cond, x, y) if t is not None]
+    check_same_device(tensors)
+    if cond.dtype != pb.BOOL:
+        raise _error(grpc.StatusCode.FAILED_PRECONDITION,
+                     "where expected condition to be a boolean tensor, but got a tensor with "
+                     f"dtype {_SCALAR_TYPE[cond.dtype]}")
+    shape = cond.shape
+    for t in (x, y):
+        if t is not None:
+            shape = broadcast_shapes(shape, t.shape)
+    if x is not None and y is not None:
+        dtype = result_type(x.dtype, not x.shape, y.dtype, not y.shape)
+    elif x is not None or y is not None:
+        tensor = x if x is not None else y
+        number = y_number if x is not None else x_number
+        dtype = scalar_result_type(tensor.dtype, isinstance(number, int))
+    else:
+        dtype = (pb.INT64 if isinstance(x_number, int) and isinstance(y_number, int)
+                 else pb.FLOAT32)
+    caps.check(pb.WHERE_FAMILY, dtype, "where")
+    for t, number in ((x, x_number), (y, y_number)):
+        source = t.dtype if t is not None else pb.INT64 if isinstance(number, int) \
+            else pb.FLOAT64
+        if source != dtype:
+            caps.cast(source, dtype)
+    return Meta(dtype, shape, cond.device)
+
+
+def plan_cat(xs, dim, caps):
+    """planner.cc PlanCat (torch.cat) of the Metas `xs`."""
+    if len(xs) > 1024:  # op_plan.cc CheckArity
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"cat takes 1 to 1024 tensor operands, got {len(xs)}")
+    check_same_device(xs)
+    for i, t in enumerate(xs):
+        if not t.shape:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"zero-dimensional tensor (at position {i}) cannot be concatenated")
+    first = xs[0].shape
+    rank = len(first)
+    axis = wrap_dim(dim, rank)
+    dtype, total = xs[0].dtype, 0
+    for i, t in enumerate(xs):
+        if len(t.shape) != rank:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         "Tensors must have same number of dimensions: got "
+                         f"{rank} and {len(t.shape)}")
+        for d in range(rank):
+            if d != axis and t.shape[d] != first[d]:
+                raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"Sizes of tensors must match except in dimension {axis}. "
+                             f"Expected size {first[d]} but got size {t.shape[d]} for tensor "
+                             f"number {i} in the list.")
+        dtype = promote_types(dtype, t.dtype)
+        total += t.shape[axis]
+    shape = make_shape(first[:axis] + (total,) + first[axis + 1:])
+    for t in xs:
+        if t.dtype != dtype:
+            caps.cast(t.dtype, dtype)
+    return Meta(dtype, shape, xs[0].device)
+
+
+def plan_dropout(x, p, train, caps):
+    """planner.cc PlanDropout (F.dropout): the result is x's shape and dtype."""
+    if not 0 <= p <= 1:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "dropout probability has to be between 0 and 1, but got "
+                     f"{_python_float(p)}", "ValueError")
+    floating = x.dtype in _FLOATING
+    if not floating and train:  # torch scales by 1 / (1 - p) into x's dtype
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "result type Float can't be cast to the desired output type "
+                     f"{_SCALAR_TYPE[x.dtype]}")
+    if not floating or (train and not caps.has(pb.RANDOM_FILL, pb.FLOAT32)):
+        raise not_implemented("dropout", x.dtype)
+    return x
+
+
+def check_requires_grad(x, requires_grad):
+    """planner.cc CheckRequiresGrad (requires_grad_)."""
+    if requires_grad and x.dtype not in _FLOATING:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "only Tensors of floating point dtype can require gradients")
+    return x
+
+
 def can_cast(source, target):
     """planner.cc CanCast (torch's canCast): no floating into an integer,
     nothing but bool into bool."""

@@ -673,6 +673,7 @@ class Tensor:
         self.requires_grad_(value)
 
     def requires_grad_(self, requires_grad=True):
+        self._client._dispatcher.plan_requires_grad(self._info, bool(requires_grad))
         return self._run(requires_grad=pb.RequiresGradArgs(x=operand(self),
                                                            requires_grad=bool(requires_grad)))
 
@@ -708,7 +709,8 @@ class Tensor:
         self._run(zero_grad=pb.ZeroGradArgs(tensors=[operand(self)]))
 
     def detach(self):
-        return self._run(detach=pb.DetachArgs(x=operand(self)))
+        planned = self._client._dispatcher.plan_detach(self._info)
+        return self._run(planned, detach=pb.DetachArgs(x=operand(self)))
 
     @property
     def data(self):
@@ -876,10 +878,18 @@ def where(condition, input, other):
     (here, so that Tensor.where and tensord.where share it without an import
     loop; _functional re-exports it)."""
     args = pb.WhereArgs(condition=operand(condition))
+    infos, numbers = [], []
     for value, tensor_field, scalar_field in ((input, "input", "input_scalar"),
                                               (other, "other", "other_scalar")):
         if isinstance(value, Tensor):
             getattr(args, tensor_field).CopyFrom(condition._same_client(value))
+            infos.append(value._info)
+            numbers.append(None)
         else:
-            getattr(args, scalar_field).CopyFrom(scalar_message(value))
-    return condition._run(where=args)
+            number = _number(value)
+            getattr(args, scalar_field).CopyFrom(scalar_message(number))
+            infos.append(None)
+            numbers.append(number)
+    planned = condition._client._dispatcher.plan_where(
+        condition._info, infos[0], numbers[0], infos[1], numbers[1])
+    return condition._run(planned, where=args)
