@@ -82,6 +82,9 @@ def test_the_issues_snippet_raises_on_its_line_and_sends_nothing(client):
      ValueError, "Expected input batch_size (4) to match target batch_size (3)."),
     ("tensord.where(x, x, 0)", RuntimeError,
      "where expected condition to be a boolean tensor, but got a tensor with dtype Float"),
+    ("x.clamp(c.zeros(2, 2), 1)", RuntimeError,
+     "The size of tensor a (3) must match the size of tensor b (2) at non-singleton "
+     "dimension 1"),
     ("tensord.cat([x, c.zeros(2, 2)])", RuntimeError,
      "Tensors must have same number of dimensions: got 1 and 2"),
     ("tensord.nn.functional.dropout(x, 1.5)", ValueError,
@@ -130,12 +133,12 @@ def test_a_planned_result_knows_its_metadata_without_waiting(client, monkeypatch
 
 
 def test_an_op_on_an_unplanned_result_goes_to_the_server(client):
-    """A clamp is not planned here yet: its result's metadata comes with the
-    reply, and an op on it is planned by the server, its error raised at the
-    next sync point, as before."""
+    """A batch_norm is not planned here yet: its result's metadata comes with
+    the reply, and an op on it is planned by the server, its error raised at
+    the next sync point, as before."""
     if not client.pipelined:
         pytest.skip("the unary path raises every error at its line")
-    m = client.ones(3, 2).clamp(0)
+    m = tensord.nn.functional.batch_norm(client.ones(3, 2), None, None, training=True)
     bad = m + client.ones(3)  # the server's planner refuses it
     assert bad._info.planned is None
     with pytest.raises(RuntimeError, match="must match the size of tensor b") as err:

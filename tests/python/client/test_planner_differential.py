@@ -8,7 +8,7 @@ a view (reshape with -1s and bad sizes, permute, transpose, narrow,
 select, dims and indices in range and one past), a cast to every dtype, a
 softmax or log_softmax over any dim, a conv2d, max/avg or adaptive
 pooling (windows of every length, sign and fit, groups), a loss (every
-reduction), or a where, cat or dropout, over tiny tensors of every dtype in shapes that broadcast and
+reduction), or a where, clamp, cat or dropout, over tiny tensors of every dtype in shapes that broadcast and
 shapes that do not (0-d and empty ones among them), mostly on one device
 and sometimes on two (cpu:0 and cpu:1 of the suite's --host-devices 2
 daemon). The Python module plans it; the server runs it as a real Run (a
@@ -185,6 +185,20 @@ def _requests(rng, pool, labels):
                         getattr(args, scalar_field).CopyFrom(rng.choice(NUMBERS))
                         metas.append(None)
                 yield pb.Op(where=args), tuple(metas)
+            elif pick < 0.6:  # clamp: each bound a tensor, a number or none
+                args = pb.ClampArgs(x=pb.Operand(handle=a_handle))
+                metas = [a]
+                for tensor_field, scalar_field in (("min", "min_scalar"), ("max", "max_scalar")):
+                    pick = rng.random()
+                    if pick < 0.4:
+                        handle, meta = same()
+                        getattr(args, tensor_field).handle = handle
+                        metas.append(meta)
+                    else:
+                        if pick < 0.8:
+                            getattr(args, scalar_field).CopyFrom(rng.choice(NUMBERS))
+                        metas.append(None)
+                yield pb.Op(clamp=args), tuple(metas)
             elif pick < 0.8:
                 others = [same() for _ in range(rng.randint(0, 2))]
                 args = pb.CatArgs(xs=[pb.Operand(handle=a_handle)]
@@ -244,6 +258,12 @@ def _planned(op, metas, caps):
         numbers = [None if m is not None else _value(getattr(args, field))
                    for m, field in zip(metas[1:], ("input_scalar", "other_scalar"))]
         return lambda: _planner.plan_where(metas[0], metas[1], numbers[0], metas[2],
+                                           numbers[1], caps[metas[0].device])
+    if kind == "clamp":
+        args = op.clamp
+        numbers = [_value(getattr(args, field)) if args.HasField(field) else None
+                   for field in ("min_scalar", "max_scalar")]
+        return lambda: _planner.plan_clamp(metas[0], metas[1], numbers[0], metas[2],
                                            numbers[1], caps[metas[0].device])
     if kind == "cat":
         return lambda: _planner.plan_cat(list(metas), op.cat.dim, caps[metas[0].device])

@@ -200,6 +200,11 @@ class Dispatcher:
         """torch.cat of the tensors whose infos are `xs`."""
         return self._plan(lambda caps, *metas: _planner.plan_cat(list(metas), dim, caps), *xs)
 
+    def plan_clamp(self, x, lo, lo_number, hi, hi_number):
+        """x.clamp(min, max): each bound a tensor's info or a number (or None)."""
+        return self._plan(lambda caps, x, a, b: _planner.plan_clamp(
+            x, a, lo_number, b, hi_number, caps), x, lo, hi)
+
     def plan_dropout(self, x, p, train):
         return self._plan(lambda caps, x: _planner.plan_dropout(x, p, train, caps), x)
 

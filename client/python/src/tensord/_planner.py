@@ -893,6 +893,59 @@ def check_requires_grad(x, requires_grad):
     return x
 
 
+def _combine_categories(higher, lower):
+    """c10's combine_categories: the lower class's dtype counts only when
+    its category is higher."""
+    if higher is None:
+        return lower
+    if lower is None or higher in _FLOATING:
+        return higher
+    if higher == pb.BOOL or lower in _FLOATING:
+        return promote_types(higher, lower)
+    return higher
+
+
+def result_type_of(tensors, numbers):
+    """planner.cc ResultTypeState (torch.result_type of any number of
+    tensors, Metas, and Python numbers): dimensioned tensors, 0-d tensors and
+    numbers promote within their class, then the classes combine."""
+    dim = zero_dim = number = None
+    for t in tensors:
+        if t.shape:
+            dim = t.dtype if dim is None else promote_types(dim, t.dtype)
+        else:
+            zero_dim = t.dtype if zero_dim is None else promote_types(zero_dim, t.dtype)
+    for n in numbers:
+        d = pb.INT64 if isinstance(n, int) else pb.FLOAT32
+        number = d if number is None else promote_types(number, d)
+    result = _combine_categories(dim, _combine_categories(zero_dim, number))
+    return pb.FLOAT32 if result is None else result
+
+
+def plan_clamp(x, lo, lo_number, hi, hi_number, caps):
+    """op_plan.cc PlanClampOp (torch.clamp): bounds tensors (Metas) or
+    numbers, None when not given; as the executor runs it, every tensor in
+    the result dtype, then maximum(x, min), then minimum(that, max)."""
+    tensors = [t for t in (x, lo, hi) if t is not None]
+    check_same_device(tensors)
+    numbers = [n for n in (lo_number, hi_number) if n is not None]
+    if len(tensors) == 1 and not numbers:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "torch.clamp: At least one of 'min' or 'max' must not be None")
+    dtype = result_type_of(tensors, numbers)
+    for t in tensors:
+        if t.dtype != dtype:
+            caps.cast(t.dtype, dtype)
+    out = x.shape
+    for op, bound, number in ((pb.MAXIMUM, lo, lo_number), (pb.MINIMUM, hi, hi_number)):
+        if bound is None and number is None:
+            continue
+        b = Meta(dtype, bound.shape, x.device) if bound is not None else None
+        out = plan_binary(op, Meta(dtype, out, x.device), b,
+                          None if bound is not None else number, caps).shape
+    return Meta(dtype, out, x.device)
+
+
 def can_cast(source, target):
     """planner.cc CanCast (torch's canCast): no floating into an integer,
     nothing but bool into bool."""

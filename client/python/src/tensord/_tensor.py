@@ -352,13 +352,18 @@ class Tensor:
         if min is None and max is None:
             raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
         args = pb.ClampArgs(x=operand(self))
-        for bound, tensor_field, scalar_field in ((min, "min", "min_scalar"),
-                                                  (max, "max", "max_scalar")):
+        infos, numbers = [None, None], [None, None]
+        for i, (bound, tensor_field, scalar_field) in enumerate(
+                ((min, "min", "min_scalar"), (max, "max", "max_scalar"))):
             if isinstance(bound, Tensor):
                 getattr(args, tensor_field).CopyFrom(self._same_client(bound))
+                infos[i] = bound._info
             elif bound is not None:
-                getattr(args, scalar_field).CopyFrom(scalar_message(bound))
-        return self._run(clamp=args)
+                numbers[i] = _number(bound)
+                getattr(args, scalar_field).CopyFrom(scalar_message(numbers[i]))
+        planned = self._client._dispatcher.plan_clamp(self._info, infos[0], numbers[0],
+                                                      infos[1], numbers[1])
+        return self._run(planned, clamp=args)
 
     clip = clamp
 
