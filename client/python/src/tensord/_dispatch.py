@@ -14,15 +14,17 @@ paths, one contract for the tensor code above:
     a Tensor exists at once; its metadata (shape, dtype, device,
     requires_grad...) is a _stream.PendingInfo that arrives with the
     server's reply, and reading it waits for that reply (that one only).
-    Planned at the line: a binary or unary elementwise op whose operands'
-    metadata the client knows without waiting (each a create, a move, an
-    in-place op's target or such an op's result, or answered already) is
-    planned before it is sent (_planner.py, the server's rules): an op the
-    server's planner would refuse raises its error (code and PyTorch's
-    message) on its own line and sends nothing, and the result's shape,
-    dtype and device are known at once (PendingInfo.planned; they never
-    wait). Other ops, and ops on a tensor of unknown metadata, are planned
-    by the server alone, their errors raised at the next sync point.
+    Planned at the line: an op of a family _planner.py plans (the
+    plan_* methods below; the Tensor and functional code calls them) whose
+    operands' metadata the client knows without waiting (each a create, a
+    move, an in-place op's target or a planned result, or answered already)
+    is planned before it is sent, by the server's rules: an op the server's
+    planner would refuse raises its error (code, torch's class and message)
+    on its own line and sends nothing, and the result's shape, dtype and
+    device are known at once (PendingInfo.planned; they never wait). Other
+    ops (the norms, backward, grad, zero_grad, optimizer steps), and ops on
+    a tensor of unknown metadata, are planned by the server alone, their
+    errors raised at the next sync point.
     Sync points wait for what they need: fetch (numpy, item, tolist, repr,
     bool) for its read's reply, synchronize() and every unary call (listings,
     large uploads and fetches, Execute, capture, close) for every command

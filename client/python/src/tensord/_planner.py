@@ -1,24 +1,28 @@
-"""Planning at the line: what an elementwise op makes, or the error the server would raise, before it is sent.
+"""Planning at the line: what an op makes, or the error the server would raise, before it is sent.
 
 Contract: the Python twin of the server's planner (core/planner) for the
-op families the pipelined client plans — binary and unary elementwise ops.
-From the operands' metadata (Meta: wire dtype, shape, the server's device
-name) and the target device's capability table (Capabilities, from
-ListDevices), plan_binary and plan_unary return the result's Meta, or raise
-the error the server's planner gives for the same request: a TensordError
-(a RuntimeError) with the server's gRPC code and its exact message,
-PyTorch's words. So the pipelined client raises on the op's line, as the C++
-client does, and sends nothing for a refused op.
+op families the pipelined client plans: binary, in-place and unary
+elementwise ops, reductions, matmul and linear, views, casts, softmax,
+conv2d and the poolings, the losses, where, clamp, cat and dropout. From
+the operands' metadata (Meta: wire dtype, shape, the server's device name)
+and the target device's capability table (Capabilities, from ListDevices),
+each plan_* returns the result's Meta, or raises the error the server's
+planner gives for the same request: a TensordError (a RuntimeError, or
+torch's IndexError/ValueError class where the server names one) with the
+server's gRPC code and its exact message, PyTorch's words. So the pipelined
+client raises on the op's line, as the C++ client does, and sends nothing
+for a refused op.
 
 Each function names the C++ rule it mirrors (core/planner/planner.cc,
-op_plan.cc, core/base/dtype.cc, shape.cc, op_checks.cc); the unary dtype
-rules come from the op table (tensord._op_table, made from ops.json), as the
-server's do. tests/python/client/test_planner_differential.py proves the two
-equal over generated requests (valid and invalid, every op of these
-families, every dtype, broadcasting, 0-d and empty tensors, two devices)
-against the real server. What only the server knows — memory, quotas, a
-tensor whose own command failed — still surfaces at sync points.
-Stateless.
+op_plan.cc, window_plan.cc, loss_plan.cc, core/base/dtype.cc, shape.cc,
+op_checks.cc); the unary dtype rules and the op names come from the op
+table (tensord._op_table, made from ops.json), as the server's do.
+tests/python/client/test_planner_differential.py proves the two equal over
+generated requests (valid and invalid, every op of these families, every
+dtype, broadcasting, 0-d and empty tensors, two devices) against the real
+server. What only the server knows — values (a loss's target range),
+autograd's state, memory, quotas, a tensor whose own command failed — still
+surfaces at sync points. Stateless.
 """
 import collections
 import math
@@ -90,7 +94,7 @@ class Capabilities:
     def check(self, family, dtype, kind):
         """Capabilities::Check: raises '"<kind>" not implemented for
         '<dtype>' on <device>' unless the device runs `family` in `dtype`."""
-        if not self._dtypes.get(family, 0) >> dtype & 1:
+        if not self.has(family, dtype):
             raise not_implemented(kind, dtype, self.device)
 
     def cast(self, source, target):
