@@ -55,13 +55,8 @@ paths, one contract for the tensor code above:
     execute(ops, keep): the tensor the server made or named (run marks the
     op no_grad inside tensord.no_grad(); wait=True: the reply is waited
     for, so its failure is raised here; planned: the result's Meta from
-    plan_binary(op, a, b, number), plan_unary(op, x), plan_reduce(op, x,
-    dims, keepdim), plan_matmul(a, b), plan_linear(x, w, b),
-    plan_view(kind, x, *args), plan_cast(x, dtype), plan_softmax(x, dim,
-    log), plan_conv2d(...), plan_pool2d(...) or plan_loss(...), which take
-    the
-    operands' infos and raise the planner's error, or give None where the
-    server plans).
+    one of the plan_* methods, which take the operands' infos and raise the
+    planner's error, or give None where the server plans).
   * recorder: None, or while client.capture() runs a step, the
     _capture.Recorder that run() reports each op and its result to; to()
     and fetch() refuse then (RuntimeError).
@@ -353,15 +348,13 @@ class Dispatcher:
                 error = stream.dead_error(handle)
                 if error is not None:
                     raise error
-                if not copy:
+                info = getattr(self.session.live(handle), "_info", None)
+                if not copy and info is not None:
                     # x.to(its own device) is x, as the unary To answers.
-                    source = self.session.live(handle)
-                    info = getattr(source, "_info", None)
-                    if info is not None:
-                        where = getattr(info, "device_hint", None) or info.device
-                        if where == target:
-                            return info
-                known = _known(getattr(self.session.live(handle), "_info", None))
+                    where = getattr(info, "device_hint", None) or info.device
+                    if where == target:
+                        return info
+                known = _known(info)
                 planned = known._replace(device=target) if known is not None else None
                 return self._send(stream, "to", pb.ToRequest(handle=handle, device=target),
                                   target, planned)
@@ -370,7 +363,7 @@ class Dispatcher:
             handle=handle, device=device, copy=copy), mutating=True).tensor
 
     def run(self, op, wait=False, planned=None):
-        """planned: the result's Meta (plan_binary, plan_unary), if planned."""
+        """planned: the result's Meta (a plan_* method's), if planned."""
         if _grad_mode.no_grad_active():
             op.no_grad = True
         stream = self._streaming()

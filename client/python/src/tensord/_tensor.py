@@ -83,9 +83,10 @@ def _number(value):
 
 def scalar_message(value):
     """The pb.Scalar of a Python (or numpy) number."""
-    if isinstance(value, (bool, np.bool_, numbers.Integral)):
-        return pb.Scalar(int_value=int(value))
-    return pb.Scalar(float_value=float(value))
+    value = _number(value)
+    if isinstance(value, int):
+        return pb.Scalar(int_value=value)
+    return pb.Scalar(float_value=value)
 
 
 def operand(t):
