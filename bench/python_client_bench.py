@@ -2,7 +2,8 @@
 
     python3 bench/python_client_bench.py [--tensord build/server/tensord]
         [--cpp-bench build/bench/tensord-bench] [--iterations 2000]
-        [--rounds 3] [--mib 256]
+        [--rounds 3] [--mib 256] [--train-bench build/bench/train_bench]
+        [--step-batch 8] [--step-steps 50]
 
 Run it with a Python where `tensord` is importable (pip install
 ./client/python, or the CTest venv: build/tests/python/python-client-venv).
@@ -25,7 +26,13 @@ as GB/s:
   * bulk: a --mib MiB float32 upload (client.from_numpy: the Upload stream
     in 1 MiB chunks) and fetch (x.numpy(): the Fetch stream), beside bare
     grpcio streams of the same bytes in the same chunks (the request
-    messages built before the clock starts: grpcio's floor).
+    messages built before the clock starts: grpcio's floor);
+  * seed 001's training step at --step-batch (zero_grad, forward,
+    cross_entropy, backward, SGD step, loss.item(); the example's Net,
+    train_bench's inputs and optimizer: resident inputs, lr 0.001, momentum
+    0.9), milliseconds per step from Python (pipelined) and from C++
+    (train_bench --address: the C++ client on the same daemon), one of each
+    per round; the medians over --rounds count.
 The Python measurements are interleaved in rounds (every body a slice of
 each round), so drift on a shared machine lands on all alike; a bulk row
 is the best of --rounds. The C++ rows come from tensord-bench (--only
@@ -58,7 +65,9 @@ from tensord.v1 import tensord_pb2_grpc as pb_grpc
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+sys.path.insert(0, os.path.join(REPO, "client", "python", "examples"))
 from daemon import Daemon  # noqa: E402  (tests/python/daemon.py: the one daemon helper)
+from train_cifar_net import Net  # noqa: E402  (seed 001's network)
 
 CHUNK_BYTES = 1 << 20
 MAX_MESSAGE_BYTES = 64 << 20
@@ -74,6 +83,10 @@ def parse_args():
                         help="timed calls per small-op measurement")
     parser.add_argument("--rounds", type=int, default=3, help="bulk and C++ runs (best counts)")
     parser.add_argument("--mib", type=int, default=256, help="bulk transfer size")
+    parser.add_argument("--train-bench", default=os.path.join(REPO, "build/bench/train_bench"),
+                        help="train_bench for the C++ step ('' to skip the step rows)")
+    parser.add_argument("--step-batch", type=int, default=8)
+    parser.add_argument("--step-steps", type=int, default=50, help="timed steps per run")
     return parser.parse_args()
 
 
@@ -283,6 +296,51 @@ def bulk_round(address, mib):
     return rates
 
 
+def python_step(address, batch, steps):
+    """Milliseconds per seed-001 training step from Python, as train_bench's."""
+    import tensord.nn.functional as F
+    import tensord.optim as optim
+    client = tensord.connect(address, client_name="python-client-bench-step")
+    try:
+        client.manual_seed(1)
+        net = Net()
+        optimizer = optim.SGD(net.parameters(), lr=0.001, momentum=0.9)
+        inputs = client.randn(batch, 3, 32, 32, seed=2)
+        target = client.tensor([i % 10 for i in range(batch)])
+
+        def step():
+            optimizer.zero_grad()
+            loss = F.cross_entropy(net(inputs), target)
+            loss.backward()
+            optimizer.step()
+            return loss.item()
+
+        for _ in range(3):
+            step()
+        start = time.perf_counter()
+        for _ in range(steps):
+            check(step() > 0, "a positive loss")
+        return (time.perf_counter() - start) * 1e3 / steps
+    finally:
+        client.close()
+
+
+def cpp_step(binary, address, batch, steps):
+    """train_bench's milliseconds per step (the C++ client) against `address`."""
+    out = subprocess.run([binary, "--address", address, "--batches", str(batch),
+                          "--steps", str(steps), "--repeats", "1", "--convs", "",
+                          "--block=false", "--sessions", "0"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = json.loads(out.strip().splitlines()[-1])["rows"]
+    return next(r["tensord_ms"] for r in rows if r["row"] == "train_step")
+
+
+def median(values):
+    values = sorted(values)
+    n = len(values)
+    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+
+
 def cpp_round(binary, iterations, mib):
     """{row name: (value, p99)} of tensord-bench's TCP rows."""
     out = subprocess.run([binary, "--only", "small,bulk", "--sizes", f"{mib}MiB",
@@ -302,11 +360,16 @@ def main():
     args = parse_args()
     with Daemon(args.tensord) as daemon:
         small = small_ops(daemon.address, args.iterations)
-        bulk_runs, cpp_runs = [], []
+        bulk_runs, cpp_runs, steps = [], [], {"python": [], "c++": []}
         for _ in range(args.rounds):
             bulk_runs.append(bulk_round(daemon.address, args.mib))
             if args.cpp_bench:
                 cpp_runs.append(cpp_round(args.cpp_bench, args.iterations, args.mib))
+            if args.train_bench:
+                steps["python"].append(python_step(daemon.address, args.step_batch,
+                                                   args.step_steps))
+                steps["c++"].append(cpp_step(args.train_bench, daemon.address,
+                                             args.step_batch, args.step_steps))
         daemon.stop()
 
     def cpp_latency(name):
@@ -363,8 +426,15 @@ def main():
             rows.append(("bulk", name, "c++ bare", cpp_rate(f"{cpp_bare}_{args.mib}MiB")[0],
                          None, "GB/s", {}))
 
+    if steps["python"]:
+        name = f"seed001_step_batch{args.step_batch}"
+        python_ms, cpp_ms = median(steps["python"]), median(steps["c++"])
+        rows.append(("step", name, "python", python_ms, None, "ms",
+                     {"c++": python_ms / cpp_ms}))
+        rows.append(("step", name, "c++", cpp_ms, None, "ms", {}))
+
     print(f"python_client_bench: {args.iterations} calls per latency, best of "
-          f"{args.rounds} bulk/C++ runs, TCP loopback; the client checks fetched "
+          f"{args.rounds} bulk/C++ runs (steps: their medians), TCP loopback; the client checks fetched "
           f"chunks with {_wire.CRC32_IMPLEMENTATION}'s CRC-32")
     print(f"{'group':<8} {'measurement':<24} {'side':<16} {'value':>10} {'p99':>10} "
           f"{'unit':<5} ratios (value over)")

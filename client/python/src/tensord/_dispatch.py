@@ -85,6 +85,9 @@ SHM_MIN_BYTES = 1 << 20  # transfers over this go through the region, as C++'s
 UPLOAD_CHUNK_BYTES = 1 << 20
 # Ops whose reply is an operand, updated (the target), not a new tensor:
 # kind -> the field naming it.
+# The requests made most often, written as wire bytes on the stream.
+_CREATE_REQUEST = _wire.encoder(pb.CreateRequest)
+_READ_REQUEST = _wire.encoder(pb.ReadRequest)
 _IN_PLACE = {"in_place": "target", "requires_grad": "x", "backward": "root",
              "zero_grad": "tensors", "optimizer_step": "params"}
 
@@ -240,9 +243,14 @@ class Dispatcher:
         return plan(caps, *metas)
 
     def _send_carrying(self, stream, kind, request, result, pending):
+        """Sends `request` (a message, or its bytes) with the dropped handles
+        riding its release list."""
         taken = self.session._take_dropped()
         if taken:
-            request.release.extend(taken)
+            if isinstance(request, bytes):
+                request += _wire.releases(kind, taken)
+            else:
+                request.release.extend(taken)
         try:
             stream.send(kind, request, result, pending)
         except BaseException:
@@ -286,11 +294,16 @@ class Dispatcher:
         if limits.max_inline_bytes:
             inline_cap = min(inline_cap, limits.max_inline_bytes)
         if len(data) <= inline_cap:
-            request = pb.CreateRequest(device=device, dtype=dtype.wire, shape=list(shape),
-                                       data=bytes(data), tag=tag)
             stream = self._streaming()
             if stream is not None:
-                return self._send_create(stream, request, device)
+                target = self._canonical(device)
+                planned = (_planner.Meta(dtype.wire, tuple(shape), target)
+                           if target is not None else None)
+                return self._send(stream, "create", _CREATE_REQUEST(
+                    device=device, dtype=dtype.wire, shape=shape, data=data, tag=tag),
+                    target, planned)
+            request = pb.CreateRequest(device=device, dtype=dtype.wire, shape=list(shape),
+                                       data=bytes(data), tag=tag)
             return self.session.call("Create", request, mutating=True).tensor
         header = pb.UploadRequest.Header(device=device, dtype=dtype.wire,
                                          shape=list(shape), tag=tag)
@@ -368,28 +381,44 @@ class Dispatcher:
             op.no_grad = True
         stream = self._streaming()
         if stream is not None:
-            self._check_operands(stream, op)
             kind = op.WhichOneof("kind")
-            field = _IN_PLACE.get(kind)
-            if field is None:
-                pending = self._send(stream, "run", pb.RunRequest(op=op), planned=planned)
-            else:
-                target = getattr(getattr(op, kind), field)
-                handle = (target[0] if len(target) else pb.Operand()).handle \
-                    if field in ("tensors", "params") else target.handle
-                live = self.session.live(handle)
-                fallback = getattr(live, "_info", None)
-                # The target keeps its shape, dtype and device.
-                pending = PendingInfo(stream, handle, fallback=fallback,
-                                      planned=_known(fallback))
-                self._send_carrying(stream, "run", pb.RunRequest(op=op), 0, pending)
-            if wait:
-                pending.resolved()
-            return pending
+            return self._run_on(stream, kind, getattr(op, kind), op.no_grad, wait, planned)
         result = self.session.call("Run", pb.RunRequest(op=op), mutating=True).tensor
         if self.recorder is not None:
             self.recorder.record(op, result)
         return result
+
+    def run_args(self, kind, args, wait=False, planned=None):
+        """run() of the pb.Op whose oneof field `kind` is `args`: a message,
+        or its serialized bytes (a _wire encoder's). On the stream the args
+        are framed as they are (_wire.run_request): no pb.Op is built."""
+        stream = self._streaming()
+        if stream is None:
+            return self.run(_op_of(kind, args), wait, planned)
+        return self._run_on(stream, kind, args, _grad_mode.no_grad_active(), wait, planned)
+
+    def _run_on(self, stream, kind, args, no_grad, wait, planned):
+        if stream.has_dead():
+            self._check_operands(stream, _op_of(kind, args))
+        request = _wire.run_request(kind, args, no_grad)
+        field = _IN_PLACE.get(kind)
+        if field is None:
+            pending = self._send(stream, "run", request, planned=planned)
+        else:
+            if isinstance(args, bytes):
+                args = getattr(_op_of(kind, args), kind)
+            target = getattr(args, field)
+            handle = (target[0] if len(target) else pb.Operand()).handle \
+                if field in ("tensors", "params") else target.handle
+            live = self.session.live(handle)
+            fallback = getattr(live, "_info", None)
+            # The target keeps its shape, dtype and device.
+            pending = PendingInfo(stream, handle, fallback=fallback,
+                                  planned=_known(fallback))
+            self._send_carrying(stream, "run", request, 0, pending)
+        if wait:
+            pending.resolved()
+        return pending
 
     def execute(self, ops, keep):
         if _grad_mode.no_grad_active():
@@ -427,8 +456,8 @@ class Dispatcher:
         stream = self._streaming()
         if stream is None:
             return None
-        chunk = stream.request("read", pb.ReadRequest(handle=info.handle,
-                                                      if_small_on_host=True)).chunk
+        chunk = stream.request("read", _READ_REQUEST(handle=info.handle,
+                                                     if_small_on_host=True)).chunk
         nbytes = chunk.tensor.nbytes
         data = chunk.data  # a copy each time it is read: once
         if nbytes == 0 or len(data) != nbytes:
@@ -450,7 +479,7 @@ class Dispatcher:
         if nbytes <= self.session.limits.max_read_bytes:
             stream = self._streaming()
             if stream is not None:
-                chunk = stream.request("read", pb.ReadRequest(handle=info.handle)).chunk
+                chunk = stream.request("read", _READ_REQUEST(handle=info.handle)).chunk
             else:
                 chunk = self.session.call("Read", pb.ReadRequest(handle=info.handle))
             data = chunk.data  # a copy each time it is read: once
@@ -460,18 +489,25 @@ class Dispatcher:
                                    f"tensor {info.handle}: read {len(data)} "
                                    f"of {nbytes} bytes")
             return data
-        # One buffer of the tensor's size, each chunk copied into it once.
+        # One buffer of the tensor's size, each chunk copied into it once;
+        # the chunks' CRC-32s are computed on the checker thread meanwhile
+        # (_wire.crc32_later), all checked before the bytes are returned.
         out = bytearray(nbytes)
         view = memoryview(out)
         received = 0
+        checks = []  # (chunk, its offset, its CRC-32's future)
         for chunk, data in self.session.fetch(info.handle):
-            _check_chunk(info.handle, chunk, data, received)
+            if chunk.offset != received:
+                _check_chunk(info.handle, chunk, data, received)  # raises
+            checks.append((chunk, received, _wire.crc32_later(data)))
             end = received + len(data)
             if end <= nbytes:
                 view[received:end] = data
             received = end
             if bar is not None:
                 bar.update(len(data))
+        for chunk, offset, crc in checks:
+            _check_crc(info.handle, chunk, crc.result(), offset)
         if received != nbytes:
             raise TensordError(grpc.StatusCode.DATA_LOSS,
                                f"tensor {info.handle}: fetched {received} of {nbytes} bytes")
@@ -483,14 +519,29 @@ _VIEW_PLANNERS = {"reshape": _planner.plan_reshape, "permute": _planner.plan_per
                   "select": _planner.plan_select}
 
 
+def _op_of(kind, args):
+    """The pb.Op whose oneof field `kind` is `args` (a message or its bytes)."""
+    op = pb.Op()
+    field = getattr(op, kind)
+    field.SetInParent()
+    if isinstance(args, bytes):
+        field.MergeFromString(args)
+    else:
+        field.CopyFrom(args)
+    return op
+
+
 def _known(info):
     """The _planner.Meta of `info` (a pb.TensorInfo or PendingInfo) where
-    it is known without waiting: answered, or planned; else None."""
+    it is known without waiting: planned (a planned result's metadata is
+    its answer's), or answered; else None."""
     if info is None:
         return None
     if isinstance(info, PendingInfo):
-        if info._info is None:
+        if info.planned is not None:
             return info.planned
+        if info._info is None:
+            return None
         info = info._info
     if not info.dtype:
         return None
@@ -500,7 +551,12 @@ def _known(info):
 def _check_chunk(handle, chunk, data, expected_offset):
     """Raises DATA_LOSS unless `chunk` (whose bytes are `data`) is at
     `expected_offset` with a matching CRC-32."""
-    crc = _wire.crc32(data)
+    _check_crc(handle, chunk, _wire.crc32(data), expected_offset)
+
+
+def _check_crc(handle, chunk, crc, expected_offset):
+    """Raises DATA_LOSS unless `chunk` is at `expected_offset` and its
+    bytes' CRC-32 `crc` is the one it was sent with."""
     if chunk.offset != expected_offset or crc != chunk.crc32:
         raise TensordError(grpc.StatusCode.DATA_LOSS,
                            f"tensor {handle}: a corrupt chunk at offset {chunk.offset} "

@@ -117,8 +117,7 @@ class Session:
     def start_stream(self):
         """Opens the session's command stream (_stream.py); unary calls drain it."""
         from tensord._stream import CommandStream
-        self.stream = CommandStream(self._stub, self.id, self._metadata, self.instance,
-                                    channel=self._channel)
+        self.stream = CommandStream(self._channel, self.id, self._metadata, self.instance)
         self._streams.append(self.stream)
         return self.stream
 

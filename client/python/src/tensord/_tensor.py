@@ -34,7 +34,7 @@ import numbers
 import grpc
 import numpy as np
 
-from tensord import _dtypes
+from tensord import _dtypes, _wire
 from tensord._device import device as Device
 from tensord._device import name_of
 from tensord._errors import TensordError, make_error
@@ -87,6 +87,20 @@ def scalar_message(value):
     if isinstance(value, int):
         return pb.Scalar(int_value=value)
     return pb.Scalar(float_value=value)
+
+
+_SCALAR = _wire.encoder(pb.Scalar)
+_BINARY_ARGS = _wire.encoder(pb.BinaryArgs)
+_UNARY_ARGS = _wire.encoder(pb.UnaryArgs)
+
+
+def scalar_bytes(number):
+    """The serialized pb.Scalar of an int or float (_number's)."""
+    if isinstance(number, int):
+        if not -(1 << 63) <= number < (1 << 63):
+            return scalar_message(number)  # protobuf's error: out of int64's range
+        return _SCALAR(int_value=number)
+    return _SCALAR(float_value=number)
 
 
 def operand(t):
@@ -187,37 +201,47 @@ class Tensor:
     # --- dispatch ----------------------------------------------------------
 
     def _run(self, planned=None, **kind):
-        """Runs one pb.Op (its oneof field and args) and adopts the result
-        (`planned`: its metadata, where the dispatcher planned it)."""
+        """Runs one op (its pb.Op oneof field = its args: a message, or its
+        bytes from a _wire encoder) and adopts the result (`planned`: its
+        metadata, where the dispatcher planned it)."""
+        (name, args), = kind.items()
         return Tensor._adopt(self._client,
-                             self._client._dispatcher.run(pb.Op(**kind), planned=planned))
+                             self._client._dispatcher.run_args(name, args, planned=planned))
 
     def _same_client(self, other):
+        """other's pb.Operand; raises unless other is this tensor's client's."""
+        self._check_client(other)
+        return operand(other)
+
+    def _check_client(self, other):
         if other._client is not self._client:
             # The C++ client's error, class (code) and words.
             raise make_error(grpc.StatusCode.INVALID_ARGUMENT,
                              f"tensor {other.handle} belongs to another Client's session: an op "
                              "takes the tensors of one Client (one session on one server)")
-        return operand(other)
 
     # --- elementwise -------------------------------------------------------
 
     # Binary and unary ops are planned at the line on the pipelined path
     # (Dispatcher.plan_binary/plan_unary: their errors raise here).
+    # The hottest ops' args are written as wire bytes (_wire.encoder): no
+    # protobuf object per op.
     def _binary(self, op, other, reflected=False):
         if isinstance(other, Tensor):
-            rhs = self._same_client(other)
+            self._check_client(other)
             if reflected:
                 return other._binary(op, self)
             planned = self._client._dispatcher.plan_binary(op, self._info, other._info)
-            return self._run(planned, binary=pb.BinaryArgs(op=op, lhs=operand(self), rhs=rhs))
+            return self._run(planned, binary=_BINARY_ARGS(
+                op=op, lhs=_wire.operand(self._info.handle),
+                rhs=_wire.operand(other._info.handle)))
         if _is_number(other):
             number = _number(other)
             planned = self._client._dispatcher.plan_binary(op, self._info, None, number,
                                                            number_first=reflected)
-            return self._run(planned, binary=pb.BinaryArgs(op=op, lhs=operand(self),
-                                                           scalar=scalar_message(number),
-                                                           scalar_first=reflected))
+            return self._run(planned, binary=_BINARY_ARGS(
+                op=op, lhs=_wire.operand(self._info.handle), scalar=scalar_bytes(number),
+                scalar_first=reflected))
         return NotImplemented
 
     def __add__(self, other):
@@ -321,7 +345,8 @@ class Tensor:
 
     def _unary(self, op, args=()):
         planned = self._client._dispatcher.plan_unary(op, self._info)
-        return self._run(planned, unary=pb.UnaryArgs(op=op, x=operand(self), args=args))
+        return self._run(planned, unary=_UNARY_ARGS(op=op, x=_wire.operand(self._info.handle),
+                                                    args=args))
 
     def neg(self):
         return self._unary(pb.NEG)

@@ -26,10 +26,43 @@ Contract:
     every fetched chunk), through zlib-ng's SIMD version when the optional
     zlib-ng package is installed (pip install "tensord[fast]": about ten
     times zlib's speed, which otherwise bounds a large fetch), else zlib's.
-    CRC32_IMPLEMENTATION says which ("zlib-ng" or "zlib").
-Stateless; thread-safe.
+    CRC32_IMPLEMENTATION says which ("zlib-ng" or "zlib"). crc32_later(data)
+    is a concurrent.futures.Future of crc32(data), computed on the one
+    checker thread (both zlibs release the GIL for large buffers), so a
+    fetch checks its chunks while the next ones arrive; `data` must not
+    change until the future is done.
+  * stream_command(seq, result, kind, request) -> a tensord.v1.Command
+    (seq, result, and `request`, a message or its serialized bytes, as its
+    oneof field `kind`: "create", "run"...), serialized and framed as one
+    element of StreamRequest.commands: the bytes a StreamRequest carries
+    for it. stream_request(opened, commands, received_through) -> the
+    serialized StreamRequest of those framed commands (a list), `opened`
+    a serialized StreamOpen or None, `received_through` left out when 0.
+    parse_stream_command(framed) is the pb.Command back (for errors that
+    name it). The command stream builds no protobuf object per command:
+    the request is serialized once, the rest is concatenated.
+  * encoder(message_class) -> encode(**fields): the serialized message of
+    those fields, as protobuf writes it (a field at its default left out
+    unless it has presence: a oneof member or a message; a message field
+    takes a message or its serialized bytes; a repeated scalar is packed).
+    A keyword that is not a field raises TypeError. Built for the few
+    messages made per op (pyext protobuf takes microseconds per message,
+    more per nested copy; this takes well under one). operand(handle) is
+    the serialized Operand naming `handle` (cached).
+  * run_request(kind, args, no_grad) -> a serialized RunRequest of the Op
+    whose oneof field `kind` is `args` (a message or its bytes);
+    releases(kind, handles) -> the `release` field of the request of
+    Command kind `kind` holding `handles`, to append to its bytes.
+Stateless but for the checker thread (started at the first crc32_later);
+thread-safe.
 """
+import concurrent.futures
+import functools
+import struct
+import threading
 import zlib
+
+from google.protobuf import descriptor
 
 from tensord.v1 import tensord_pb2 as pb
 
@@ -40,6 +73,20 @@ try:
 except ImportError:
     crc32 = zlib.crc32
     CRC32_IMPLEMENTATION = "zlib"
+
+_checker = None
+_checker_lock = threading.Lock()
+
+
+def crc32_later(data):
+    global _checker
+    if _checker is None:
+        with _checker_lock:
+            if _checker is None:
+                _checker = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="tensord-crc32")
+    return _checker.submit(crc32, data)
+
 
 # FetchChunk's field numbers (tensord.proto).
 _TENSOR, _OFFSET, _DATA, _CRC32 = 1, 2, 3, 4
@@ -113,7 +160,12 @@ def parse_fetch_chunk(raw):
     return FetchChunkView(offset, crc32, data, tensor)
 
 
+_SMALL_VARINTS = [bytes((value,)) for value in range(0x80)]
+
+
 def _varint_bytes(value):
+    if value < 0x80:
+        return _SMALL_VARINTS[value]
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -124,6 +176,157 @@ def _varint_bytes(value):
 
 _UPLOAD_HEADER_KEY = b"\x0a"  # field 1, length-delimited
 _UPLOAD_DATA_KEY = b"\x12"    # field 2, length-delimited
+
+
+def _key(field, wire):
+    return _varint_bytes(field.number << 3 | wire)
+
+
+_COMMAND = pb.Command.DESCRIPTOR.fields_by_name
+_COMMAND_SEQ_KEY = _key(_COMMAND["seq"], _VARINT)
+_COMMAND_RESULT_KEY = _key(_COMMAND["result"], _VARINT)
+_COMMAND_KIND_KEYS = {field.name: _key(field, _LENGTH)
+                      for field in pb.Command.DESCRIPTOR.oneofs_by_name["kind"].fields}
+_STREAM = pb.StreamRequest.DESCRIPTOR.fields_by_name
+_STREAM_OPEN_KEY = _key(_STREAM["open"], _LENGTH)
+_STREAM_COMMAND_KEY = _key(_STREAM["commands"], _LENGTH)
+_STREAM_RECEIVED_KEY = _key(_STREAM["received_through"], _VARINT)
+
+
+_FD = descriptor.FieldDescriptor
+_VARINT_TYPES = frozenset((_FD.TYPE_INT32, _FD.TYPE_INT64, _FD.TYPE_UINT32, _FD.TYPE_UINT64,
+                           _FD.TYPE_ENUM, _FD.TYPE_BOOL))
+_FIXED = {_FD.TYPE_DOUBLE: ("<d", _FIXED64), _FD.TYPE_FLOAT: ("<f", _FIXED32)}
+
+
+def _signed_varint(value):
+    return _varint_bytes(value & 0xFFFFFFFFFFFFFFFF)  # negatives as 10 bytes
+
+
+def _field_writer(field):
+    """write(value) -> the bytes of `field` holding `value` (b"" at a default
+    without presence)."""
+    presence = field.containing_oneof is not None or field.type == _FD.TYPE_MESSAGE
+    if field.type in _VARINT_TYPES:
+        scalar, wire = _signed_varint, _VARINT
+    elif field.type in _FIXED:
+        fmt, wire = _FIXED[field.type]
+        scalar = struct.Struct(fmt).pack
+    elif field.type == _FD.TYPE_STRING:
+        scalar, wire = str.encode, _LENGTH
+    elif field.type in (_FD.TYPE_BYTES, _FD.TYPE_MESSAGE):
+        scalar, wire = None, _LENGTH
+    else:
+        raise TypeError(f"{field.full_name}: a field type the encoder does not write")
+    if field.label == _FD.LABEL_REPEATED:
+        if wire != _LENGTH:  # packed
+            key = _key(field, _LENGTH)
+
+            def write_packed(values):
+                if not len(values):
+                    return b""
+                body = b"".join([scalar(v) for v in values])
+                return b"".join((key, _varint_bytes(len(body)), body))
+            return write_packed
+        key = _key(field, _LENGTH)
+
+        def write_each(values):
+            parts = []
+            for v in values:
+                v = _length_delimited(v, scalar)
+                parts += [key, _varint_bytes(len(v)), v]
+            return b"".join(parts)
+        return write_each
+    key = _key(field, wire)
+    if wire == _LENGTH:
+        def write_length(value):
+            value = _length_delimited(value, scalar)
+            if not value and not presence:
+                return b""
+            return b"".join((key, _varint_bytes(len(value)), value))
+        return write_length
+
+    def write_scalar(value):
+        if not value and not presence:
+            return b""
+        return key + scalar(value)
+    return write_scalar
+
+
+def _length_delimited(value, scalar):
+    if scalar is not None:
+        return scalar(value)
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    return value.SerializePartialToString()
+
+
+def encoder(message_class):
+    writers = {f.name: _field_writer(f) for f in message_class.DESCRIPTOR.fields}
+    name = message_class.DESCRIPTOR.full_name
+
+    def encode(**fields):
+        try:
+            return b"".join([writers[field](value) for field, value in fields.items()])
+        except KeyError as e:
+            raise TypeError(f"{name} has no field {e.args[0]!r}") from None
+    encode.__name__ = f"encode_{message_class.DESCRIPTOR.name}"
+    return encode
+
+
+# A tensor's handle is written as its result's, then as an operand, often
+# many times: its varint is made once.
+_handle_varint = functools.lru_cache(maxsize=8192)(_varint_bytes)
+_OPERAND_HANDLE_KEY = _key(pb.Operand.DESCRIPTOR.fields_by_name["handle"], _VARINT)
+
+
+def operand(handle):
+    return _OPERAND_HANDLE_KEY + _handle_varint(handle)
+
+
+_OP_KIND_KEYS = {field.name: _key(field, _LENGTH)
+                 for field in pb.Op.DESCRIPTOR.oneofs_by_name["kind"].fields}
+_OP_NO_GRAD = _key(pb.Op.DESCRIPTOR.fields_by_name["no_grad"], _VARINT) + b"\x01"
+_RUN_OP_KEY = _key(pb.RunRequest.DESCRIPTOR.fields_by_name["op"], _LENGTH)
+
+
+def run_request(kind, args, no_grad):
+    body = args if isinstance(args, bytes) else args.SerializePartialToString()
+    op = b"".join((_OP_KIND_KEYS[kind], _varint_bytes(len(body)), body,
+                   _OP_NO_GRAD if no_grad else b""))
+    return b"".join((_RUN_OP_KEY, _varint_bytes(len(op)), op))
+
+
+_RELEASE_WRITERS = {
+    field.name: _field_writer(field.message_type.fields_by_name["release"])
+    for field in pb.Command.DESCRIPTOR.oneofs_by_name["kind"].fields
+    if "release" in field.message_type.fields_by_name}
+
+
+def releases(kind, handles):
+    return _RELEASE_WRITERS[kind](handles)
+
+
+def stream_command(seq, result, kind, request):
+    body = request if isinstance(request, bytes) else request.SerializePartialToString()
+    command = b"".join((_COMMAND_SEQ_KEY, _varint_bytes(seq),
+                        _COMMAND_RESULT_KEY + _handle_varint(result) if result else b"",
+                        _COMMAND_KIND_KEYS[kind], _varint_bytes(len(body)), body))
+    return b"".join((_STREAM_COMMAND_KEY, _varint_bytes(len(command)), command))
+
+
+def stream_request(opened, commands, received_through):
+    parts = [_STREAM_OPEN_KEY, _varint_bytes(len(opened)), opened] if opened is not None else []
+    parts += commands
+    if received_through:
+        parts += [_STREAM_RECEIVED_KEY, _varint_bytes(received_through)]
+    return b"".join(parts)
+
+
+def parse_stream_command(framed):
+    return pb.StreamRequest.FromString(framed).commands[0]
 
 
 def upload_message(header, data):
