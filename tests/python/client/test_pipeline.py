@@ -4,6 +4,7 @@ These tests name their mode (connect(pipeline=...)), so they do the same in
 both runs of the suite. Reconnecting a dropped stream is test_reconnect.py's.
 """
 import collections
+import time
 import threading
 
 import grpc
@@ -12,7 +13,7 @@ import pytest
 
 import tensord
 import tensord.nn.functional as F
-from tensord import _channel
+from tensord import _channel, _stream
 from tensord._client import Client
 
 
@@ -238,3 +239,26 @@ def test_reading_a_fresh_result_is_one_round_trip(piped, monkeypatch):
     assert repr(a * b) == "tensor([ 5, 16,  3])"
     big = piped.zeros(2 << 20) + 1  # 8 MiB: over one reply
     assert big.numpy().sum() == 2 << 20
+
+
+def test_replies_are_read_while_no_one_waits(piped):
+    """No sync point: the stream's keeper thread reads the replies (so the
+    server's kept replies are acknowledged) once no waiter has for a while."""
+    stream = piped._session.stream
+    x = piped.tensor([1.0])
+    kept = [x + i for i in range(50)]
+    deadline = time.monotonic() + 10
+    while stream._received_through < stream._next_seq and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert stream._received_through == stream._next_seq
+    assert kept[-1].item() == 50.0
+
+
+def test_a_full_window_is_emptied_by_the_keeper(piped, monkeypatch):
+    """More commands than the window without a sync: sends wait for room
+    while the keeper reads the replies, and nothing is lost."""
+    monkeypatch.setattr(_stream, "WINDOW", 32)
+    v = piped.tensor([0])
+    for _ in range(500):
+        v = v + 1
+    assert v.item() == 500

@@ -1,5 +1,6 @@
-"""_wire against protobuf's own encoding of FetchChunk and UploadRequest, and
-its CRC-32 against zlib's."""
+"""_wire against protobuf's own encoding of FetchChunk and UploadRequest, of
+the stream's commands and requests and of the encoder's messages, and its
+CRC-32 against zlib's."""
 import os
 import zlib
 
@@ -69,3 +70,77 @@ def test_crc32_is_zlibs_whichever_implementation_runs():
     blob = os.urandom((1 << 20) + 13)
     for data in (b"", b"a", blob, memoryview(blob)[7:70007], bytearray(blob[:4096])):
         assert _wire.crc32(data) == zlib.crc32(data)
+
+
+def test_crc32_later_is_crc32():
+    blob = os.urandom(3 << 20)
+    futures = [_wire.crc32_later(memoryview(blob)[at:at + (1 << 20)])
+               for at in range(0, len(blob), 1 << 20)]
+    assert [f.result() for f in futures] == [zlib.crc32(blob[at:at + (1 << 20)])
+                                             for at in range(0, len(blob), 1 << 20)]
+
+
+HANDLE = (1 << 63) + 12345
+
+
+@pytest.mark.parametrize("message", [
+    pb.BinaryArgs(op=pb.MUL, lhs=pb.Operand(handle=HANDLE), rhs=pb.Operand(handle=HANDLE + 1)),
+    pb.BinaryArgs(op=pb.SUB, lhs=pb.Operand(handle=1), scalar=pb.Scalar(int_value=0),
+                  scalar_first=True),
+    pb.BinaryArgs(op=pb.ADD, lhs=pb.Operand(handle=HANDLE), scalar=pb.Scalar(int_value=-7)),
+    pb.BinaryArgs(op=pb.POW, lhs=pb.Operand(handle=HANDLE), scalar=pb.Scalar(float_value=0.0)),
+    pb.BinaryArgs(lhs=pb.Operand(handle=0), rhs=pb.Operand()),  # defaults; empty messages
+    pb.UnaryArgs(op=pb.NEG, x=pb.Operand(handle=HANDLE), args=[0.5, -1e300, 0.0]),
+    pb.CreateRequest(device="cpu:1", dtype=pb.INT64, shape=[3, 0, -1, 1 << 40],
+                     data=bytes(range(200)), tag="t\u00e9", release=[HANDLE, 5]),
+    pb.CreateRequest(dtype=pb.FLOAT32, data=b""),  # an empty oneof member: present
+    pb.ReadRequest(handle=HANDLE, if_small_on_host=True),
+    pb.Scalar(float_value=-0.0),
+])
+def test_the_encoder_writes_what_protobuf_writes(message):
+    fields = {}
+    for field, value in message.ListFields():
+        if field.message_type is not None and field.label != field.LABEL_REPEATED:
+            value = value.SerializeToString()  # a message field takes its bytes
+        elif field.label == field.LABEL_REPEATED:
+            value = list(value)
+        fields[field.name] = value
+    raw = _wire.encoder(type(message))(**fields)
+    assert type(message).FromString(raw) == message
+    assert raw == message.SerializeToString()
+
+
+def test_the_encoder_takes_messages_and_refuses_unknown_fields():
+    encode = _wire.encoder(pb.BinaryArgs)
+    raw = encode(op=pb.MUL, lhs=pb.Operand(handle=3), rhs=_wire.operand(4))
+    assert pb.BinaryArgs.FromString(raw) == pb.BinaryArgs(
+        op=pb.MUL, lhs=pb.Operand(handle=3), rhs=pb.Operand(handle=4))
+    with pytest.raises(TypeError, match="tensord.v1.BinaryArgs has no field 'bogus'"):
+        encode(bogus=1)
+
+
+def test_run_requests_commands_and_stream_requests_are_what_protobuf_writes():
+    args = pb.BinaryArgs(op=pb.MUL, lhs=pb.Operand(handle=HANDLE), rhs=pb.Operand(handle=2))
+    for no_grad, released in ((False, []), (True, [HANDLE, HANDLE + 9, 1])):
+        raw = _wire.run_request("binary", args, no_grad) + _wire.releases("run", released)
+        expected = pb.RunRequest(op=pb.Op(binary=args, no_grad=no_grad), release=released)
+        assert pb.RunRequest.FromString(raw) == expected
+        assert raw == expected.SerializeToString()
+    # An op without fields still names its kind.
+    assert pb.RunRequest.FromString(_wire.run_request("grad", b"", False)).op.HasField("grad")
+    create = pb.CreateRequest(dtype=pb.INT64, shape=[3], data=b"x" * 24)
+    commands = [_wire.stream_command(1, HANDLE, "create", create),
+                _wire.stream_command(300, 0, "sync", b""),
+                _wire.stream_command(1 << 40, 0, "read",
+                                     pb.ReadRequest(handle=HANDLE).SerializeToString())]
+    opened = pb.StreamOpen(session="abc", stream=HANDLE)
+    for head, received in ((opened.SerializeToString(), 0), (None, 1 << 33)):
+        raw = _wire.stream_request(head, commands, received)
+        expected = pb.StreamRequest(received_through=received, commands=[
+            pb.Command(seq=1, result=HANDLE, create=create),
+            pb.Command(seq=300, sync=pb.Sync()),
+            pb.Command(seq=1 << 40, read=pb.ReadRequest(handle=HANDLE))])
+        if head is not None:
+            expected.open.CopyFrom(opened)
+        assert pb.StreamRequest.FromString(raw) == expected
+        assert _wire.parse_stream_command(commands[0]) == expected.commands[0]

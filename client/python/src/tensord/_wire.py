@@ -164,11 +164,13 @@ _SMALL_VARINTS = [bytes((value,)) for value in range(0x80)]
 
 
 def _varint_bytes(value):
-    if value < 0x80:
+    if 0 <= value < 0x80:
         return _SMALL_VARINTS[value]
-    out = bytearray()
+    if value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
+    out = []
     while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
+        out.append(value & 0x7F | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
@@ -193,6 +195,11 @@ _STREAM_COMMAND_KEY = _key(_STREAM["commands"], _LENGTH)
 _STREAM_RECEIVED_KEY = _key(_STREAM["received_through"], _VARINT)
 
 
+# A tensor's handle is written as its result's, then as an operand, often
+# many times: its varint is made once.
+_handle_varint = functools.lru_cache(maxsize=8192)(_varint_bytes)
+
+
 _FD = descriptor.FieldDescriptor
 _VARINT_TYPES = frozenset((_FD.TYPE_INT32, _FD.TYPE_INT64, _FD.TYPE_UINT32, _FD.TYPE_UINT64,
                            _FD.TYPE_ENUM, _FD.TYPE_BOOL))
@@ -207,7 +214,9 @@ def _field_writer(field):
     """write(value) -> the bytes of `field` holding `value` (b"" at a default
     without presence)."""
     presence = field.containing_oneof is not None or field.type == _FD.TYPE_MESSAGE
-    if field.type in _VARINT_TYPES:
+    if field.type == _FD.TYPE_UINT64:  # handles, mostly: their varints are kept
+        scalar, wire = _handle_varint, _VARINT
+    elif field.type in _VARINT_TYPES:
         scalar, wire = _signed_varint, _VARINT
     elif field.type in _FIXED:
         fmt, wire = _FIXED[field.type]
@@ -276,9 +285,6 @@ def encoder(message_class):
     return encode
 
 
-# A tensor's handle is written as its result's, then as an operand, often
-# many times: its varint is made once.
-_handle_varint = functools.lru_cache(maxsize=8192)(_varint_bytes)
 _OPERAND_HANDLE_KEY = _key(pb.Operand.DESCRIPTOR.fields_by_name["handle"], _VARINT)
 
 
