@@ -144,3 +144,8 @@ def test_run_requests_commands_and_stream_requests_are_what_protobuf_writes():
             expected.open.CopyFrom(opened)
         assert pb.StreamRequest.FromString(raw) == expected
         assert _wire.parse_stream_command(commands[0]) == expected.commands[0]
+
+
+def test_a_number_field_refuses_what_is_not_a_number():
+    with pytest.raises(TypeError, match="tensord.v1.OptimizerStepArgs.lr"):
+        _wire.encoder(pb.OptimizerStepArgs)(lr="0.1")

@@ -302,9 +302,9 @@ class Dispatcher:
                 return self._send(stream, "create", _CREATE_REQUEST(
                     device=device, dtype=dtype.wire, shape=shape, data=data, tag=tag),
                     target, planned)
-            request = pb.CreateRequest(device=device, dtype=dtype.wire, shape=list(shape),
-                                       data=bytes(data), tag=tag)
-            return self.session.call("Create", request, mutating=True).tensor
+            return self.session.call_encoded("Create", _CREATE_REQUEST(
+                device=device, dtype=dtype.wire, shape=shape, data=data, tag=tag),
+                mutating=True).tensor
         header = pb.UploadRequest.Header(device=device, dtype=dtype.wire,
                                          shape=list(shape), tag=tag)
         return self.session.upload(header, data, UPLOAD_CHUNK_BYTES,
@@ -382,22 +382,29 @@ class Dispatcher:
         stream = self._streaming()
         if stream is not None:
             kind = op.WhichOneof("kind")
-            return self._run_on(stream, kind, getattr(op, kind), op.no_grad, wait, planned)
+            return self._run_on(stream, kind, getattr(op, kind), op.no_grad, wait, planned,
+                                None)
         result = self.session.call("Run", pb.RunRequest(op=op), mutating=True).tensor
         if self.recorder is not None:
             self.recorder.record(op, result)
         return result
 
-    def run_args(self, kind, args, wait=False, planned=None):
+    def run_args(self, kind, args, wait=False, planned=None, target=None):
         """run() of the pb.Op whose oneof field `kind` is `args`: a message,
-        or its serialized bytes (a _wire encoder's). On the stream the args
-        are framed as they are (_wire.run_request): no pb.Op is built."""
+        or its serialized bytes (a _wire encoder's; an in-place op's then
+        names its `target` handle). On the stream the args are framed as
+        they are (_wire.run_request): no pb.Op is built."""
         stream = self._streaming()
-        if stream is None:
+        if stream is not None:
+            return self._run_on(stream, kind, args, _grad_mode.no_grad_active(), wait, planned,
+                                target)
+        if self.recorder is not None:  # the recorder keeps each op
             return self.run(_op_of(kind, args), wait, planned)
-        return self._run_on(stream, kind, args, _grad_mode.no_grad_active(), wait, planned)
+        return self.session.call_encoded(
+            "Run", _wire.run_request(kind, args, _grad_mode.no_grad_active()),
+            mutating=True).tensor
 
-    def _run_on(self, stream, kind, args, no_grad, wait, planned):
+    def _run_on(self, stream, kind, args, no_grad, wait, planned, target):
         if stream.has_dead():
             self._check_operands(stream, _op_of(kind, args))
         request = _wire.run_request(kind, args, no_grad)
@@ -405,11 +412,13 @@ class Dispatcher:
         if field is None:
             pending = self._send(stream, "run", request, planned=planned)
         else:
-            if isinstance(args, bytes):
-                args = getattr(_op_of(kind, args), kind)
-            target = getattr(args, field)
-            handle = (target[0] if len(target) else pb.Operand()).handle \
-                if field in ("tensors", "params") else target.handle
+            handle = target
+            if handle is None:
+                if isinstance(args, bytes):
+                    args = getattr(_op_of(kind, args), kind)
+                named = getattr(args, field)
+                handle = (named[0] if len(named) else pb.Operand()).handle \
+                    if field in ("tensors", "params") else named.handle
             live = self.session.live(handle)
             fallback = getattr(live, "_info", None)
             # The target keeps its shape, dtype and device.
@@ -481,7 +490,7 @@ class Dispatcher:
             if stream is not None:
                 chunk = stream.request("read", _READ_REQUEST(handle=info.handle)).chunk
             else:
-                chunk = self.session.call("Read", pb.ReadRequest(handle=info.handle))
+                chunk = self.session.call_encoded("Read", _READ_REQUEST(handle=info.handle))
             data = chunk.data  # a copy each time it is read: once
             _check_chunk(info.handle, chunk, data, 0)
             if len(data) != nbytes:

@@ -12,7 +12,7 @@ import ast
 import inspect
 import re
 
-from tensord import _op_table
+from tensord import _op_table, _wire
 from tensord._tensor import Tensor, operand, where  # noqa: F401 (where: re-exported)
 from tensord.v1 import tensord_pb2 as pb
 
@@ -71,7 +71,9 @@ def zero_grad(tensors):
     """Sets each tensor's grad to None, in one op (the tensors may be on any devices)."""
     tensors = list(tensors)
     if tensors:
-        tensors[0]._run(zero_grad=pb.ZeroGradArgs(tensors=[operand(t) for t in tensors]))
+        handles = [t._info.handle for t in tensors]
+        tensors[0]._run(target=handles[0], zero_grad=_ZERO_GRAD_ARGS(
+            tensors=[_wire.operand(h) for h in handles]))
 
 
 def matmul(input, other):
@@ -98,35 +100,55 @@ def log_softmax(input, dim):
     return input.log_softmax(dim)
 
 
+# The ops of a training step write their args as wire bytes (_wire.encoder).
+_LINEAR_ARGS = _wire.encoder(pb.LinearArgs)
+_CONV2D_ARGS = _wire.encoder(pb.Conv2dArgs)
+_POOL2D_ARGS = _wire.encoder(pb.Pool2dArgs)
+_LOSS_ARGS = _wire.encoder(pb.LossArgs)
+_ZERO_GRAD_ARGS = _wire.encoder(pb.ZeroGradArgs)
+
+
+def _operands(owner, /, **tensors):
+    """The wire operands of `tensors` (None left out), each checked to be
+    owner's client's."""
+    fields = {}
+    for name, t in tensors.items():
+        if t is not None:
+            owner._check_client(t)
+            fields[name] = _wire.operand(t._info.handle)
+    return fields
+
+
 def linear(input, weight, bias=None):
-    args = pb.LinearArgs(x=operand(input), weight=input._same_client(weight))
-    if bias is not None:
-        args.bias.CopyFrom(input._same_client(bias))
+    fields = _operands(input, x=input, weight=weight, bias=bias)
     planned = input._client._dispatcher.plan_linear(
         input._info, weight._info, bias._info if bias is not None else None)
-    return input._run(planned, linear=args)
+    return input._run(planned, linear=_LINEAR_ARGS(**fields))
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if isinstance(padding, str):
         raise NotImplementedError("tensord's conv2d takes numeric padding only")
-    args = pb.Conv2dArgs(x=operand(input), weight=input._same_client(weight),
-                         stride=_pair(stride), padding=_pair(padding),
-                         dilation=_pair(dilation), groups=groups)
-    if bias is not None:
-        args.bias.CopyFrom(input._same_client(bias))
+    fields = _operands(input, x=input, weight=weight, bias=bias)
+    stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
     planned = input._client._dispatcher.plan_conv2d(
         input._info, weight._info, bias._info if bias is not None else None,
-        list(args.stride), list(args.padding), list(args.dilation), int(groups))
-    return input._run(planned, conv2d=args)
+        stride, padding, dilation, int(groups))
+    return input._run(planned, conv2d=_CONV2D_ARGS(
+        stride=stride, padding=padding, dilation=dilation, groups=int(groups), **fields))
 
 
-def _pool(input, args):
-    """Runs a pool2d op, planned at the line."""
+def _pool(input, op, kernel_size=None, stride=None, padding=None, dilation=None,
+          output_size=None, exclude_pad=False):
+    """Runs a pool2d op, planned at the line (each window list _pair's; None: [])."""
+    kernel_size, stride, padding, dilation, output_size = (
+        v if v is not None else [] for v in (kernel_size, stride, padding, dilation, output_size))
     planned = input._client._dispatcher.plan_pool2d(
-        args.op, input._info, list(args.kernel_size), list(args.stride),
-        list(args.padding), list(args.dilation), list(args.output_size))
-    return input._run(planned, pool2d=args)
+        op, input._info, kernel_size, stride, padding, dilation, output_size)
+    return input._run(planned, pool2d=_POOL2D_ARGS(
+        op=op, x=_wire.operand(input._info.handle), kernel_size=kernel_size, stride=stride,
+        padding=padding, dilation=dilation, exclude_pad=exclude_pad,
+        output_size=output_size))
 
 
 def _no_ceil(ceil_mode, return_indices=False):
@@ -139,9 +161,8 @@ def _no_ceil(ceil_mode, return_indices=False):
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
     _no_ceil(ceil_mode, return_indices)
-    return _pool(input, pb.Pool2dArgs(
-        op=pb.MAX_POOL, x=operand(input), kernel_size=_pair(kernel_size),
-        stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation)))
+    return _pool(input, pb.MAX_POOL, kernel_size=_pair(kernel_size), stride=_pair(stride),
+                 padding=_pair(padding), dilation=_pair(dilation))
 
 
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
@@ -149,14 +170,12 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
     _no_ceil(ceil_mode)
     if divisor_override is not None:
         raise NotImplementedError("tensord's avg_pool2d has no divisor_override")
-    return _pool(input, pb.Pool2dArgs(
-        op=pb.AVG_POOL, x=operand(input), kernel_size=_pair(kernel_size),
-        stride=_pair(stride), padding=_pair(padding), exclude_pad=not count_include_pad))
+    return _pool(input, pb.AVG_POOL, kernel_size=_pair(kernel_size), stride=_pair(stride),
+                 padding=_pair(padding), exclude_pad=not count_include_pad)
 
 
 def adaptive_avg_pool2d(input, output_size):
-    return _pool(input, pb.Pool2dArgs(op=pb.ADAPTIVE_AVG_POOL, x=operand(input),
-                                      output_size=_pair(output_size)))
+    return _pool(input, pb.ADAPTIVE_AVG_POOL, output_size=_pair(output_size))
 
 
 def dropout(input, p=0.5, training=True, inplace=False, seed=None):
@@ -175,12 +194,13 @@ _REDUCTIONS = {"mean": pb.REDUCTION_MEAN, "sum": pb.REDUCTION_SUM, "none": pb.RE
 def _loss(op, input, target, reduction, ignore_index=None):
     if reduction not in _REDUCTIONS:
         raise ValueError(f"{reduction} is not a valid value for reduction")
-    args = pb.LossArgs(op=op, input=operand(input), target=input._same_client(target),
-                       reduction=_REDUCTIONS[reduction])
+    fields = _operands(input, input=input, target=target)
     if ignore_index is not None:
-        args.ignore_index = ignore_index
-    planned = input._client._dispatcher.plan_loss(op, input._info, target._info, args.reduction)
-    return input._run(planned, loss=args)
+        fields["ignore_index"] = int(ignore_index)
+    planned = input._client._dispatcher.plan_loss(op, input._info, target._info,
+                                                  _REDUCTIONS[reduction])
+    return input._run(planned, loss=_LOSS_ARGS(op=op, reduction=_REDUCTIONS[reduction],
+                                               **fields))
 
 
 def cross_entropy(input, target, reduction="mean", ignore_index=-100):

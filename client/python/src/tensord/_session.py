@@ -6,7 +6,9 @@ Contract:
     its lease) and starts a daemon thread that renews the lease (KeepAlive
     when no call has renewed it for a third of the lease) and sends the
     releases no request carried.
-  * call(method, request, mutating=...) performs one unary RPC: it fills in
+  * call(method, request, mutating=...) performs one unary RPC (and
+    call_encoded(method, body, mutating=...) one whose request is given as
+    its serialized fields but session and release: _wire's bytes): it fills in
     the session id, lets the handles of dropped tensors ride the request's
     `release` list when it has one, gives a mutation a fresh request id
     (metadata `tensord-request-id`) and retries it, and reads, on UNAVAILABLE
@@ -91,6 +93,8 @@ class Session:
             reply = self._raw_call("OpenSession", pb.OpenSessionRequest(
                 client_name=client_name, ttl_ms=ttl_ms))
             self.id, self.ttl_ms, self.limits = reply.session, reply.ttl_ms, reply.limits
+        self._encoded_rpcs = {}  # method -> _EncodedRpc (call_encoded)
+        self._session_field = _wire.length_prefixed(self.id.encode())
         self._request_prefix = secrets.token_hex(6) + "-"
         self._request_counter = itertools.count(1)
         self._max_release = min(self.limits.max_release_handles, 1024)
@@ -155,20 +159,38 @@ class Session:
         fields = request.DESCRIPTOR.fields_by_name
         if "session" in fields:
             request.session = self.id
-        if method in ("ListTensors", "ListDevices", "GetStats"):
-            self.wait_for_releases()
-        self._drain_stream()  # in order after every command sent before
+        self._before_call(method)
         taken = []
         if "release" in fields:
             taken = self._take_dropped()
             request.release.extend(taken)
+        return self._invoke(getattr(self._stub, method), request, taken, mutating)
+
+    def call_encoded(self, method, body, mutating=False):
+        """call() of a request given as its serialized fields but `session`
+        and `release` (a _wire encoder's bytes): the session and the
+        dropped handles are written around them, no protobuf object made."""
+        rpc = self._encoded_rpcs.get(method)
+        if rpc is None:
+            rpc = self._encoded_rpcs[method] = _EncodedRpc(self._channel, method)
+        self._before_call(method)
+        taken = self._take_dropped() if rpc.releases is not None else []
+        request = b"".join((rpc.session_key, self._session_field, body,
+                            rpc.releases(taken) if taken else b""))
+        return self._invoke(rpc.call, request, taken, mutating)
+
+    def _before_call(self, method):
+        if method in ("ListTensors", "ListDevices", "GetStats"):
+            self.wait_for_releases()
+        self._drain_stream()  # in order after every command sent before
+
+    def _invoke(self, rpc, request, taken, mutating):
         metadata = ((REQUEST_ID_KEY, self.next_request_id()),) if mutating else ()
         waited = False
         attempt = 0
         while True:
             try:
-                response, call = getattr(self._stub, method).with_call(
-                    request, metadata=self._metadata + metadata)
+                response, call = rpc.with_call(request, metadata=self._metadata + metadata)
             except grpc.RpcError as e:
                 self._check_instance(e.trailing_metadata())
                 if (mutating and not waited
@@ -359,6 +381,22 @@ class Session:
     def close(self):
         self.closed = True
         self._finalizer()
+
+
+class _EncodedRpc:
+    """A unary method called with its request's bytes: the multicallable,
+    the key of the request's `session` field and the writer of its
+    `release` list (None when it has none)."""
+
+    def __init__(self, channel, method):
+        rpc = pb.DESCRIPTOR.services_by_name["TensorService"].methods_by_name[method]
+        request, response = rpc.input_type, rpc.output_type
+        self.call = channel.unary_unary(
+            f"/tensord.v1.TensorService/{method}", request_serializer=None,
+            response_deserializer=getattr(pb, response.name).FromString)
+        self.session_key = _wire.length_key(request.fields_by_name["session"])
+        release = request.fields_by_name.get("release")
+        self.releases = _wire.field_writer(release) if release is not None else None
 
 
 def _close_remote(stub, session_id, metadata, wake, streams):

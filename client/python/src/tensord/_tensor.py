@@ -200,13 +200,14 @@ class Tensor:
 
     # --- dispatch ----------------------------------------------------------
 
-    def _run(self, planned=None, **kind):
+    def _run(self, planned=None, target=None, **kind):
         """Runs one op (its pb.Op oneof field = its args: a message, or its
         bytes from a _wire encoder) and adopts the result (`planned`: its
-        metadata, where the dispatcher planned it)."""
+        metadata, where the dispatcher planned it; `target`: an in-place
+        op's target handle, when its args are bytes)."""
         (name, args), = kind.items()
-        return Tensor._adopt(self._client,
-                             self._client._dispatcher.run_args(name, args, planned=planned))
+        return Tensor._adopt(self._client, self._client._dispatcher.run_args(
+            name, args, planned=planned, target=target))
 
     def _same_client(self, other):
         """other's pb.Operand; raises unless other is this tensor's client's."""

@@ -53,6 +53,9 @@ Contract:
     whose oneof field `kind` is `args` (a message or its bytes);
     releases(kind, handles) -> the `release` field of the request of
     Command kind `kind` holding `handles`, to append to its bytes.
+    field_writer(field) writes one field (a FieldDescriptor) as encoder()
+    does; length_key(field) and length_prefixed(data) are a length-delimited
+    field's key and its value's framing.
 Stateless but for the checker thread (started at the first crc32_later);
 thread-safe.
 """
@@ -210,6 +213,21 @@ def _signed_varint(value):
     return _varint_bytes(value & 0xFFFFFFFFFFFFFFFF)  # negatives as 10 bytes
 
 
+def length_key(field):
+    """The key of length-delimited `field` (a FieldDescriptor)."""
+    return _key(field, _LENGTH)
+
+
+def length_prefixed(data):
+    """`data` (bytes) after its length: a length-delimited field's value."""
+    return _varint_bytes(len(data)) + data
+
+
+def field_writer(field):
+    """The writer of `field` (a FieldDescriptor), as encoder()'s."""
+    return _field_writer(field)
+
+
 def _field_writer(field):
     """write(value) -> the bytes of `field` holding `value` (b"" at a default
     without presence)."""
@@ -220,7 +238,14 @@ def _field_writer(field):
         scalar, wire = _signed_varint, _VARINT
     elif field.type in _FIXED:
         fmt, wire = _FIXED[field.type]
-        scalar = struct.Struct(fmt).pack
+        pack = struct.Struct(fmt).pack
+
+        def scalar(value):
+            try:
+                return pack(value)
+            except struct.error:
+                raise TypeError(f"{value!r} has type {type(value).__name__}, but expected "
+                                f"one of: int, float ({field.full_name})") from None
     elif field.type == _FD.TYPE_STRING:
         scalar, wire = str.encode, _LENGTH
     elif field.type in (_FD.TYPE_BYTES, _FD.TYPE_MESSAGE):

@@ -9,9 +9,10 @@ arithmetic; zero_grad() sets every grad to None in one op. Arguments and
 defaults are torch's; the server checks them and raises PyTorch's messages
 ("Invalid learning rate: -0.1"). No update math lives in Python.
 """
-from tensord import _functional
-from tensord._tensor import operand
+from tensord import _functional, _wire
 from tensord.v1 import tensord_pb2 as pb
+
+_STEP_ARGS = _wire.encoder(pb.OptimizerStepArgs)
 
 
 class Optimizer:
@@ -27,7 +28,8 @@ class Optimizer:
     def zero_grad(self, set_to_none=True):
         _functional.zero_grad(self.params)
 
-    def _fill(self, args):
+    def _hyperparameters(self):
+        """The OptimizerStepArgs fields of this kind's hyperparameters."""
         raise NotImplementedError
 
     def step(self):
@@ -38,11 +40,12 @@ class Optimizer:
             self._state = [client.zeros_like(p) for _ in range(self._state_per_param)
                            for p in self.params]
         self._step += 1
-        args = pb.OptimizerStepArgs(kind=self._kind, step=self._step,
-                                    params=[operand(p) for p in self.params],
-                                    state=[operand(s) for s in self._state])
-        self._fill(args)
-        self.params[0]._run(optimizer_step=args)
+        # Written as wire bytes (_wire.encoder): once a step, 2-3 operands a parameter.
+        handles = [p._info.handle for p in self.params]
+        self.params[0]._run(target=handles[0], optimizer_step=_STEP_ARGS(
+            kind=self._kind, step=self._step, params=[_wire.operand(h) for h in handles],
+            state=[_wire.operand(s._info.handle) for s in self._state],
+            **self._hyperparameters()))
         recorder = self.params[0]._client._dispatcher.recorder
         if recorder is not None:  # a replay counts as a step (see _capture.py)
             recorder.optimizer_stepped(self)
@@ -57,11 +60,11 @@ class SGD(Optimizer):
                                       weight_decay=weight_decay, nesterov=nesterov,
                                       maximize=maximize), 1 if momentum != 0 else 0)
 
-    def _fill(self, args):
+    def _hyperparameters(self):
         d = self.defaults
-        args.lr, args.momentum, args.dampening = d["lr"], d["momentum"], d["dampening"]
-        args.weight_decay, args.nesterov, args.maximize = (
-            d["weight_decay"], d["nesterov"], d["maximize"])
+        return dict(lr=d["lr"], momentum=d["momentum"], dampening=d["dampening"],
+                    weight_decay=d["weight_decay"], nesterov=d["nesterov"],
+                    maximize=d["maximize"])
 
 
 class Adam(Optimizer):
@@ -72,11 +75,11 @@ class Adam(Optimizer):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay, maximize=maximize), 2)
 
-    def _fill(self, args):
+    def _hyperparameters(self):
         d = self.defaults
-        args.lr, args.eps = d["lr"], d["eps"]
-        args.beta1, args.beta2 = d["betas"]
-        args.weight_decay, args.maximize = d["weight_decay"], d["maximize"]
+        beta1, beta2 = d["betas"]
+        return dict(lr=d["lr"], eps=d["eps"], beta1=beta1, beta2=beta2,
+                    weight_decay=d["weight_decay"], maximize=d["maximize"])
 
 
 class AdamW(Adam):
