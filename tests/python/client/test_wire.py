@@ -96,6 +96,7 @@ HANDLE = (1 << 63) + 12345
     pb.CreateRequest(dtype=pb.FLOAT32, data=b""),  # an empty oneof member: present
     pb.ReadRequest(handle=HANDLE, if_small_on_host=True),
     pb.Scalar(float_value=-0.0),
+    pb.OptimizerStepArgs(kind=pb.SGD, momentum=-0.0, dampening=0.0, weight_decay=1e-4, lr=0.0),
 ])
 def test_the_encoder_writes_what_protobuf_writes(message):
     fields = {}

@@ -61,6 +61,7 @@ thread-safe.
 """
 import concurrent.futures
 import functools
+import math
 import struct
 import threading
 import zlib
@@ -224,13 +225,8 @@ def length_prefixed(data):
 
 
 def field_writer(field):
-    """The writer of `field` (a FieldDescriptor), as encoder()'s."""
-    return _field_writer(field)
-
-
-def _field_writer(field):
-    """write(value) -> the bytes of `field` holding `value` (b"" at a default
-    without presence)."""
+    """write(value) -> the bytes of `field` (a FieldDescriptor) holding
+    `value` (b"" at a default without presence), as encoder()'s."""
     presence = field.containing_oneof is not None or field.type == _FD.TYPE_MESSAGE
     if field.type == _FD.TYPE_UINT64:  # handles, mostly: their varints are kept
         scalar, wire = _handle_varint, _VARINT
@@ -280,6 +276,13 @@ def _field_writer(field):
             return b"".join((key, _varint_bytes(len(value)), value))
         return write_length
 
+    if field.type in (_FD.TYPE_DOUBLE, _FD.TYPE_FLOAT) and not presence:
+        def write_number(value):  # protobuf writes -0.0 (not all bits zero)
+            if value is None or (value == 0 and math.copysign(1.0, value) > 0):
+                return b""
+            return key + scalar(value)
+        return write_number
+
     def write_scalar(value):
         if not value and not presence:
             return b""
@@ -298,7 +301,7 @@ def _length_delimited(value, scalar):
 
 
 def encoder(message_class):
-    writers = {f.name: _field_writer(f) for f in message_class.DESCRIPTOR.fields}
+    writers = {f.name: field_writer(f) for f in message_class.DESCRIPTOR.fields}
     name = message_class.DESCRIPTOR.full_name
 
     def encode(**fields):
@@ -331,7 +334,7 @@ def run_request(kind, args, no_grad):
 
 
 _RELEASE_WRITERS = {
-    field.name: _field_writer(field.message_type.fields_by_name["release"])
+    field.name: field_writer(field.message_type.fields_by_name["release"])
     for field in pb.Command.DESCRIPTOR.oneofs_by_name["kind"].fields
     if "release" in field.message_type.fields_by_name}
 
