@@ -263,6 +263,22 @@ def _cases():
     add("requires_grad_ long", lambda t, F: t.ones(2, dtype=t.int64).requires_grad_())
     add("requires_grad long", lambda t, F: t.ones(2, dtype=t.int64, requires_grad=True))
     add("in-place on a leaf", lambda t, F: t.ones(2, requires_grad=True).add_(1))
+    # The optimizers' hyperparameters, checked in torch's constructors.
+    optimizers = {
+        "sgd lr": ("SGD", dict(lr=-0.1)), "sgd momentum": ("SGD", dict(lr=0.1, momentum=-0.5)),
+        "sgd weight_decay": ("SGD", dict(lr=0.1, weight_decay=-1)),
+        "sgd nesterov": ("SGD", dict(lr=0.1, nesterov=True)),
+        "sgd nesterov dampening": ("SGD", dict(lr=0.1, momentum=0.9, dampening=0.1,
+                                               nesterov=True)),
+        "adam lr": ("Adam", dict(lr=-1e-3)), "adam nan lr": ("Adam", dict(lr=float("nan"))),
+        "adam eps": ("Adam", dict(eps=-1e-8)), "adam beta 0": ("Adam", dict(betas=(1.0, 0.999))),
+        "adam beta 1": ("Adam", dict(betas=(0.9, -0.5))),
+        "adamw weight_decay": ("AdamW", dict(weight_decay=-0.01)),
+        "adamw fine": ("AdamW", dict(lr=0.5, betas=(0.5, 0.5))),
+    }
+    for name, (kind, kwargs) in optimizers.items():
+        add(name, lambda t, F, kind=kind, kwargs=kwargs: getattr(t.optim, kind)(
+            [t.ones(2, requires_grad=True)], **kwargs))
     add("item of many", lambda t, F: t.ones(2, 3).item())
     add("item of none", lambda t, F: t.ones(0).item())
     return cases

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 import tensord
-from tensord import _planner
+from tensord import _planner, _stream
 from tensord.v1 import tensord_pb2 as pb
 
 
@@ -98,18 +98,45 @@ def test_the_issues_snippet_raises_on_its_line_and_sends_nothing(client):
     ("c.tensor([1, 2]).add_(c.tensor([3, 4]), alpha=0.5)", RuntimeError,
      "axpy_: for integral input tensors, alpha must not be a floating point number "
      "(got 0.5)"),
+    ("F.batch_norm(c.ones(2, 3), c.zeros(4), c.ones(4), training=True)", RuntimeError,
+     "running_mean should contain 3 elements not 4"),
+    ("F.batch_norm(c.ones(2, 3), None, None)", RuntimeError,
+     "running_mean must be defined in evaluation mode"),
+    ("F.batch_norm(c.ones(1, 3), None, None, training=True)", ValueError,
+     "Expected more than 1 value per channel when training, got input size "
+     "torch.Size([1, 3])"),
+    ("F.layer_norm(c.ones(2, 4), [3])", RuntimeError,
+     "Given normalized_shape=[3], expected input with shape [*, 3], but got input of "
+     "size[2, 4]"),
+    ("F.layer_norm(c.ones(2, 3), [3], c.ones(3, dtype=tensord.float64))", RuntimeError,
+     "expected scalar type Float but found Double"),
+    ("c.ones(2, requires_grad=True).exp().backward()", RuntimeError,
+     "grad can be implicitly created only for scalar outputs"),
+    ("c.ones(2, requires_grad=True).exp().backward(c.ones(3))", RuntimeError,
+     "Mismatch in shape: grad_output[0] has a shape of torch.Size([3]) and output[0] has a "
+     "shape of torch.Size([2])."),
+    # torch's optimizers check their hyperparameters in the constructor.
+    ("tensord.optim.SGD([c.ones(2, requires_grad=True)], lr=-0.1)", ValueError,
+     "Invalid learning rate: -0.1"),
+    ("tensord.optim.SGD([c.ones(2, requires_grad=True)], lr=0.1, nesterov=True)",
+     ValueError, "Nesterov momentum requires a momentum and zero dampening"),
+    ("tensord.optim.Adam([c.ones(2, requires_grad=True)], betas=(0.9, 1.0))",
+     ValueError, "Invalid beta parameter at index 1: 1.0"),
+    ("tensord.optim.AdamW([c.ones(2, requires_grad=True)], eps=-1e-08)",
+     ValueError, "Invalid epsilon value: -1e-08"),
 ])
 def test_torchs_errors_at_the_line(client, line, error, message):
     c = client
     x = c.tensor([1.0, 2.0, 3.0])
     before = _commands_sent(c)
     with pytest.raises(error) as err:
-        eval(line, {"c": c, "x": x, "tensord": tensord})
+        eval(line, {"c": c, "x": x, "tensord": tensord, "F": tensord.nn.functional})
     assert str(err.value) == message
     if c.pipelined:
         # Only the line's own creates and planned ops were sent, not the refused op.
         assert err.value.command is None
-        assert _commands_sent(c) - before <= line.count("c.") + line.count(">")
+        made = sum(line.count(s) for s in ("c.", ">", "requires_grad=True", ".exp()"))
+        assert _commands_sent(c) - before <= made
 
 
 def test_a_planned_result_knows_its_metadata_without_waiting(client, monkeypatch):
@@ -132,18 +159,58 @@ def test_a_planned_result_knows_its_metadata_without_waiting(client, monkeypatch
     assert x.tolist() == [[2, 3, 4]]
 
 
-def test_an_op_on_an_unplanned_result_goes_to_the_server(client):
-    """A batch_norm is not planned here yet: its result's metadata comes with
-    the reply, and an op on it is planned by the server, its error raised at
-    the next sync point, as before."""
+def test_an_op_on_an_unplanned_result_goes_to_the_server(client, monkeypatch):
+    """An arange's length is the server's to compute: until its answer is
+    in, an op on it is planned by the server, its error raised at the next
+    sync point."""
     if not client.pipelined:
         pytest.skip("the unary path raises every error at its line")
-    m = tensord.nn.functional.batch_norm(client.ones(3, 2), None, None, training=True)
-    bad = m + client.ones(3)  # the server's planner refuses it
+    monkeypatch.setattr(_stream, "KEEPER_DELAY_S", 60.0)  # nothing reads the answer meanwhile
+    m = client.arange(0, 3, 1.0)
+    bad = m + client.ones(4)  # the server's planner refuses it
     assert bad._info.planned is None
     with pytest.raises(RuntimeError, match="must match the size of tensor b") as err:
         client.synchronize()
     assert err.value.command is not None  # reported as the stream's command
+
+
+def test_a_norm_and_the_training_ops_plan_at_the_line(client, monkeypatch):
+    """A norm's result, and the tensors a backward, zero_grad and an
+    optimizer step name, know their metadata without waiting, so a step of
+    a network with a norm plans every op."""
+    if not client.pipelined:
+        pytest.skip("the unary path answers every op before it returns")
+    c = client
+    nn = tensord.nn
+    model = nn.Sequential(nn.Linear(3, 4, client=c), nn.BatchNorm1d(4, client=c), nn.ReLU(),
+                          nn.LayerNorm(4, client=c), nn.Linear(4, 2, client=c))
+    opt = tensord.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = c.ones(5, 3), c.zeros(5, 2)
+
+    def no_wait(*args, **kwargs):
+        raise AssertionError("a planned tensor's metadata waited for the server")
+    for _ in range(2):
+        monkeypatch.setattr(c._session.stream, "wait", no_wait)
+        out = model(x)
+        loss = tensord.nn.functional.mse_loss(out, y)
+        assert out._info.planned == _planner.Meta(pb.FLOAT32, (5, 2), "cpu:0")
+        assert (loss.shape, loss.dtype) == ((), tensord.float32)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        monkeypatch.undo()
+        assert loss.item() >= 0
+
+
+def test_an_optimizers_state_is_checked_against_its_parameter(client):
+    p = client.ones(2, 3, requires_grad=True)
+    (p * p).sum().backward()
+    opt = tensord.optim.Adam([p])
+    opt._state = [client.zeros(2, 3), client.zeros(3, 2)]  # exp_avg_sq of the wrong shape
+    with pytest.raises(RuntimeError) as err:
+        opt.step()
+    assert str(err.value) == ("Adam.step: exp_avg_sq of parameter 0 is [3, 2] float32 on "
+                              "cpu:0; the parameter is [2, 3] float32 on cpu:0")
 
 
 def test_a_negative_integer_base_is_no_error(client):

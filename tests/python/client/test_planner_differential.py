@@ -8,7 +8,12 @@ a view (reshape with -1s and bad sizes, permute, transpose, narrow,
 select, dims and indices in range and one past), a cast to every dtype, a
 softmax or log_softmax over any dim, a conv2d, max/avg or adaptive
 pooling (windows of every length, sign and fit, groups), a loss (every
-reduction), or a where, clamp, cat or dropout, over tiny tensors of every dtype in shapes that broadcast and
+reduction), a where, clamp, cat or dropout, a batch_norm or layer_norm
+(parameters of the right size and dtype or not, running statistics paired
+or not, training or not), a backward (from a leaf that requires grad or
+not, with a gradient of the root's shape or not), an optimizer step (SGD,
+Adam, AdamW: hyperparameters in and out of torch's ranges, state tensors
+matching their parameters or not) or a zero_grad, over tiny tensors of every dtype in shapes that broadcast and
 shapes that do not (0-d and empty ones among them), mostly on one device
 and sometimes on two (cpu:0 and cpu:1 of the suite's --host-devices 2
 daemon). The Python module plans it; the server runs it as a real Run (a
@@ -17,7 +22,11 @@ for this test; at most 12 elements a tensor, so the run takes seconds).
 Both must agree on the result's dtype, shape and device, or on the error:
 its gRPC code, its class (torch's, from the server's error kind) and its
 message, word for word — except an error that reads the tensors' values
-(a loss's target out of range: SERVER_ONLY), which no planner can give.
+(a loss's target out of range) or autograd's state (a backward from a
+tensor that does not require grad): SERVER_ONLY, which no planner can
+give. The autograd requests take leaves of their own (LEAF_SHAPES, floating,
+requiring grad); an optimizer step's state tensors and a batch_norm's
+running statistics are the pool's, their values changed in place.
 """
 import random
 import re
@@ -31,14 +40,17 @@ from tensord.v1 import tensord_pb2 as pb
 
 REQUESTS = 20_000
 # The errors only the server can give, from a tensor's values (the pool's
-# values change under the in-place requests): a loss's target out of range.
-SERVER_ONLY = re.compile(r"Target -?\d+ is out of bounds\.")
+# values change under the in-place requests: a loss's target out of range)
+# or from autograd's state (a backward from a tensor that does not require grad).
+SERVER_ONLY = re.compile(r"Target -?\d+ is out of bounds\.|element 0 of tensors does not "
+                         r"require grad and does not have a grad_fn")
 DTYPES = (tensord.float32, tensord.float64, tensord.float16, tensord.bfloat16,
           tensord.int32, tensord.int64, tensord.bool)
 SHAPES = ((), (0,), (1,), (2,), (3,), (2, 1), (1, 3), (2, 3), (3, 2), (0, 3), (2, 0),
           (1, 1, 3), (2, 2, 3), (2, 3, 2), (1, 2, 4, 4), (2, 1, 3, 3), (2, 2, 3, 3),
           (1, 1, 1, 1), (3, 1, 2, 2), (1, 2, 0, 3))
 WINDOW_LISTS = ([], [], [1], [2], [1, 2], [0], [-1], [3], [1, 1, 1])
+LEAF_SHAPES = ((), (1,), (3,), (2, 3), (0,), (1, 1, 1, 1), (2, 1, 3, 3))
 DEVICES = ("cpu:0", "cpu:1")
 BINARY = [pb.BinaryOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Binary"]
 UNARY = [pb.UnaryOp.Value(r["wire"].split()[1]) for r in _op_table.OPS if r["kind"] == "Unary"]
@@ -60,9 +72,10 @@ def _outcome(plan):
     return ("ok", meta.dtype, tuple(meta.shape), meta.device)
 
 
-def _requests(rng, pool, labels):
+def _requests(rng, pool, labels, leaves):
     """REQUESTS (pb.Op, its operands' Metas) pairs, seeded; `labels`: per
-    device, int64 zeros no request writes (a loss's class indices)."""
+    device, int64 zeros no request writes (a loss's class indices);
+    `leaves`: floating (handle, Meta)s that require grad."""
     by_device = {d: [t for t in pool if t[1].device == d] for d in DEVICES}
     for _ in range(REQUESTS):
         a_handle, a = rng.choice(pool)
@@ -210,7 +223,20 @@ def _requests(rng, pool, labels):
                                       p=rng.choice([0.0, 0.5, 1.0, -0.1, 1.5]),
                                       training=rng.random() < 0.7, seed=1)
                 yield pb.Op(dropout=args), (a,)
-        elif roll < 0.90:  # tensor (op) number, either way round
+        elif roll < 0.90:  # the norms, backward, an optimizer step, zero_grad
+            pick = rng.random()
+            if pick < 0.5:
+                yield _norm_request(rng, a_handle, a, pool, by_device)
+            elif pick < 0.72:
+                yield _backward_request(rng, pool, by_device, leaves)
+            elif pick < 0.95:
+                yield _optimizer_request(rng, pool, leaves)
+            else:
+                picked = [rng.choice(pool + leaves) for _ in range(rng.randint(1, 3))]
+                yield (pb.Op(zero_grad=pb.ZeroGradArgs(
+                    tensors=[pb.Operand(handle=h) for h, _ in picked])),
+                       tuple(m for _, m in picked))
+        elif roll < 0.95:  # tensor (op) number, either way round
             op = pb.Op(binary=pb.BinaryArgs(op=rng.choice(BINARY),
                                             lhs=pb.Operand(handle=a_handle),
                                             scalar=rng.choice(NUMBERS),
@@ -219,6 +245,102 @@ def _requests(rng, pool, labels):
         else:
             op = pb.Op(unary=pb.UnaryArgs(op=rng.choice(UNARY), x=pb.Operand(handle=a_handle)))
             yield op, (a,)
+
+
+def _norm_request(rng, a_handle, a, pool, by_device):
+    """A batch_norm or layer_norm of x (mostly a floating x on its device);
+    its Metas in plan_norm's order: x, weight, bias, running_mean, running_var."""
+    same = by_device[a.device]
+    if rng.random() < 0.6:
+        a_handle, a = rng.choice([t for t in same if t[1].dtype in (pb.FLOAT32, pb.FLOAT64)])
+    batch = rng.random() < 0.6
+    args = pb.NormArgs(op=pb.BATCH_NORM if batch else pb.LAYER_NORM,
+                       input=pb.Operand(handle=a_handle))
+    rank = len(a.shape)
+    if batch:
+        wanted = (a.shape[1],) if rank > 1 else (3,)
+    else:
+        k = rng.randint(0, min(rank, 3))
+        wanted = (a.shape[rank - k:] if rng.random() < 0.85
+                  else rng.choice([(3,), (2, 3), (), (4,), (1,) * 9]))
+        args.normalized_shape.extend(wanted)
+
+    def parameter():  # mostly of the wanted shape and x's dtype, on x's device
+        fitting = [t for t in same if t[1].shape == wanted and t[1].dtype == a.dtype]
+        if fitting and rng.random() < 0.85:
+            return rng.choice(fitting)
+        return rng.choice(pool if rng.random() < 0.05 else same)
+    metas = {}
+    for name in ("weight", "bias"):
+        if rng.random() < 0.6:
+            handle, metas[name] = parameter()
+            getattr(args, name).handle = handle
+    running = rng.random()
+    names = (("running_mean", "running_var") if running < (0.6 if batch else 0.05)
+             else (rng.choice(["running_mean", "running_var"]),) if running > 0.95 else ())
+    for name in names:
+        handle, metas[name] = parameter()
+        getattr(args, name).handle = handle
+    if rng.random() < 0.8:
+        args.training = rng.random() < 0.6
+    if rng.random() < 0.3:
+        args.momentum, args.eps = 0.2, 1e-3
+    return pb.Op(norm=args), (a, *(metas.get(name) for name in
+                                   ("weight", "bias", "running_mean", "running_var")))
+
+
+def _backward_request(rng, pool, by_device, leaves):
+    """root.backward(gradient?): mostly from a leaf that requires grad, the
+    gradient mostly of the root's shape."""
+    root_handle, root = rng.choice(leaves if rng.random() < 0.85 else pool)
+    args = pb.BackwardArgs(root=pb.Operand(handle=root_handle))
+    if rng.random() < 0.5:
+        return pb.Op(backward=args), (root,)
+    fitting = [t for t in by_device[root.device] if t[1].shape == root.shape]
+    g_handle, g = rng.choice(fitting if rng.random() < 0.7 else
+                             pool if rng.random() < 0.1 else by_device[root.device])
+    args.gradient.handle = g_handle
+    return pb.Op(backward=args), (root, g)
+
+
+def _optimizer_request(rng, pool, leaves):
+    """An SGD, Adam or AdamW step: 1-3 parameters (mostly leaves that
+    require grad), each one's state tensors mostly a pool tensor of its
+    shape, dtype and device; hyperparameters mostly in torch's ranges."""
+    kind = rng.choice([pb.SGD, pb.ADAM, pb.ADAMW])
+    params = [rng.choice(leaves if rng.random() < 0.8 else pool)
+              for _ in range(rng.choice([1, 1, 2, 3]))]
+    args = pb.OptimizerStepArgs(kind=kind, params=[pb.Operand(handle=h) for h, _ in params],
+                                step=rng.choice([1, 1, 2, 5, 0, -1]))
+    often = lambda good, *bad: good if rng.random() < 0.85 else rng.choice(bad)  # noqa: E731
+    if rng.random() < 0.9:
+        args.lr = often(0.01, 0.0, -0.1, float("nan"))
+    args.weight_decay = often(0.0, 0.01, -1.0)
+    if kind == pb.SGD:
+        args.momentum = rng.choice([0.0, 0.9, 0.9, -0.5])
+        args.dampening = often(0.0, 0.1)
+        args.nesterov = rng.random() < 0.2
+        states = 1 if args.momentum != 0 else 0
+    else:
+        if rng.random() < 0.7:
+            args.beta1, args.beta2 = often(0.9, 1.0, -0.1), often(0.999, 1.5)
+        if rng.random() < 0.7:
+            args.eps = often(1e-8, -1e-8)
+        states = 2
+    metas = [m for _, m in params]
+    for _ in range(states):
+        for _, p in params:
+            fitting = [t for t in pool if t[1] == p]
+            if rng.random() >= 0.85:  # its shape and dtype on any device, or any tensor
+                fitting = pool if rng.random() < 0.5 else [
+                    t for t in pool if t[1].shape == p.shape and t[1].dtype == p.dtype]
+            handle, meta = rng.choice(fitting)
+            args.state.add(handle=handle)
+            metas.append(meta)
+    if args.state and rng.random() < 0.05:
+        del args.state[-1]
+        metas.pop()
+    return pb.Op(optimizer_step=args), tuple(metas)
 
 
 def _value(scalar):
@@ -238,6 +360,23 @@ def _weight_and_bias(rng, a, pool, by_device, args, bias_odds):
 
 
 def _planned(op, metas, caps):
+    kind = op.WhichOneof("kind")
+    if kind == "norm":
+        args = op.norm
+        training = args.HasField("training") and args.training
+        return lambda: _planner.plan_norm(args.op, *metas, tuple(args.normalized_shape),
+                                          training, caps[metas[0].device])
+    if kind == "backward":
+        return lambda: _planner.plan_backward(metas[0], metas[1] if len(metas) > 1 else None)
+    if kind == "zero_grad":
+        return lambda: _planner.plan_zero_grad(metas)
+    if kind == "optimizer_step":
+        args = op.optimizer_step
+        n = len(args.params)
+        hyperparameters = {f.name: v for f, v in args.ListFields()
+                           if f.name not in ("kind", "params", "state")}
+        return lambda: _planner.plan_optimizer_step(args.kind, hyperparameters, metas[:n],
+                                                    metas[n:])
     if op.WhichOneof("kind") == "in_place":
         args = op.in_place
         b = metas[1] if len(metas) > 1 else None
@@ -312,10 +451,14 @@ def _planned(op, metas, caps):
     return lambda: _planner.plan_unary(op.unary.op, metas[0], caps[metas[0].device])
 
 
+# The requests whose reply is an operand (updated), not a new tensor.
+_IN_PLACE = ("in_place", "backward", "zero_grad", "optimizer_step")
+
+
 def _served(session, op):
     def run():
         info = session.call("Run", pb.RunRequest(op=op), mutating=True).tensor
-        if op.WhichOneof("kind") != "in_place":  # in place: the pool's own tensor
+        if op.WhichOneof("kind") not in _IN_PLACE:  # in place: the pool's own tensor
             session.drop(info.handle)
         return _planner.Meta(info.dtype, tuple(info.shape), info.device)
     return run
@@ -341,9 +484,16 @@ def test_the_planner_equals_the_servers(daemon, pipeline_mode):
                 t = c.zeros(*shape, dtype=tensord.int64, device=device)
                 keep.append(t)
                 labels[device].append((t.handle, _planner.Meta(pb.INT64, shape, device)))
+        leaves = []
+        for device in DEVICES:
+            for dtype in (tensord.float32, tensord.float64, tensord.float16, tensord.bfloat16):
+                for shape in LEAF_SHAPES:
+                    t = c.zeros(*shape, dtype=dtype, device=device, requires_grad=True)
+                    keep.append(t)
+                    leaves.append((t.handle, _planner.Meta(dtype.wire, tuple(shape), device)))
         rng = random.Random(20261201)
         mismatches, counts = [], {"ok": 0, "error": 0}
-        for op, metas in _requests(rng, pool, labels):
+        for op, metas in _requests(rng, pool, labels, leaves):
             mine = _outcome(_planned(op, metas, caps))
             theirs = _outcome(_served(c._session, op))
             counts[theirs[0]] += 1

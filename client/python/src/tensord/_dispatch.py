@@ -21,10 +21,9 @@ paths, one contract for the tensor code above:
     is planned before it is sent, by the server's rules: an op the server's
     planner would refuse raises its error (code, torch's class and message)
     on its own line and sends nothing, and the result's shape, dtype and
-    device are known at once (PendingInfo.planned; they never wait). Other
-    ops (the norms, backward, grad, zero_grad, optimizer steps), and ops on
-    a tensor of unknown metadata, are planned by the server alone, their
-    errors raised at the next sync point.
+    device are known at once (PendingInfo.planned; they never wait). Ops
+    on a tensor of unknown metadata are planned by the server alone, their
+    errors raised at the next sync point; grad waits for its answer (below).
     Sync points wait for what they need: fetch (numpy, item, tolist, repr,
     bool) for its read's reply, synchronize() and every unary call (listings,
     large uploads and fetches, Execute, capture, close) for every command
@@ -221,6 +220,27 @@ class Dispatcher:
         planner = _VIEW_PLANNERS[kind]
         return self._plan(lambda caps, x: planner(x, *args), x)
 
+    def plan_norm(self, op, x, weight, bias, running_mean, running_var, normalized_shape,
+                  training):
+        """F.batch_norm / F.layer_norm (op a wire NormOp): the tensors' infos, None where
+        not given."""
+        return self._plan(lambda caps, x, w, b, rm, rv: _planner.plan_norm(
+            op, x, w, b, rm, rv, normalized_shape, training, caps),
+            x, weight, bias, running_mean, running_var)
+
+    def plan_backward(self, root, gradient):
+        """root.backward(gradient): raises the planner's error; the root keeps its Meta."""
+        self._plan(lambda caps, r, g: _planner.plan_backward(r, g), root, gradient)
+
+    def plan_zero_grad(self, tensors):
+        self._plan(lambda caps, *metas: _planner.plan_zero_grad(metas), *tensors)
+
+    def plan_optimizer_step(self, kind, hyperparameters, params, state):
+        """optimizer.step() of the parameters' and state tensors' infos (on any devices)."""
+        n = len(params)
+        self._plan(lambda caps, *metas: _planner.plan_optimizer_step(
+            kind, hyperparameters, metas[:n], metas[n:]), *params, *state)
+
     def plan_in_place(self, op, target, other, number=None, alpha=None):
         """target (op)= other or `number` (alpha for AXPY_): raises the
         planner's error; the target's Meta stays as it is."""
@@ -296,12 +316,9 @@ class Dispatcher:
         if len(data) <= inline_cap:
             stream = self._streaming()
             if stream is not None:
-                target = self._canonical(device)
-                planned = (_planner.Meta(dtype.wire, tuple(shape), target)
-                           if target is not None else None)
-                return self._send(stream, "create", _CREATE_REQUEST(
+                return self._send_create(stream, _CREATE_REQUEST(
                     device=device, dtype=dtype.wire, shape=shape, data=data, tag=tag),
-                    target, planned)
+                    device, dtype.wire, shape)
             return self.session.call_encoded("Create", _CREATE_REQUEST(
                 device=device, dtype=dtype.wire, shape=shape, data=data, tag=tag),
                 mutating=True).tensor
@@ -339,17 +356,18 @@ class Dispatcher:
                                    fill=fill)
         stream = self._streaming()
         if stream is not None:
-            return self._send_create(stream, request, device)
+            # An arange without a shape: its length is the server's to compute.
+            sized = bool(shape) or fill.kind != pb.Fill.ARANGE
+            return self._send_create(stream, request, device, dtype.wire, shape, sized)
         return self.session.call("Create", request, mutating=True).tensor
 
-    def _send_create(self, stream, request, device):
+    def _send_create(self, stream, request, device, dtype, shape, sized=True):
+        """Sends a create (`request`: a pb.CreateRequest or its bytes) of a wire
+        `dtype` and `shape` on `device`: its result planned (the request's own
+        metadata) unless not `sized` or on a device this server lacks."""
         target = self._canonical(device)
-        planned = None
-        # An arange without a shape: its length is the server's to compute.
-        sized = request.shape or not (request.HasField("fill")
-                                      and request.fill.kind == pb.Fill.ARANGE)
-        if target is not None and request.dtype and sized:
-            planned = _planner.Meta(request.dtype, tuple(request.shape), target)
+        planned = (_planner.Meta(dtype, tuple(shape), target)
+                   if target is not None and dtype and sized else None)
         return self._send(stream, "create", request, target, planned)
 
     def to(self, handle, device, copy=False):

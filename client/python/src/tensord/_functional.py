@@ -71,6 +71,7 @@ def zero_grad(tensors):
     """Sets each tensor's grad to None, in one op (the tensors may be on any devices)."""
     tensors = list(tensors)
     if tensors:
+        tensors[0]._client._dispatcher.plan_zero_grad([t._info for t in tensors])
         handles = [t._info.handle for t in tensors]
         tensors[0]._run(target=handles[0], zero_grad=_ZERO_GRAD_ARGS(
             tensors=[_wire.operand(h) for h in handles]))
@@ -275,6 +276,10 @@ def _ints(value):
     return [int(value)] if isinstance(value, int) else [int(v) for v in value]
 
 
+# A norm's tensors, as Dispatcher.plan_norm takes them (torch's argument names).
+_NORM_TENSORS = ("input", "weight", "bias", "running_mean", "running_var")
+
+
 def _table_function(row):
     """torch.nn.functional.<row>(...) for an op table row with a `func`: its
     arguments (torch's names and defaults) fill the wire message's fields of
@@ -283,6 +288,7 @@ def _table_function(row):
     field, value = row["wire"].split(" ")
     message = getattr(pb, pb.Op.DESCRIPTOR.fields_by_name[field].message_type.name)
     op = getattr(pb, value)
+    norm = row["kind"] == "Norm"  # planned at the line (Dispatcher.plan_norm)
     signature = inspect.Signature(
         [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default)
          for _, name, default in arguments])
@@ -305,7 +311,13 @@ def _table_function(row):
                 getattr(args, name).extend(_ints(v))
             else:
                 setattr(args, name, {"bool": bool, "int": int, "float": float}[type_](v))
-        return input._run(**{field: args})
+        planned = None
+        if norm:
+            tensors = [values.get(name) for name in _NORM_TENSORS]
+            planned = input._client._dispatcher.plan_norm(
+                op, *(t._info if t is not None else None for t in tensors),
+                tuple(args.normalized_shape), bool(values.get("training", False)))
+        return input._run(planned, **{field: args})
 
     function.__name__ = function.__qualname__ = row["id"]
     function.__signature__ = signature

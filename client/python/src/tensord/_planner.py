@@ -3,7 +3,9 @@
 Contract: the Python twin of the server's planner (core/planner) for the
 op families the pipelined client plans: binary, in-place and unary
 elementwise ops, reductions, matmul and linear, views, casts, softmax,
-conv2d and the poolings, the losses, where, clamp, cat and dropout. From
+conv2d and the poolings, the losses, where, clamp, cat, dropout, the
+norms, backward, zero_grad and the optimizer steps (every op but grad,
+whose answer — a grad or None — is autograd's state). From
 the operands' metadata (Meta: wire dtype, shape, the server's device name)
 and the target device's capability table (Capabilities, from ListDevices),
 each plan_* returns the result's Meta, or raises the error the server's
@@ -14,7 +16,7 @@ client raises on the op's line, as the C++ client does, and sends nothing
 for a refused op.
 
 Each function names the C++ rule it mirrors (core/planner/planner.cc,
-op_plan.cc, window_plan.cc, loss_plan.cc, core/base/dtype.cc, shape.cc,
+op_plan.cc, window_plan.cc, loss_plan.cc, norm_plan.cc, core/base/dtype.cc, shape.cc,
 op_checks.cc); the unary dtype rules and the op names come from the op
 table (tensord._op_table, made from ops.json), as the server's do.
 tests/python/client/test_planner_differential.py proves the two equal over
@@ -986,3 +988,198 @@ def plan_unary(op, x, caps):
     if x.dtype != compute:
         caps.cast(x.dtype, compute)
     return Meta(compute, x.shape, x.device)
+
+
+def check_arity(name, n, lo, hi):
+    """op_plan.cc CheckArity: `name` takes lo to hi tensor operands."""
+    if not lo <= n <= hi:
+        count = str(lo) if lo == hi else f"{lo} to {hi}"
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"{name} takes {count} tensor operand{'' if hi == 1 else 's'}, got {n}")
+
+
+def _numel(shape):
+    return math.prod(shape)
+
+
+def plan_norm(op, x, weight, bias, running_mean, running_var, normalized_shape, training,
+              caps):
+    """norm_plan.cc PlanNorm (F.batch_norm, F.layer_norm; op a wire NormOp),
+    after op_convert.cc's pairing of the running statistics and PlanOp's
+    same-device rule. The tensors are Metas, None where not given; the
+    result is x's shape and dtype."""
+    if (running_mean is None) != (running_var is None):
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "running_mean and running_var are given together or not at all")
+    # NormSlotsOf's order: weight, bias, running_mean, running_var.
+    slots = [(name, t) for name, t in (("weight", weight), ("bias", bias),
+                                       ("running_mean", running_mean),
+                                       ("running_var", running_var)) if t is not None]
+    check_same_device([x] + [t for _, t in slots])
+    batch = op == pb.BATCH_NORM
+    if batch:
+        wrap_dim(1, len(x.shape))
+        channels = x.shape[1]
+        named = dict(slots)
+        for name in ("running_mean", "running_var", "weight", "bias"):  # CheckChannels
+            t = named.get(name)
+            if t is not None and _numel(t.shape) != channels:
+                raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"{name} should contain {channels} elements not "
+                             f"{_numel(t.shape)}")
+    else:
+        _check_layer_shape(x, tuple(normalized_shape), slots)
+    if x.dtype not in (pb.FLOAT32, pb.FLOAT64):
+        raise not_implemented("batch_norm" if batch else "LayerNormKernelImpl", x.dtype)
+    for _, t in slots:
+        if t.dtype != x.dtype:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         "mixed dtype (CPU): expect parameter to have scalar type of "
+                         f"{_SCALAR_TYPE[x.dtype]}" if batch else
+                         f"expected scalar type {_SCALAR_TYPE[x.dtype]} but found "
+                         f"{_SCALAR_TYPE[t.dtype]}")
+    caps.check(pb.REDUCE_FAMILY, x.dtype, "reduce")
+    caps.check(pb.BINARY_FAMILY, x.dtype, "binary")
+    caps.check(pb.UNARY_FAMILY, x.dtype, "unary")
+    if batch and not training and running_mean is None:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "running_mean must be defined in evaluation mode")
+    # NormLayoutOf: a batch statistic is over every dim but 1.
+    if batch and training and _numel(x.shape[:1] + x.shape[2:]) == 1:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "Expected more than 1 value per channel when training, got input size "
+                     f"torch.Size({_dims(x.shape)})", "ValueError")
+    return x
+
+
+def _check_layer_shape(x, norm, slots):
+    """norm_plan.cc CheckLayerShape."""
+    if not norm:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "Expected normalized_shape to be at least 1-dimensional, i.e., "
+                     "containing at least one element, but got normalized_shape = []")
+    if len(norm) > MAX_RANK:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"normalized_shape has {len(norm)} dims; a tensor has at most {MAX_RANK}")
+    if any(name == "running_mean" for name, _ in slots):
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     "layer_norm takes no running_mean or running_var")
+    lead = len(x.shape) - len(norm)
+    if lead < 0 or tuple(x.shape[lead:]) != norm:
+        joined = ", ".join(str(d) for d in norm)
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"Given normalized_shape={_dims(norm)}, expected input with shape "
+                     f"[*, {joined}], but got input of size{_dims(x.shape)}")
+    for name, t in slots:
+        if tuple(t.shape) != norm:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"Expected {name} to be of same shape as normalized_shape, but got "
+                         f"{name} of shape {_dims(t.shape)} and normalized_shape = "
+                         f"{_dims(norm)}")
+
+
+def plan_backward(root, gradient):
+    """planner.cc CheckBackwardRoot (x.backward(gradient)), after PlanOp's
+    same-device rule; the root keeps its Meta. Whether the root requires
+    grad is autograd's state: the server's to say."""
+    if gradient is None:
+        if _numel(root.shape) != 1:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         "grad can be implicitly created only for scalar outputs")
+        return root
+    check_same_device([root, gradient])
+    if tuple(gradient.shape) != tuple(root.shape):
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"Mismatch in shape: grad_output[0] has a shape of "
+                     f"torch.Size({_dims(gradient.shape)}) and output[0] has a shape of "
+                     f"torch.Size({_dims(root.shape)}).")
+    return root
+
+
+MAX_OPERANDS = 1024  # op_plan.cc CheckArity: zero_grad's and cat's most tensors
+
+
+def plan_zero_grad(tensors):
+    """zero_grad of the tensors' Metas (on any devices): op_plan.cc CheckArity."""
+    check_arity("zero_grad", len(tensors), 1, MAX_OPERANDS)
+    return tensors[0]
+
+
+# Each optimizer's name ("SGD.step") by wire value, and its state tensors' names.
+_OPTIMIZER_NAME = {pb.OptimizerKind.Value(row["wire"].split()[1]): row["name"]
+                   for row in OPS if row["kind"] == "OptimizerStep"}
+_STATE_NAMES = {pb.SGD: ("momentum_buffer",), pb.ADAM: ("exp_avg", "exp_avg_sq"),
+                pb.ADAMW: ("exp_avg", "exp_avg_sq")}
+# OptimizerStepArgs' defaults for its optional fields.
+_OPTIMIZER_DEFAULTS = dict(lr=1e-3, weight_decay=0.0, momentum=0.0, dampening=0.0,
+                           nesterov=False, beta1=0.9, beta2=0.999, eps=1e-8, step=0)
+
+
+def check_optimizer_args(kind, a, error_kind=0, show=None):
+    """op_plan.cc CheckOptimizerArgs (kind a wire OptimizerKind, `a` every
+    OptimizerStepArgs field of it): torch.optim's checks and messages, a
+    value written by `show` (default: as the server writes a double); the
+    error of class `error_kind` (torch's constructors raise ValueError and
+    write the value as given: show=str)."""
+    show = show or _python_float
+
+    def invalid(what, value):
+        return _error(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid {what}: {show(value)}",
+                      error_kind)
+    if not a["lr"] >= 0:
+        raise invalid("learning rate", a["lr"])
+    if kind == pb.SGD:
+        if not a["momentum"] >= 0:
+            raise invalid("momentum value", a["momentum"])
+        if not a["weight_decay"] >= 0:
+            raise invalid("weight_decay value", a["weight_decay"])
+        if a["nesterov"] and (a["momentum"] <= 0 or a["dampening"] != 0):
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         "Nesterov momentum requires a momentum and zero dampening", error_kind)
+    else:
+        if not a["eps"] >= 0:
+            raise invalid("epsilon value", a["eps"])
+        for i, beta in enumerate((a["beta1"], a["beta2"])):
+            if not 0 <= beta < 1:
+                raise invalid(f"beta parameter at index {i}", beta)
+        if not a["weight_decay"] >= 0:
+            raise invalid("weight_decay value", a["weight_decay"])
+    if a["step"] < 1:
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"step must count from 1, got {a['step']}")
+
+
+def plan_optimizer_step(kind, hyperparameters, params, state):
+    """op_plan.cc PlanOptimizerStep (optimizer.step(); kind a wire
+    OptimizerKind, hyperparameters OptimizerStepArgs' fields, defaults for
+    those not given): the parameters' and state tensors' Metas may sit on
+    any devices, each state tensor on its parameter's, with its shape and
+    dtype. The result is the first parameter's Meta."""
+    tensors = list(params) + list(state)
+    name = _OPTIMIZER_NAME[kind]
+    check_arity(name, len(tensors), 1, 3 * MAX_OPERANDS)
+    a = dict(_OPTIMIZER_DEFAULTS, **hyperparameters)
+    check_optimizer_args(kind, a)
+    k = (1 if a["momentum"] != 0 else 0) if kind == pb.SGD else 2  # OptimizerStateCount
+    if len(tensors) % (k + 1):
+        raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"{name} takes the parameters and, for each, {k} "
+                     f"{'state tensor' if k == 1 else 'state tensors'}: {len(tensors)} "
+                     f"tensors is not a multiple of {k + 1}")
+    n = len(tensors) // (k + 1)
+
+    def describe(t):
+        return f"{_dims(t.shape)} {pb.DType.Name(t.dtype).lower()} on {t.device}"
+    for i in range(n):
+        p = tensors[i]
+        if p.dtype not in _FLOATING:
+            raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"{name}: parameter {i} is {pb.DType.Name(p.dtype).lower()}; "
+                         "parameters are floating")
+        for j in range(k):
+            s = tensors[n * (j + 1) + i]
+            if s.dtype != p.dtype or tuple(s.shape) != tuple(p.shape) or s.device != p.device:
+                raise _error(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"{name}: {_STATE_NAMES[kind][j]} of parameter {i} is "
+                             f"{describe(s)}; the parameter is {describe(p)}")
+    return tensors[0]

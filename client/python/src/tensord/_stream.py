@@ -105,7 +105,9 @@ class PendingInfo:
 
     `planned` is the result's _planner.Meta where the client knows it
     without the reply (a create, a move, an op it planned at the line):
-    shape, dtype and device then read from it and never wait."""
+    shape, dtype and device then read from it and never wait, until the
+    command is known to have failed (or not to have run): then they raise
+    its "was never made" error, as every other use does."""
 
     __slots__ = ("handle", "device_hint", "planned", "_stream", "_seq", "_info", "_error",
                  "_fallback")
@@ -129,7 +131,8 @@ class PendingInfo:
 
     def __getattr__(self, name):  # every field but handle
         planned = self.planned
-        if planned is not None and self._info is None and name in _PLANNED_FIELDS:
+        if (planned is not None and self._info is None and self._error is None
+                and name in _PLANNED_FIELDS):
             return getattr(planned, name)
         return getattr(self.resolved(), name)
 

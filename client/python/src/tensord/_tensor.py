@@ -721,6 +721,8 @@ class Tensor:
         args = pb.BackwardArgs(root=operand(self), retain_graph=bool(retain_graph))
         if gradient is not None:
             args.gradient.CopyFrom(self._same_client(gradient))
+        self._client._dispatcher.plan_backward(
+            self._info, gradient._info if gradient is not None else None)
         self._run(backward=args)
 
     @property
@@ -738,6 +740,7 @@ class Tensor:
     def grad(self, value):
         if value is not None:
             raise NotImplementedError("tensord sets .grad only to None (the server owns gradients)")
+        self._client._dispatcher.plan_zero_grad([self._info])
         self._run(zero_grad=pb.ZeroGradArgs(tensors=[operand(self)]))
 
     def detach(self):

@@ -6,10 +6,12 @@ creates on the server on the first step (zeros shaped like each parameter,
 on its device); step() sends one OptimizerStep op for every parameter
 (those whose grad is None are skipped by the server), with PyTorch 1.13's
 arithmetic; zero_grad() sets every grad to None in one op. Arguments and
-defaults are torch's; the server checks them and raises PyTorch's messages
-("Invalid learning rate: -0.1"). No update math lives in Python.
+defaults are torch's, checked as torch checks them, in the constructor
+(ValueError "Invalid learning rate: -0.1"); the server checks them again,
+and each state tensor against its parameter, and step() is planned at the
+line (_planner.plan_optimizer_step). No update math lives in Python.
 """
-from tensord import _functional, _wire
+from tensord import _functional, _planner, _wire
 from tensord.v1 import tensord_pb2 as pb
 
 _STEP_ARGS = _wire.encoder(pb.OptimizerStepArgs)
@@ -24,6 +26,10 @@ class Optimizer:
         self._state_per_param = state_per_param
         self._state = []
         self._step = 0
+        # torch checks the hyperparameters here, raising ValueError: so do we
+        # (the server checks them again at each step).
+        _planner.check_optimizer_args(self._kind, dict(self._hyperparameters(), step=1),
+                                      "ValueError", show=str)
 
     def zero_grad(self, set_to_none=True):
         _functional.zero_grad(self.params)
@@ -41,11 +47,16 @@ class Optimizer:
                            for p in self.params]
         self._step += 1
         # Written as wire bytes (_wire.encoder): once a step, 2-3 operands a parameter.
+        hyperparameters = dict(self._hyperparameters(), step=self._step)
+        dispatcher = self.params[0]._client._dispatcher
+        dispatcher.plan_optimizer_step(self._kind, hyperparameters,
+                                       [p._info for p in self.params],
+                                       [s._info for s in self._state])
         handles = [p._info.handle for p in self.params]
         self.params[0]._run(target=handles[0], optimizer_step=_STEP_ARGS(
-            kind=self._kind, step=self._step, params=[_wire.operand(h) for h in handles],
+            kind=self._kind, params=[_wire.operand(h) for h in handles],
             state=[_wire.operand(s._info.handle) for s in self._state],
-            **self._hyperparameters()))
+            **hyperparameters))
         recorder = self.params[0]._client._dispatcher.recorder
         if recorder is not None:  # a replay counts as a step (see _capture.py)
             recorder.optimizer_stepped(self)
