@@ -14,6 +14,7 @@ import re
 
 from tensord import _op_table, _wire
 from tensord._tensor import Tensor, operand, where  # noqa: F401 (where: re-exported)
+from tensord._tensor import _ZERO_GRAD_ARGS
 from tensord.v1 import tensord_pb2 as pb
 
 
@@ -40,8 +41,9 @@ def cat(tensors, dim=0):
         raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
     first = _first_tensor(*tensors)
     xs = [first._same_client(t) for t in tensors]
-    planned = first._client._dispatcher.plan_cat([t._info for t in tensors], int(dim))
-    return first._run(planned, cat=pb.CatArgs(xs=xs, dim=dim))
+    dim = int(dim)
+    planned = first._client._dispatcher.plan_cat([t._info for t in tensors], dim)
+    return first._run(planned, cat=_CAT_ARGS(xs=xs, dim=dim))
 
 
 concat = cat
@@ -101,12 +103,13 @@ def log_softmax(input, dim):
     return input.log_softmax(dim)
 
 
-# The ops of a training step write their args as wire bytes (_wire.encoder).
+# Every op's args are written as wire bytes (_wire.encoder).
+_CAT_ARGS = _wire.encoder(pb.CatArgs)
+_DROPOUT_ARGS = _wire.encoder(pb.DropoutArgs)
 _LINEAR_ARGS = _wire.encoder(pb.LinearArgs)
 _CONV2D_ARGS = _wire.encoder(pb.Conv2dArgs)
 _POOL2D_ARGS = _wire.encoder(pb.Pool2dArgs)
 _LOSS_ARGS = _wire.encoder(pb.LossArgs)
-_ZERO_GRAD_ARGS = _wire.encoder(pb.ZeroGradArgs)
 
 
 def _operands(owner, /, **tensors):
@@ -182,11 +185,12 @@ def adaptive_avg_pool2d(input, output_size):
 def dropout(input, p=0.5, training=True, inplace=False, seed=None):
     if inplace:
         raise NotImplementedError("tensord's dropout is not in place")
-    args = pb.DropoutArgs(x=operand(input), p=p, training=training)
+    p, training = float(p), bool(training)
+    fields = {"x": operand(input), "p": p, "training": training}
     if seed is not None:
-        args.seed = seed
-    planned = input._client._dispatcher.plan_dropout(input._info, float(p), bool(training))
-    return input._run(planned, dropout=args)
+        fields["seed"] = int(seed)
+    planned = input._client._dispatcher.plan_dropout(input._info, p, training)
+    return input._run(planned, dropout=_DROPOUT_ARGS(**fields))
 
 
 _REDUCTIONS = {"mean": pb.REDUCTION_MEAN, "sum": pb.REDUCTION_SUM, "none": pb.REDUCTION_NONE}
@@ -286,7 +290,8 @@ def _table_function(row):
     the same names."""
     arguments = _parse_func(row)
     field, value = row["wire"].split(" ")
-    message = getattr(pb, pb.Op.DESCRIPTOR.fields_by_name[field].message_type.name)
+    encode = _wire.encoder(getattr(
+        pb, pb.Op.DESCRIPTOR.fields_by_name[field].message_type.name))
     op = getattr(pb, value)
     norm = row["kind"] == "Norm"  # planned at the line (Dispatcher.plan_norm)
     signature = inspect.Signature(
@@ -298,26 +303,25 @@ def _table_function(row):
         bound.apply_defaults()
         values = bound.arguments
         input = values[arguments[0][1]]
-        args = message(op=op)
+        fields = {"op": op}
         for type_, name, _ in arguments:
             v = values[name]
             if type_ == "Tensor":
-                getattr(args, name).CopyFrom(operand(v) if v is input
-                                             else input._same_client(v))
+                fields[name] = operand(v) if v is input else input._same_client(v)
             elif type_ == "Tensor?":
                 if v is not None:
-                    getattr(args, name).CopyFrom(input._same_client(v))
+                    fields[name] = input._same_client(v)
             elif type_ == "int[]":
-                getattr(args, name).extend(_ints(v))
+                fields[name] = _ints(v)
             else:
-                setattr(args, name, {"bool": bool, "int": int, "float": float}[type_](v))
+                fields[name] = {"bool": bool, "int": int, "float": float}[type_](v)
         planned = None
         if norm:
             tensors = [values.get(name) for name in _NORM_TENSORS]
             planned = input._client._dispatcher.plan_norm(
                 op, *(t._info if t is not None else None for t in tensors),
-                tuple(args.normalized_shape), bool(values.get("training", False)))
-        return input._run(planned, **{field: args})
+                tuple(fields.get("normalized_shape", ())), bool(fields.get("training", False)))
+        return input._run(planned, **{field: encode(**fields)})
 
     function.__name__ = function.__qualname__ = row["id"]
     function.__signature__ = signature

@@ -81,30 +81,40 @@ def _number(value):
     return float(value)
 
 
-def scalar_message(value):
-    """The pb.Scalar of a Python (or numpy) number."""
-    value = _number(value)
-    if isinstance(value, int):
-        return pb.Scalar(int_value=value)
-    return pb.Scalar(float_value=value)
-
-
+# Every op's args are written as wire bytes (_wire.encoder): no protobuf
+# object per op.
 _SCALAR = _wire.encoder(pb.Scalar)
 _BINARY_ARGS = _wire.encoder(pb.BinaryArgs)
 _UNARY_ARGS = _wire.encoder(pb.UnaryArgs)
+_CLAMP_ARGS = _wire.encoder(pb.ClampArgs)
+_SOFTMAX_ARGS = _wire.encoder(pb.SoftmaxArgs)
+_MATMUL_ARGS = _wire.encoder(pb.MatMulArgs)
+_REDUCE_ARGS = _wire.encoder(pb.ReduceArgs)
+_VIEW_ARGS = {"reshape": _wire.encoder(pb.ReshapeArgs), "permute": _wire.encoder(pb.PermuteArgs),
+              "transpose": _wire.encoder(pb.TransposeArgs),
+              "narrow": _wire.encoder(pb.NarrowArgs), "select": _wire.encoder(pb.SelectArgs)}
+_CAST_ARGS = _wire.encoder(pb.CastArgs)
+_IN_PLACE_ARGS = _wire.encoder(pb.InPlaceArgs)
+_REQUIRES_GRAD_ARGS = _wire.encoder(pb.RequiresGradArgs)
+_BACKWARD_ARGS = _wire.encoder(pb.BackwardArgs)
+_GRAD_ARGS = _wire.encoder(pb.GradArgs)
+_ZERO_GRAD_ARGS = _wire.encoder(pb.ZeroGradArgs)
+_DETACH_ARGS = _wire.encoder(pb.DetachArgs)
+_WHERE_ARGS = _wire.encoder(pb.WhereArgs)
 
 
 def scalar_bytes(number):
     """The serialized pb.Scalar of an int or float (_number's)."""
     if isinstance(number, int):
         if not -(1 << 63) <= number < (1 << 63):
-            return scalar_message(number)  # protobuf's error: out of int64's range
+            pb.Scalar(int_value=number)  # raises protobuf's error: out of int64's range
         return _SCALAR(int_value=number)
     return _SCALAR(float_value=number)
 
 
 def operand(t):
-    return pb.Operand(handle=t._info.handle)
+    """t's wire Operand (bytes)."""
+    return _wire.operand(t._info.handle)
 
 
 def _dims_arg(dims):
@@ -210,7 +220,7 @@ class Tensor:
             name, args, planned=planned, target=target))
 
     def _same_client(self, other):
-        """other's pb.Operand; raises unless other is this tensor's client's."""
+        """other's wire Operand; raises unless other is this tensor's client's."""
         self._check_client(other)
         return operand(other)
 
@@ -225,8 +235,6 @@ class Tensor:
 
     # Binary and unary ops are planned at the line on the pipelined path
     # (Dispatcher.plan_binary/plan_unary: their errors raise here).
-    # The hottest ops' args are written as wire bytes (_wire.encoder): no
-    # protobuf object per op.
     def _binary(self, op, other, reflected=False):
         if isinstance(other, Tensor):
             self._check_client(other)
@@ -378,19 +386,19 @@ class Tensor:
     def clamp(self, min=None, max=None):
         if min is None and max is None:
             raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
-        args = pb.ClampArgs(x=operand(self))
+        fields = {"x": operand(self)}
         infos, numbers = [None, None], [None, None]
         for i, (bound, tensor_field, scalar_field) in enumerate(
                 ((min, "min", "min_scalar"), (max, "max", "max_scalar"))):
             if isinstance(bound, Tensor):
-                getattr(args, tensor_field).CopyFrom(self._same_client(bound))
+                fields[tensor_field] = self._same_client(bound)
                 infos[i] = bound._info
             elif bound is not None:
                 numbers[i] = _number(bound)
-                getattr(args, scalar_field).CopyFrom(scalar_message(numbers[i]))
+                fields[scalar_field] = scalar_bytes(numbers[i])
         planned = self._client._dispatcher.plan_clamp(self._info, infos[0], numbers[0],
                                                       infos[1], numbers[1])
-        return self._run(planned, clamp=args)
+        return self._run(planned, clamp=_CLAMP_ARGS(**fields))
 
     clip = clamp
 
@@ -411,32 +419,32 @@ class Tensor:
         return self._softmax(dim, True)
 
     def _softmax(self, dim, log):
-        planned = self._client._dispatcher.plan_softmax(self._info, int(dim), log)
-        return self._run(planned, softmax=pb.SoftmaxArgs(x=operand(self), dim=dim, log=log))
+        dim = int(dim)
+        planned = self._client._dispatcher.plan_softmax(self._info, dim, log)
+        return self._run(planned, softmax=_SOFTMAX_ARGS(x=operand(self), dim=dim, log=log))
 
     # --- linear algebra ----------------------------------------------------
 
     def matmul(self, other):
         rhs = self._same_client(other)
         planned = self._client._dispatcher.plan_matmul(self._info, other._info)
-        return self._run(planned, matmul=pb.MatMulArgs(lhs=operand(self), rhs=rhs))
+        return self._run(planned, matmul=_MATMUL_ARGS(lhs=operand(self), rhs=rhs))
 
     mm = bmm = dot = matmul
 
     # --- reductions --------------------------------------------------------
 
     def _reduce(self, op, dim=None, keepdim=False):
-        args = pb.ReduceArgs(op=op, x=operand(self), keepdim=keepdim)
+        fields = {"op": op, "x": operand(self), "keepdim": bool(keepdim)}
         if isinstance(dim, (tuple, list)):
-            dims = [int(d) for d in dim]
-            args.dims.extend(dims)
+            dims = fields["dims"] = [int(d) for d in dim]
         elif dim is not None:
             dims = [int(dim)]
-            args.dim = dims[0]
+            fields["dim"] = dims[0]
         else:
             dims = []
         planned = self._client._dispatcher.plan_reduce(op, self._info, dims, bool(keepdim))
-        return self._run(planned, reduce=args)
+        return self._run(planned, reduce=_REDUCE_ARGS(**fields))
 
     def sum(self, dim=None, keepdim=False, dtype=None):
         result = self._reduce(pb.SUM, dim, keepdim)
@@ -487,13 +495,14 @@ class Tensor:
 
     # --- shapes ------------------------------------------------------------
 
-    def _view(self, kind, args, *planned_args):
+    def _view(self, kind, fields, *planned_args):
+        """A view op `kind` of x with its args' other `fields`."""
         planned = self._client._dispatcher.plan_view(kind, self._info, *planned_args)
-        return self._run(planned, **{kind: args})
+        return self._run(planned, **{kind: _VIEW_ARGS[kind](x=operand(self), **fields)})
 
     def reshape(self, *shape):
         dims = _dims_arg(shape)
-        return self._view("reshape", pb.ReshapeArgs(x=operand(self), shape=dims), dims)
+        return self._view("reshape", {"shape": dims}, dims)
 
     # tensord's tensors are contiguous: a view is a reshape (a new tensor,
     # not memory shared with x).
@@ -527,11 +536,11 @@ class Tensor:
 
     def permute(self, *dims):
         dims = _dims_arg(dims)
-        return self._view("permute", pb.PermuteArgs(x=operand(self), dims=dims), dims)
+        return self._view("permute", {"dims": dims}, dims)
 
     def transpose(self, dim0, dim1):
-        return self._view("transpose", pb.TransposeArgs(x=operand(self), dim0=dim0, dim1=dim1),
-                          int(dim0), int(dim1))
+        dim0, dim1 = int(dim0), int(dim1)
+        return self._view("transpose", {"dim0": dim0, "dim1": dim1}, dim0, dim1)
 
     swapaxes = transpose
 
@@ -545,13 +554,13 @@ class Tensor:
         return self if self.dim() < 2 else self.permute(list(range(self.dim() - 1, -1, -1)))
 
     def narrow(self, dim, start, length):
-        return self._view("narrow", pb.NarrowArgs(x=operand(self), dim=dim, start=start,
-                                                  length=length),
-                          int(dim), int(start), int(length))
+        dim, start, length = int(dim), int(start), int(length)
+        return self._view("narrow", {"dim": dim, "start": start, "length": length},
+                          dim, start, length)
 
     def select(self, dim, index):
-        return self._view("select", pb.SelectArgs(x=operand(self), dim=dim, index=index),
-                          int(dim), int(index))
+        dim, index = int(dim), int(index)
+        return self._view("select", {"dim": dim, "index": index}, dim, index)
 
     def contiguous(self):
         return self
@@ -621,8 +630,8 @@ class Tensor:
             copy = False
         if target_dtype is not None and (target_dtype is not result.dtype or copy):
             planned = self._client._dispatcher.plan_cast(result._info, target_dtype.wire)
-            result = result._run(planned, cast=pb.CastArgs(x=operand(result),
-                                                           dtype=target_dtype.wire))
+            result = result._run(planned, cast=_CAST_ARGS(x=operand(result),
+                                                          dtype=target_dtype.wire))
         return result
 
     def type(self, dtype=None):
@@ -660,21 +669,21 @@ class Tensor:
     # --- in place ----------------------------------------------------------
 
     def _in_place(self, op, other, alpha=None):
-        args = pb.InPlaceArgs(op=op, target=operand(self))
+        fields = {"op": op, "target": operand(self)}
         dispatcher = self._client._dispatcher
         if alpha is not None:
             alpha = _number(alpha)
-            args.alpha.CopyFrom(scalar_message(alpha))
+            fields["alpha"] = scalar_bytes(alpha)
         if isinstance(other, Tensor):
-            args.other.CopyFrom(self._same_client(other))
+            fields["other"] = self._same_client(other)
             dispatcher.plan_in_place(op, self._info, other._info, alpha=alpha)
         elif _is_number(other):
             number = _number(other)
-            args.scalar.CopyFrom(scalar_message(number))
+            fields["scalar"] = scalar_bytes(number)
             dispatcher.plan_in_place(op, self._info, None, number, alpha)
         else:
             raise TypeError(f"expected a Tensor or a number, got {type(other).__name__}")
-        return self._run(in_place=args)
+        return self._run(target=self._info.handle, in_place=_IN_PLACE_ARGS(**fields))
 
     def add_(self, other, alpha=1):
         if alpha != 1:
@@ -706,8 +715,8 @@ class Tensor:
 
     def requires_grad_(self, requires_grad=True):
         self._client._dispatcher.plan_requires_grad(self._info, bool(requires_grad))
-        return self._run(requires_grad=pb.RequiresGradArgs(x=operand(self),
-                                                           requires_grad=bool(requires_grad)))
+        return self._run(target=self._info.handle, requires_grad=_REQUIRES_GRAD_ARGS(
+            x=operand(self), requires_grad=bool(requires_grad)))
 
     @property
     def grad_fn(self):
@@ -718,19 +727,19 @@ class Tensor:
         return not self._info.grad_fn
 
     def backward(self, gradient=None, retain_graph=False):
-        args = pb.BackwardArgs(root=operand(self), retain_graph=bool(retain_graph))
+        fields = {"root": operand(self), "retain_graph": bool(retain_graph)}
         if gradient is not None:
-            args.gradient.CopyFrom(self._same_client(gradient))
+            fields["gradient"] = self._same_client(gradient)
         self._client._dispatcher.plan_backward(
             self._info, gradient._info if gradient is not None else None)
-        self._run(backward=args)
+        self._run(target=self._info.handle, backward=_BACKWARD_ARGS(**fields))
 
     @property
     def grad(self):
         """x.grad: a new tensor on the gradient's memory, or None."""
         try:  # waits for the answer: a missing grad is None here, not an error later
-            return Tensor._adopt(self._client, self._client._dispatcher.run(
-                pb.Op(grad=pb.GradArgs(x=operand(self))), wait=True))
+            return Tensor._adopt(self._client, self._client._dispatcher.run_args(
+                "grad", _GRAD_ARGS(x=operand(self)), wait=True))
         except TensordError as e:
             if "grad is None" in e.details:
                 return None
@@ -741,11 +750,11 @@ class Tensor:
         if value is not None:
             raise NotImplementedError("tensord sets .grad only to None (the server owns gradients)")
         self._client._dispatcher.plan_zero_grad([self._info])
-        self._run(zero_grad=pb.ZeroGradArgs(tensors=[operand(self)]))
+        self._run(target=self._info.handle, zero_grad=_ZERO_GRAD_ARGS(tensors=[operand(self)]))
 
     def detach(self):
         planned = self._client._dispatcher.plan_detach(self._info)
-        return self._run(planned, detach=pb.DetachArgs(x=operand(self)))
+        return self._run(planned, detach=_DETACH_ARGS(x=operand(self)))
 
     @property
     def data(self):
@@ -912,19 +921,19 @@ def where(condition, input, other):
     """torch.where(condition, input, other): input and other tensors or numbers
     (here, so that Tensor.where and tensord.where share it without an import
     loop; _functional re-exports it)."""
-    args = pb.WhereArgs(condition=operand(condition))
+    fields = {"condition": operand(condition)}
     infos, numbers = [], []
     for value, tensor_field, scalar_field in ((input, "input", "input_scalar"),
                                               (other, "other", "other_scalar")):
         if isinstance(value, Tensor):
-            getattr(args, tensor_field).CopyFrom(condition._same_client(value))
+            fields[tensor_field] = condition._same_client(value)
             infos.append(value._info)
             numbers.append(None)
         else:
             number = _number(value)
-            getattr(args, scalar_field).CopyFrom(scalar_message(number))
+            fields[scalar_field] = scalar_bytes(number)
             infos.append(None)
             numbers.append(number)
     planned = condition._client._dispatcher.plan_where(
         condition._info, infos[0], numbers[0], infos[1], numbers[1])
-    return condition._run(planned, where=args)
+    return condition._run(planned, where=_WHERE_ARGS(**fields))
