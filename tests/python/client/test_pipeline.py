@@ -214,7 +214,7 @@ def test_large_tensors_take_the_unary_paths(piped):
 
 
 def test_reading_a_fresh_result_is_one_round_trip(piped, monkeypatch):
-    """numpy(), item() and repr() of a result whose reply has not come send
+    """numpy(), item(), tolist() and repr() of a result whose reply has not come send
     the read right behind it (if_small_on_host): one wait, not one for the
     metadata and another for the bytes; a result too large for one reply
     falls back to the Fetch stream."""
@@ -228,7 +228,8 @@ def test_reading_a_fresh_result_is_one_round_trip(piped, monkeypatch):
     monkeypatch.setattr(stream, "wait", counting_wait)
     a, b = piped.tensor([1, 2, 3]), piped.tensor([5, 8, 1])
     piped.synchronize()
-    for read in (lambda t: t.numpy().tolist(), lambda t: t.sum().item(), repr):
+    for read in (lambda t: t.numpy().tolist(), lambda t: t.sum().item(), repr,
+                 lambda t: t.tolist()):
         waits.clear()
         product = a * b
         value = read(product)

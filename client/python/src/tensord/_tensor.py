@@ -855,7 +855,7 @@ class Tensor:
         return array.tolist()
 
     def tolist(self):
-        values = self._python_values()
+        values = self._python_values(self._read_ahead())  # one round trip, as item()
         shape = list(self._info.shape)
         for n in reversed(shape[1:]):
             values = [values[i:i + n] for i in range(0, len(values), n)]
