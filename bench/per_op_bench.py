@@ -18,6 +18,10 @@ over TCP loopback, each a median over --rounds interleaved rounds:
   * stream: the same adds through the Python client's pipelined command
     stream (`z = z + y`, then one sync): the client's and the server's
     per-op cost together;
+  * stream unplanned: the stream row with the client's planning at the
+    line switched off (Dispatcher._plan answering None, as it does for an
+    op on a tensor of unknown metadata): stream minus this is what
+    planning costs per op;
   * unary floor: a bare grpcio KeepAlive, one round trip, for scale;
   * torch eager: the same adds on local CPU tensors from Python, torch at
     one thread (torch.set_num_threads(1)), in the same rounds.
@@ -101,6 +105,14 @@ def main():
                 z = z + cy
             check(z.tolist() == [float(args.ops)] * 4, "stream sum")
 
+        def stream_unplanned():
+            dispatcher = client._dispatcher
+            dispatcher._plan = lambda *args: None  # shadows the method
+            try:
+                stream()
+            finally:
+                del dispatcher._plan
+
         def torch_eager():
             z = tx
             for _ in range(args.ops):
@@ -114,6 +126,7 @@ def main():
         bodies = {"execute": (execute, args.ops),
                   "execute + encode": (execute_encoded, args.ops),
                   "stream": (stream, args.ops),
+                  "stream unplanned": (stream_unplanned, args.ops),
                   "torch eager": (torch_eager, args.ops),
                   "unary floor": (unary, args.ops // 10 or 1)}
         for body, _ in bodies.values():  # warm-up
