@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "core/base/op_table.h"
 #include "core/base/status.h"
+#include "core/runtime/program.h"
 #include "core/runtime/shared_memory.h"
 #include "proto/wire/bulk.h"
 #include "proto/wire/parse_error.h"
@@ -80,6 +81,14 @@ const TensorServiceImpl::UnaryRpc TensorServiceImpl::kUnaryRpcs[] = {
     {"Run", &TensorServiceImpl::MutatingOf<&TensorServiceImpl::RunImpl>},
     {"Execute",
      &TensorServiceImpl::MutatingOf<&TensorServiceImpl::ExecuteImpl>},
+    {"RegisterProgram",
+     &TensorServiceImpl::MutatingOf<&TensorServiceImpl::RegisterProgramImpl>},
+    {"RunProgram",
+     &TensorServiceImpl::MutatingOf<&TensorServiceImpl::RunProgramImpl>},
+    {"ListPrograms",
+     &TensorServiceImpl::UnaryOf<&TensorServiceImpl::ListProgramsImpl>},
+    {"ReleaseProgram",
+     &TensorServiceImpl::MutatingOf<&TensorServiceImpl::ReleaseProgramImpl>},
     {"Read", &TensorServiceImpl::UnaryOf<&TensorServiceImpl::ReadImpl>},
     {"Release",
      &TensorServiceImpl::MutatingOf<&TensorServiceImpl::ReleaseImpl>},
@@ -332,6 +341,9 @@ v1::Limits TensorServiceImpl::Limits() const {
   limits.set_max_release_handles(kMaxReleaseHandles);
   limits.set_max_stream_commands(kMaxStreamCommands);
   limits.set_max_stream_unacknowledged(kMaxStreamUnacknowledged);
+  limits.set_max_session_programs(core.session_max_programs);
+  limits.set_max_program_ops(core::kMaxProgramOps);
+  limits.set_max_program_inputs(core::kMaxProgramInputs);
   return limits;
 }
 
@@ -666,19 +678,7 @@ absl::Status TensorServiceImpl::ExecuteList(grpc::CallbackServerContext* ctx,
           session, ops,
           {req.keep().data(), static_cast<size_t>(req.keep_size())},
           [ctx, &polls] { return polls++ % 32 == 0 && ctx->IsCancelled(); }));
-  for (const core::TensorMeta& meta : kept) {
-    v1::TensorInfo* info = resp->add_kept();
-    ToProto(meta, info);
-    if (meta.shape.NumElements() != 1) continue;
-    // One element (a loss): its bytes ride the reply.
-    ASSIGN_OR_RETURN(std::unique_ptr<core::Runtime::Reader> reader,
-                     runtime_->OpenReader(session, meta.handle,
-                                          core::Runtime::ReaderUse::kCall));
-    std::string* value = info->mutable_value();
-    value->resize(meta.nbytes);
-    RETURN_IF_ERROR(reader->Read(
-        0, {reinterpret_cast<uint8_t*>(value->data()), meta.nbytes}));
-  }
+  RETURN_IF_ERROR(FillKept(session, kept, resp->mutable_kept()));
   // The client's handles: all of them, or none kept.
   for (int i = 0; i < req.results_size(); ++i) {
     const absl::Status renamed =
@@ -694,6 +694,147 @@ absl::Status TensorServiceImpl::ExecuteList(grpc::CallbackServerContext* ctx,
     resp->mutable_kept(i)->set_handle(req.results(i));
   }
   return absl::OkStatus();
+}
+
+absl::Status TensorServiceImpl::FillKept(
+    std::string_view session, const std::vector<core::TensorMeta>& kept,
+    google::protobuf::RepeatedPtrField<v1::TensorInfo>* out) {
+  for (const core::TensorMeta& meta : kept) {
+    v1::TensorInfo* info = out->Add();
+    ToProto(meta, info);
+    if (meta.shape.NumElements() != 1) continue;
+    // One element (a loss): its bytes ride the reply.
+    ASSIGN_OR_RETURN(std::unique_ptr<core::Runtime::Reader> reader,
+                     runtime_->OpenReader(session, meta.handle,
+                                          core::Runtime::ReaderUse::kCall));
+    std::string* value = info->mutable_value();
+    value->resize(meta.nbytes);
+    RETURN_IF_ERROR(reader->Read(
+        0, {reinterpret_cast<uint8_t*>(value->data()), meta.nbytes}));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+void FillProgramInfo(const core::Runtime::ProgramMeta& meta,
+                     v1::ProgramInfo* out) {
+  out->set_program(meta.id);
+  out->set_tag(meta.tag);
+  for (const core::TensorMeta& in : meta.inputs) {
+    v1::ProgramInput* p = out->add_inputs();
+    p->set_dtype(ToProto(in.dtype));
+    for (int64_t d : in.shape.dims()) p->add_shape(d);
+    p->set_device(in.device);
+  }
+  for (const core::TensorMeta& r : meta.results) {
+    ToProto(r, out->add_results());
+  }
+  out->set_ops(static_cast<uint32_t>(meta.ops));
+  for (uint64_t h : meta.bound) out->add_bound(h);
+  out->set_runs(meta.runs);
+}
+
+}  // namespace
+
+absl::Status TensorServiceImpl::RegisterProgramImpl(
+    grpc::CallbackServerContext* ctx, const v1::RegisterProgramRequest& req,
+    v1::RegisterProgramResponse* resp) {
+  // The bounds first: a list past them is refused before it is converted.
+  if (req.ops_size() > static_cast<int>(core::kMaxProgramOps)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the program has ", req.ops_size(), " ops; the server's limit is ",
+        core::kMaxProgramOps, " (Limits.max_program_ops)"));
+  }
+  std::vector<core::Runtime::ProgramInput> inputs(
+      static_cast<size_t>(req.inputs_size()));
+  for (int i = 0; i < req.inputs_size(); ++i) {
+    const v1::ProgramInput& in = req.inputs(i);
+    absl::StatusOr<core::DType> dtype = FromProto(in.dtype());
+    if (!dtype.ok()) {
+      return absl::Status(dtype.status().code(),
+                          absl::StrCat("input #", i, ": ",
+                                       dtype.status().message()));
+    }
+    inputs[i].dtype = *dtype;
+    inputs[i].dims.assign(in.shape().begin(), in.shape().end());
+    inputs[i].device = in.device();
+  }
+  std::vector<core::OpSpec> ops(static_cast<size_t>(req.ops_size()));
+  for (int i = 0; i < req.ops_size(); ++i) {
+    if (absl::Status s = FromProto(req.ops(i), ops[i]); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("op #", i, ": ", s.message()));
+    }
+  }
+  ASSIGN_OR_RETURN(
+      core::Runtime::ProgramMeta meta,
+      runtime_->RegisterProgram(
+          req.session(), inputs, std::move(ops),
+          std::vector<uint32_t>(req.keep().begin(), req.keep().end()),
+          req.tag()));
+  FillProgramInfo(meta, resp->mutable_program());
+  return absl::OkStatus();
+}
+
+absl::Status TensorServiceImpl::RunProgramImpl(
+    grpc::CallbackServerContext* ctx, const v1::RunProgramRequest& req,
+    v1::RunProgramResponse* resp) {
+  std::vector<core::Runtime::ProgramArg> args(
+      static_cast<size_t>(req.inputs_size()));
+  for (int i = 0; i < req.inputs_size(); ++i) {
+    const v1::ProgramArg& arg = req.inputs(i);
+    switch (arg.source_case()) {
+      case v1::ProgramArg::kHandle:
+        args[i].handle = arg.handle();
+        break;
+      case v1::ProgramArg::kData:
+        if (max_inline_bytes_ > 0 && arg.data().size() > max_inline_bytes_) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "input #", i, " is ", arg.data().size(),
+              " bytes inline; the server's limit is ", max_inline_bytes_,
+              " (Limits.max_inline_bytes): upload it and pass its handle"));
+        }
+        args[i].is_data = true;
+        args[i].data = {reinterpret_cast<const uint8_t*>(arg.data().data()),
+                        arg.data().size()};
+        break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input #", i, " is not set: give a handle or data"));
+    }
+  }
+  std::vector<core::Runtime::ProgramStepArgs> steps;
+  steps.reserve(static_cast<size_t>(req.steps_size()));
+  for (const v1::ProgramStepArgs& s : req.steps()) {
+    steps.push_back({s.op(), s.step(),
+                     s.has_lr() ? std::optional<double>(s.lr()) : std::nullopt});
+  }
+  size_t polls = 0;
+  ASSIGN_OR_RETURN(std::vector<core::TensorMeta> kept,
+                   runtime_->RunProgram(req.session(), req.program(), args,
+                                        steps, [ctx, &polls] {
+                                          return polls++ % 32 == 0 &&
+                                                 ctx->IsCancelled();
+                                        }));
+  return FillKept(req.session(), kept, resp->mutable_kept());
+}
+
+absl::Status TensorServiceImpl::ListProgramsImpl(
+    grpc::CallbackServerContext* ctx, const v1::ListProgramsRequest& req,
+    v1::ListProgramsResponse* resp) {
+  ASSIGN_OR_RETURN(std::vector<core::Runtime::ProgramMeta> programs,
+                   runtime_->ListPrograms(req.session()));
+  for (const core::Runtime::ProgramMeta& p : programs) {
+    FillProgramInfo(p, resp->add_programs());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TensorServiceImpl::ReleaseProgramImpl(
+    grpc::CallbackServerContext* ctx, const v1::ReleaseProgramRequest& req,
+    v1::ReleaseProgramResponse* resp) {
+  return runtime_->ReleaseProgram(req.session(), req.program());
 }
 
 namespace {

@@ -248,6 +248,25 @@ class TensorServiceImpl final : public TensorServiceBase, public StreamService {
                            std::string_view session,
                            const v1::ExecuteRequest& req,
                            v1::ExecuteResponse* resp);
+  // Programs (tensord.proto's RegisterProgram): the request converted, the
+  // Runtime's answer converted back.
+  absl::Status RegisterProgramImpl(grpc::CallbackServerContext* ctx,
+                                   const v1::RegisterProgramRequest& req,
+                                   v1::RegisterProgramResponse* resp);
+  absl::Status RunProgramImpl(grpc::CallbackServerContext* ctx,
+                              const v1::RunProgramRequest& req,
+                              v1::RunProgramResponse* resp);
+  absl::Status ListProgramsImpl(grpc::CallbackServerContext* ctx,
+                                const v1::ListProgramsRequest& req,
+                                v1::ListProgramsResponse* resp);
+  absl::Status ReleaseProgramImpl(grpc::CallbackServerContext* ctx,
+                                  const v1::ReleaseProgramRequest& req,
+                                  v1::ReleaseProgramResponse* resp);
+  // Fills `out` with the kept results `kept` (one-element ones with their
+  // value, so a step's loss needs no fetch): Execute's and RunProgram's.
+  absl::Status FillKept(std::string_view session,
+                        const std::vector<core::TensorMeta>& kept,
+                        google::protobuf::RepeatedPtrField<v1::TensorInfo>* out);
   absl::Status ReadImpl(grpc::CallbackServerContext* ctx,
                         const v1::ReadRequest& req, v1::FetchChunk* resp);
   absl::Status ReleaseImpl(grpc::CallbackServerContext* ctx,

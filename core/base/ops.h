@@ -35,14 +35,19 @@ struct Scalar {
 // shortest digits that read back as `v`, "2.0" not "2", "1e-05", "inf".
 std::string PythonFloat(double v);
 
-// An op's input: a tensor of the session (by handle), or the result of an
-// earlier op of the same Execute list.
+// An op's input: a tensor of the session (by handle), the result of an
+// earlier op of the same Execute list or program, or a program's input.
 struct Operand {
   bool is_result = false;
-  uint64_t handle = 0;     // when !is_result
+  uint64_t handle = 0;     // when neither is_result nor is_input
   uint32_t result_of = 0;  // when is_result: index of the earlier op
+  // A program's input #input (core/runtime/program.h; RegisterProgram
+  // only).
+  bool is_input = false;
+  uint32_t input = 0;
   static Operand Handle(uint64_t h) { return Operand{false, h, 0}; }
   static Operand Result(uint32_t i) { return Operand{true, 0, i}; }
+  static Operand Input(uint32_t i) { return Operand{false, 0, 0, true, i}; }
 };
 
 // In-place updates of inputs[0] ("self"); the result is self (same handle).

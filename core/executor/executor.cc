@@ -5,6 +5,7 @@
 #include "core/base/refusal.h"
 #include "core/planner/op_plan.h"
 #include "core/planner/planner.h"
+#include "core/runtime/op_list.h"
 #include "core/runtime/runtime_impl.h"
 
 namespace tensord::core {
@@ -66,6 +67,11 @@ absl::StatusOr<Executor::Value> Executor::Apply(const OpSpec& op,
       const OpResult plan,
       PlanOp(op, {inputs.data(), inputs.size()},
              in.empty() ? Target{none, ""} : TargetOf(*in[0].tensor->device)));
+  return ApplyPlanned(op, in, plan);
+}
+
+absl::StatusOr<Executor::Value> Executor::ApplyPlanned(
+    const OpSpec& op, std::span<const Value> in, const OpResult& plan) {
   const Emit emit = EmitOf(RowIndexOf(op));
   if (emit == nullptr) {
     return absl::InternalError(absl::StrCat("Apply: ", OpName(op)));
@@ -280,6 +286,11 @@ absl::StatusOr<TensorMeta> Runtime::Run(std::string_view session,
           "result_of operands name an earlier op of an Execute list; a "
           "single op takes handles only");
     }
+    if (operand.is_input) {
+      return absl::InvalidArgumentError(
+          "input operands name a registered program's inputs "
+          "(RegisterProgram); a single op takes handles only");
+    }
     ASSIGN_OR_RETURN(HandleEntry entry,
                      impl_->table().Lookup(session, operand.handle));
     in.push_back(Executor::Value{entry.tensor, entry});
@@ -300,47 +311,77 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
   // The session found once for the list's lookups and admissions.
   ASSIGN_OR_RETURN(std::unique_ptr<HandleTable::SessionPin> pin,
                    impl_->table().Pin(session));
+  for (uint32_t k : keep) {
+    if (k >= ops.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "keep names op #", k, " but the list has ", ops.size(), " ops"));
+    }
+  }
+  absl::flat_hash_map<uint64_t, HandleEntry> looked_up;
+  OpList list;
+  list.ops = ops;
+  list.keep = keep;
+  list.looked_up = &looked_up;
+  list.cancelled = cancelled ? &cancelled : nullptr;
+  return RunList(session, list);
+}
+
+absl::StatusOr<std::vector<TensorMeta>> Runtime::RunList(
+    std::string_view session, const OpList& list) {
+  const std::span<const OpSpec> ops = list.ops;
   // Every buffer an op makes is admitted before it is allocated, against
   // the session's quotas with what the list holds so far (its kept results,
   // intermediates still to be read, what autograd saved): the op that
   // crosses a limit is refused, before it allocates.
   AdmissionScope scope(session);
   std::vector<bool> kept(ops.size(), false);
-  for (uint32_t k : keep) {
-    if (k >= ops.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "keep names op #", k, " but the list has ", ops.size(), " ops"));
-    }
-    kept[k] = true;
-  }
+  for (uint32_t k : list.keep) kept[k] = true;
   // The last op reading each result, so that intermediates are freed as
   // soon as nothing reads them (a 1000-step list holds a step's worth).
-  std::vector<int64_t> last_use(ops.size(), -1);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    for (const Operand& operand : ops[i].inputs) {
-      if (operand.is_result && operand.result_of < i) {
-        last_use[operand.result_of] = static_cast<int64_t>(i);
+  std::vector<int64_t> computed_last_use;
+  std::span<const int64_t> last_use = list.last_use;
+  if (last_use.empty()) {
+    computed_last_use.assign(ops.size(), -1);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      for (const Operand& operand : ops[i].inputs) {
+        if (operand.is_result && operand.result_of < i) {
+          computed_last_use[operand.result_of] = static_cast<int64_t>(i);
+        }
       }
     }
+    last_use = computed_last_use;
   }
   std::vector<Executor::Value> values(ops.size());
   // The session's tensors each op names, looked up once per list (a list
   // may read one weight a thousand times).
-  absl::flat_hash_map<uint64_t, HandleEntry> looked_up;
+  absl::flat_hash_map<uint64_t, HandleEntry>& looked_up = *list.looked_up;
   for (size_t i = 0; i < ops.size(); ++i) {
-    if (cancelled && cancelled()) {
+    if (list.cancelled != nullptr && (*list.cancelled)()) {
       // `values` goes with the return: everything made so far is freed.
       return absl::CancelledError(
           absl::StrCat("Execute cancelled by the client before op #", i, " of ",
                        ops.size()));
     }
-    const OpSpec& op = ops[i];
+    const OpSpec* replaced = nullptr;
+    if (list.replaced != nullptr) {
+      auto it = list.replaced->find(static_cast<uint32_t>(i));
+      if (it != list.replaced->end()) replaced = &it->second;
+    }
+    const OpSpec& op = replaced != nullptr ? *replaced : ops[i];
     absl::InlinedVector<Executor::Value, 4> in;
     in.reserve(op.inputs.size());
     absl::Status status;
     for (size_t j = 0; j < op.inputs.size() && status.ok(); ++j) {
       const Operand& operand = op.inputs[j];
-      if (!operand.is_result) {
+      if (operand.is_input) {
+        if (operand.input >= list.inputs.size()) {
+          status = absl::InvalidArgumentError(absl::StrCat(
+              "operand ", j, " is a program's input #", operand.input,
+              ", which only a registered program (RegisterProgram) has"));
+          continue;
+        }
+        in.push_back(list.inputs[operand.input]);
+      } else if (!operand.is_result) {
         auto it = looked_up.find(operand.handle);
         if (it == looked_up.end()) {
           absl::StatusOr<HandleEntry> entry =
@@ -365,32 +406,15 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
       status = absl::InvalidArgumentError("the op has no tensor operand");
     }
     absl::StatusOr<Executor::Value> result =
-        status.ok() ? impl_->executor().Apply(op, {in.data(), in.size()})
-                    : absl::StatusOr<Executor::Value>(status);
+        !status.ok() ? absl::StatusOr<Executor::Value>(status)
+        : list.plans.empty()
+            ? impl_->executor().Apply(op, {in.data(), in.size()})
+            : impl_->executor().ApplyPlanned(op, {in.data(), in.size()},
+                                             list.plans[i]);
     if (!result.ok()) {
-      // At most kDescribed operands: a cat of a thousand tensors must not
-      // make a message larger than a reply's metadata may be.
-      constexpr size_t kDescribed = 8;
-      std::vector<std::string> described;
-      for (size_t j = 0; j < std::min(op.inputs.size(), kDescribed); ++j) {
-        const Operand& operand = op.inputs[j];
-        std::string d = operand.is_result
-                            ? absl::StrCat("result of op #", operand.result_of)
-                            : absl::StrCat("handle ", operand.handle);
-        if (j < in.size()) absl::StrAppend(&d, " ", Describe(*in[j].tensor));
-        described.push_back(std::move(d));
-      }
-      if (op.inputs.size() > kDescribed) {
-        described.push_back(
-            absl::StrCat("... ", op.inputs.size() - kDescribed, " more"));
-      }
-      if (op.scalar.has_value()) {
-        described.push_back(absl::StrCat("scalar ", op.scalar->ToString()));
-      }
-      return Rewrapped(result.status(), result.status().code(),
-                       absl::StrCat("op #", i, " (", OpName(op), "; operands: ",
-                                    absl::StrJoin(described, ", "),
-                                    "): ", result.status().message()));
+      return OpListFailure(i, op, result.status(), [&](size_t j) {
+        return j < in.size() ? Describe(*in[j].tensor) : std::string();
+      });
     }
     values[i] = std::move(*result);
     for (const Operand& operand : op.inputs) {
@@ -402,9 +426,9 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::Execute(
     if (last_use[i] < 0 && !kept[i]) values[i] = Executor::Value{};
   }
   std::vector<TensorMeta> out;
-  out.reserve(keep.size());
+  out.reserve(list.keep.size());
   std::map<uint32_t, TensorMeta> registered;
-  for (uint32_t k : keep) {
+  for (uint32_t k : list.keep) {
     auto it = registered.find(k);
     if (it == registered.end()) {
       const Executor::Value& v = values[k];

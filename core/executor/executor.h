@@ -115,6 +115,12 @@ class Executor {
   // Runs one op on resolved inputs. The result is a new, unregistered
   // tensor, or for an in-place op inputs[0] itself.
   absl::StatusOr<Value> Apply(const OpSpec& op, std::span<const Value> in);
+  // Runs one op on resolved inputs with `plan`, PlanOp's plan of this op
+  // for inputs of these dtypes, shapes and devices (a program's, made
+  // when it was registered): Apply without the planning.
+  absl::StatusOr<Value> ApplyPlanned(const OpSpec& op,
+                                     std::span<const Value> in,
+                                     const OpResult& plan);
   // What runs each op: the op table's `emit` of its row (core/base/op_table.h),
   // called by Apply once the op is planned. executor.cc's make a new tensor
   // (through Made) or update inputs[0]; autograd.cc's are the autograd ops.

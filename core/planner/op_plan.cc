@@ -139,6 +139,8 @@ std::string PyFloat(double v) {
   return absl::StrFormat("%.17g", v);
 }
 
+}  // namespace
+
 absl::Status CheckOptimizerArgs(const OptimizerArgs& a) {
   auto invalid = [](std::string_view what, double v) {
     return absl::InvalidArgumentError(
@@ -172,6 +174,8 @@ absl::Status CheckOptimizerArgs(const OptimizerArgs& a) {
   }
   return absl::OkStatus();
 }
+
+namespace {
 
 // optimizer.step(): the arguments, then the parameters (floating) and
 // each one's state tensors (its shape, dtype and device).

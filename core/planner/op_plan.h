@@ -85,6 +85,11 @@ absl::StatusOr<OpResult> PlanOp(const OpSpec& op,
                                 std::span<const OpInput> inputs,
                                 const Target& target);
 
+// An optimizer step's hyperparameters and step number as torch checks them
+// (INVALID_ARGUMENT "Invalid learning rate: -0.1", ...), part of PlanOp's
+// plan of the step; a program's run checks its per-run arguments with it.
+absl::Status CheckOptimizerArgs(const OptimizerArgs& args);
+
 // What PlanOp and the executor both derive from a view op's fields:
 // transpose's permutation of x's `rank` dims (INVALID_ARGUMENT for a bad
 // dim), and the block a narrow or select takes from x (PlanNarrow's or

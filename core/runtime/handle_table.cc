@@ -50,6 +50,13 @@ absl::Status UnknownHandle(uint64_t handle) {
       absl::StrCat("unknown tensor handle ", handle, " in this session"));
 }
 
+absl::Status UnknownProgram(uint64_t program) {
+  return absl::NotFoundError(
+      absl::StrCat("unknown program ", program,
+                   " in this session (never registered, released, or dropped "
+                   "as the least recently used past the session's bound)"));
+}
+
 absl::Status UnknownRegion(uint64_t region) {
   return absl::NotFoundError(absl::StrCat("unknown shared memory region ",
                                           region, " in this session"));
@@ -198,6 +205,7 @@ std::vector<std::weak_ptr<SessionBound>> HandleTable::EndSession(
   s.requests.clear();
   s.request_order.clear();
   s.regions.clear();
+  s.programs.clear();
   return std::move(s.bound);
 }
 
@@ -559,6 +567,64 @@ absl::Status HandleTable::RemoveRegion(std::string_view session,
   removed = std::move(it->second);
   s->regions.erase(it);
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> HandleTable::AddProgram(
+    std::string_view session, std::shared_ptr<const Program> program,
+    uint64_t* dropped) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));
+  std::shared_ptr<const Program> evicted;  // destroyed after the lock
+  absl::MutexLock lock(&s->mu);
+  if (s->closed) return UnknownSession(session);
+  *dropped = 0;
+  if (s->programs.size() >= std::max<size_t>(options_.session_max_programs, 1)) {
+    auto oldest = s->programs.begin();
+    for (auto it = s->programs.begin(); it != s->programs.end(); ++it) {
+      if (it->second.used < oldest->second.used) oldest = it;
+    }
+    *dropped = oldest->first;
+    evicted = std::move(oldest->second.program);
+    s->programs.erase(oldest);
+  }
+  const uint64_t id = next_handle_.fetch_add(1, std::memory_order_relaxed);
+  s->programs.emplace(
+      id, Session::HeldProgram{std::move(program), ++s->program_tick});
+  return id;
+}
+
+absl::StatusOr<std::shared_ptr<const Program>> HandleTable::FindProgram(
+    std::string_view session, uint64_t program) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));
+  absl::MutexLock lock(&s->mu);
+  auto it = s->programs.find(program);
+  if (it == s->programs.end()) return UnknownProgram(program);
+  it->second.used = ++s->program_tick;
+  return it->second.program;
+}
+
+absl::Status HandleTable::RemoveProgram(std::string_view session,
+                                        uint64_t program) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));
+  std::shared_ptr<const Program> removed;  // destroyed after the lock
+  absl::MutexLock lock(&s->mu);
+  auto it = s->programs.find(program);
+  if (it == s->programs.end()) return UnknownProgram(program);
+  removed = std::move(it->second.program);
+  s->programs.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<uint64_t, std::shared_ptr<const Program>>>>
+HandleTable::ListPrograms(std::string_view session) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));
+  std::vector<std::pair<uint64_t, std::shared_ptr<const Program>>> out;
+  {
+    absl::MutexLock lock(&s->mu);
+    for (const auto& [id, held] : s->programs) out.emplace_back(id, held.program);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  return out;
 }
 
 }  // namespace tensord::core

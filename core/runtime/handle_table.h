@@ -54,6 +54,7 @@
 namespace tensord::core {
 
 class SharedMemoryMapping;  // core/runtime/shared_memory.h
+class Program;              // core/runtime/program.h
 
 struct HandleEntry {
   using Clock = std::chrono::steady_clock;
@@ -92,6 +93,9 @@ struct HandleTableOptions {
   size_t dedupe_entries = 1024;
   // Shared-memory regions one session may hold registered at once.
   size_t session_max_regions = 16;
+  // Programs one session holds (AddProgram drops the least recently used
+  // past it).
+  size_t session_max_programs = 16;
   std::chrono::milliseconds dedupe_max_age = std::chrono::minutes(5);
   // Called once a tensor has handle `handle` in a session (Insert, Rename),
   // outside the table's locks: charges what autograd holds for the tensor
@@ -252,6 +256,23 @@ class HandleTable {
   absl::StatusOr<std::shared_ptr<SharedMemoryMapping>> FindRegion(
       std::string_view session, uint64_t region) const;
   absl::Status RemoveRegion(std::string_view session, uint64_t region);
+  // Programs of a session (core/runtime/program.h), as regions are: ids from
+  // the handle counter, dropped when the session ends. AddProgram returns
+  // the new id; past session_max_programs it first drops the program least
+  // recently added or found (its id in `*dropped`, else 0 there): a
+  // training loop never fails for registering one more. NOT_FOUND for an
+  // unknown session. FindProgram marks the program used; NOT_FOUND
+  // "unknown program <id> in this session" for one never added, removed
+  // or dropped.
+  absl::StatusOr<uint64_t> AddProgram(std::string_view session,
+                                      std::shared_ptr<const Program> program,
+                                      uint64_t* dropped);
+  absl::StatusOr<std::shared_ptr<const Program>> FindProgram(
+      std::string_view session, uint64_t program);
+  absl::Status RemoveProgram(std::string_view session, uint64_t program);
+  // The session's programs by id.
+  absl::StatusOr<std::vector<std::pair<uint64_t, std::shared_ptr<const Program>>>>
+  ListPrograms(std::string_view session) const;
 
  private:
   struct Session {
@@ -287,6 +308,14 @@ class HandleTable {
     absl::flat_hash_map<uint64_t, std::shared_ptr<SharedMemoryMapping>> regions
         ABSL_GUARDED_BY(mu);
     std::vector<std::weak_ptr<SessionBound>> bound ABSL_GUARDED_BY(mu);
+    // Programs with the tick of their last use (least recently used goes
+    // first past the bound).
+    struct HeldProgram {
+      std::shared_ptr<const Program> program;
+      uint64_t used = 0;
+    };
+    absl::flat_hash_map<uint64_t, HeldProgram> programs ABSL_GUARDED_BY(mu);
+    uint64_t program_tick ABSL_GUARDED_BY(mu) = 0;
   };
   // Marks `s` closed, moves its entries into `entries` and drops its
   // requests and regions; returns what was bound to it, for the caller to

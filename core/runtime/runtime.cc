@@ -82,6 +82,7 @@ absl::Status Runtime::Impl::Init(RuntimeOptions options) {
   limits_.session_max_tensors = table.session_max_tensors;
   limits_.max_tensor_bytes = max_tensor_bytes_;
   limits_.session_max_regions = table.session_max_regions;
+  limits_.session_max_programs = table.session_max_programs;
   limits_.max_request_id_bytes = kMaxRequestIdBytes;
   const int n = options.host_devices;
   for (int i = 0; i < n; ++i) {

@@ -161,6 +161,7 @@ struct RuntimeLimits {
   uint64_t session_max_tensors = 0;  // 0 = unlimited
   uint64_t max_tensor_bytes = 0;     // 0 = only the device budget
   uint64_t session_max_regions = 0;  // shared-memory regions per session
+  uint64_t session_max_programs = 0;  // programs per session (then LRU)
   uint64_t max_request_id_bytes = 0;
 };
 
@@ -331,6 +332,71 @@ class Runtime {
       std::span<const uint32_t> keep,
       const std::function<bool()>& cancelled = nullptr);
 
+  // --- Programs (core/runtime/program.h) -----------------------------------
+  // An op list planned once for typed inputs (tensord.proto's
+  // RegisterProgram): operands are the inputs (Operand::Input), the
+  // session's tensors by handle (the program's bound tensors, looked up at
+  // each run), or earlier results. `inputs`' handles are unused (0); their
+  // dtype, shape and device are the placeholders'.
+  struct ProgramMeta {
+    uint64_t id = 0;
+    std::string tag;
+    std::vector<TensorMeta> inputs;   // the placeholders (handle 0)
+    std::vector<TensorMeta> results;  // the kept results as planned
+    size_t ops = 0;
+    std::vector<uint64_t> bound;  // the session handles it reads
+    uint64_t runs = 0;            // runs that succeeded
+  };
+  struct ProgramInput {
+    DType dtype = DType::kFloat32;
+    std::vector<int64_t> dims;
+    std::string device;  // "" = "cpu"
+  };
+  // Plans the program and adds it to the session (past the session's
+  // bound, the least recently used program is dropped). Codes as
+  // Program::Compile, FindDevice for a placeholder's device, and
+  // INVALID_ARGUMENT for its dtype or shape, or a tag over kMaxTagBytes.
+  // Nothing runs.
+  absl::StatusOr<ProgramMeta> RegisterProgram(
+      std::string_view session, std::span<const ProgramInput> inputs,
+      std::vector<OpSpec> ops, std::vector<uint32_t> keep,
+      std::string_view tag);
+  // One input of a run: a tensor of the session, or `data` (exactly the
+  // placeholder's bytes) made into a tensor for this run only.
+  struct ProgramArg {
+    bool is_data = false;
+    uint64_t handle = 0;
+    std::span<const uint8_t> data;
+  };
+  // Runs the program on `args` (one per input) as Execute runs a list, on
+  // the plans made at registration; returns its kept results, each
+  // registered as Execute's are. NOT_FOUND for an unknown program;
+  // INVALID_ARGUMENT for a wrong number of inputs or one that is not its
+  // placeholder's dtype, shape and device (Program::CheckInput), or data
+  // of another size; FAILED_PRECONDITION for a bound tensor released or
+  // replaced (Program::CheckBound); an op's failure as Execute's.
+  // This run's arguments of optimizer step `op` of the program (its
+  // hyperparameters are the run's, so a scheduler needs no new program):
+  // step 0 and no lr keep the registered ones.
+  struct ProgramStepArgs {
+    uint32_t op = 0;
+    int64_t step = 0;
+    std::optional<double> lr;
+  };
+  // `steps`: at most one per optimizer step of the program; one naming
+  // another op, an op twice, or arguments the step refuses
+  // (CheckOptimizerArgs) is INVALID_ARGUMENT before anything runs.
+  absl::StatusOr<std::vector<TensorMeta>> RunProgram(
+      std::string_view session, uint64_t program,
+      std::span<const ProgramArg> args,
+      std::span<const ProgramStepArgs> steps = {},
+      const std::function<bool()>& cancelled = nullptr);
+  // The session's programs by id.
+  absl::StatusOr<std::vector<ProgramMeta>> ListPrograms(
+      std::string_view session);
+  // NOT_FOUND for an unknown program (or session).
+  absl::Status ReleaseProgram(std::string_view session, uint64_t program);
+
   // --- Handles --------------------------------------------------------------
   absl::StatusOr<TensorMeta> GetTensor(std::string_view session,
                                        uint64_t handle);
@@ -418,6 +484,11 @@ class Runtime {
 
  private:
   class Impl;
+  // One run of an op list, Execute's or a program's (runtime_impl.h), and
+  // the loop both run it with (executor.cc).
+  struct OpList;
+  absl::StatusOr<std::vector<TensorMeta>> RunList(std::string_view session,
+                                                  const OpList& list);
   explicit Runtime(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -5,9 +5,11 @@
 //   runtime.cc    devices, budgets, sessions and leases, handles
 //   transfers.cc  tensors in and out: creates, uploads, moves, readers,
 //                 shared memory, and the session holds of open streams
+//   programs.cc   programs (core/runtime/program.h): registered, run
 // Ops, autograd and optimizer steps are the executor's (core/executor/executor.h),
 // which the Impl owns and lends its slots, table and admitter; executor.cc
-// also holds the facade's Run and Execute.
+// also holds the facade's Run and Execute, and the op-list loop (RunList)
+// that Execute and RunProgram share.
 // Included only by those files and executor.cc.
 // Thread-safety: as Runtime.
 #ifndef TENSORD_CORE_RUNTIME_RUNTIME_IMPL_H_
@@ -23,6 +25,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -91,6 +94,24 @@ inline absl::Status CheckTag(std::string_view tag) {
 
 // The handle table's options from the Runtime's.
 HandleTableOptions TableOptions(const RuntimeOptions& o);
+
+struct Runtime::OpList {
+  std::span<const OpSpec> ops;
+  std::span<const uint32_t> keep;
+  // A program's plans, one per op, and last reads (Program::last_use);
+  // empty: each op is planned as it runs, and the last reads computed.
+  std::span<const OpResult> plans;
+  std::span<const int64_t> last_use;
+  // A program's inputs, by Operand::input.
+  std::span<const Executor::Value> inputs;
+  // Session tensors already looked up (a program's bound tensors); the
+  // list adds those it looks up itself.
+  absl::flat_hash_map<uint64_t, HandleEntry>* looked_up = nullptr;
+  // Ops of the list run in another form (a program's optimizer steps with
+  // this run's arguments), by index.
+  const absl::flat_hash_map<uint32_t, OpSpec>* replaced = nullptr;
+  const std::function<bool()>* cancelled = nullptr;
+};
 
 class Runtime::Impl {
  public:

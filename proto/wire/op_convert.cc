@@ -109,6 +109,9 @@ absl::Status AddOperand(const v1::Operand& operand, const char* name,
     case v1::Operand::kResultOf:
       spec.inputs.push_back(core::Operand::Result(operand.result_of()));
       return absl::OkStatus();
+    case v1::Operand::kInput:
+      spec.inputs.push_back(core::Operand::Input(operand.input()));
+      return absl::OkStatus();
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "operand `", name, "` is not set: give a handle or a result_of"));

@@ -190,7 +190,7 @@ TEST(RuntimeNodeTest, NodeNamesAreChecked) {
 // planned once by its family's planner (a binary op was twice: PlanOp,
 // then BinaryOut; a conv2d twice, a loss twice, ...). Each family runs as
 // a list of two ops; a composite's steps plan other families.
-TEST_F(RuntimeTest, AnExecutePlansEachOpOnce) {
+TEST_F(RuntimeTest, AnExecutePlansEachOpOnceAndAProgramOnlyWhenRegistered) {
   const TensorMeta x = Make<float>({1, 2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
   const TensorMeta w = Make<float>({2, 2, 1, 1}, {1, 0, 0, 1});
   const TensorMeta m = Make<float>({2, 2}, {1, 2, 3, 4});
@@ -265,6 +265,24 @@ TEST_F(RuntimeTest, AnExecutePlansEachOpOnce) {
     ASSERT_TRUE(kept.ok()) << kept.status();
     EXPECT_EQ(PlanCalls(family) - before, list.size());
     ASSERT_TRUE(rt_->Release(session_, (*kept)[0].handle).ok());
+    // A program plans the list when it is registered, and never again.
+    const uint64_t before_register = PlanCalls(family);
+    auto program = rt_->RegisterProgram(
+        session_, {}, list, std::vector<uint32_t>(std::begin(keep), std::end(keep)),
+        "");
+    ASSERT_TRUE(program.ok()) << program.status();
+    EXPECT_EQ(PlanCalls(family) - before_register, list.size());
+    const uint64_t before_runs = PlanCalls(family);
+    for (int run = 0; run < 2; ++run) {
+      auto ran = rt_->RunProgram(session_, program->id, {});
+      ASSERT_TRUE(ran.ok()) << ran.status();
+      ASSERT_EQ(ran->size(), 1u);
+      EXPECT_EQ((*ran)[0].shape, program->results[0].shape);
+      EXPECT_EQ((*ran)[0].dtype, program->results[0].dtype);
+      ASSERT_TRUE(rt_->Release(session_, (*ran)[0].handle).ok());
+    }
+    EXPECT_EQ(PlanCalls(family), before_runs);
+    ASSERT_TRUE(rt_->ReleaseProgram(session_, program->id).ok());
   }
 }
 
