@@ -26,7 +26,8 @@ Where the seed's lines changed, and why:
 The defaults are the C++ example's for the synthetic set (batch 8, lr 0.01:
 over 90% in 1,000 steps); the seed's own (batch 4, lr 0.001) need its 25,000
 steps. --capture records the training step once (client.capture) and
-replays it as one Execute per batch instead of the eager ops.
+replays it as one RunProgram per batch (a program the server planned once)
+instead of the eager ops.
 """
 import argparse
 import sys
@@ -76,7 +77,7 @@ def parse_args(argv):
     parser.add_argument("--per-class", action="store_true",
                         help="also the seed's per-class accuracy cell")
     parser.add_argument("--capture", action="store_true",
-                        help="replay a captured step (one Execute per batch)")
+                        help="replay a captured step (one RunProgram per batch)")
     parser.add_argument("--min-accuracy", type=float, default=0)
     return parser.parse_args(argv)
 
@@ -122,21 +123,22 @@ def main(argv=None, client=None):
         optimizer.step()
         return loss
 
-    captured = {}  # batch shape -> CapturedStep
+    captured = []  # the CapturedStep, once the first batch has made it
 
     def replayed_step(inputs, labels):
-        """train_step, recorded at the first batch of each shape, then replayed."""
-        step = captured.get(inputs.shape)
-        if step is None:
+        """train_step, recorded at the first batch, then replayed (the step
+        registers a program per batch shape itself: the last, smaller batch
+        of an epoch gets its own)."""
+        if not captured:
             losses = []
 
             def recorded_step(x, y):
                 losses.append(train_step(x, y))
                 return losses[0]
 
-            captured[inputs.shape] = client.capture(recorded_step, inputs, labels)
+            captured.append(client.capture(recorded_step, inputs, labels))
             return losses[0]
-        return step(inputs, labels)
+        return captured[0](inputs, labels)
 
     started = time.monotonic()
     for epoch in range(args.epochs):  # loop over the dataset multiple times

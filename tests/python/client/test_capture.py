@@ -1,4 +1,5 @@
-"""client.capture: a training step recorded once, replayed as one Execute, equals eager steps."""
+"""client.capture: a training step recorded once, registered as a program and replayed as
+one RunProgram, equals eager steps."""
 import gc
 
 import numpy as np
@@ -6,6 +7,7 @@ import pytest
 
 import tensord
 from tensord import nn
+from tensord.v1 import tensord_pb2 as pb
 
 
 def _data(client, seed):
@@ -50,7 +52,7 @@ def test_replays_equal_eager_steps(client, optimizer):
                                eager_model[0].weight.detach().numpy(), rtol=1e-6)
 
 
-def test_a_replay_is_one_execute_and_keeps_only_the_outputs(client, monkeypatch):
+def test_a_replay_is_one_run_program_and_keeps_only_the_outputs(client, monkeypatch):
     model, opt = _model_and_optimizer(client, "sgd")
     x, y = _data(client, 0)
     step = client.capture(_train_step(model, opt, nn.MSELoss()), x, y)
@@ -64,7 +66,7 @@ def test_a_replay_is_one_execute_and_keeps_only_the_outputs(client, monkeypatch)
     loss = step(x, y)
     monkeypatch.undo()
     # zero_grad, Linear's addmm, mse_loss, backward, the optimizer step: one RPC.
-    assert calls == ["Execute"] and step.ops == 5
+    assert calls == ["RunProgram"] and step.ops == 5 and step.programs == 1
     assert loss.shape == () and loss.item() > 0
     del loss
     assert client.held_bytes() == held
@@ -117,3 +119,49 @@ def test_operands_are_found_on_a_protobuf_without_field_labels():
                     (Field(False), pb.Operand(handle=3))]
 
     assert [o.handle for o in _capture._operands(Message())] == [1, 2, 3]
+
+
+def test_one_program_per_input_signature_reused_and_numpy_inputs_inline(client, monkeypatch):
+    model, opt = _model_and_optimizer(client, "sgd")
+    eager_model, eager_opt = _model_and_optimizer(client, "sgd")
+    eager_step = _train_step(eager_model, eager_opt, nn.MSELoss())
+    rng = np.random.default_rng(7)
+    batches = [(rng.standard_normal((n, 3)).astype(np.float32),
+                rng.standard_normal((n, 1)).astype(np.float32)) for n in (16, 16, 5, 16, 5)]
+    x0, y0 = batches[0]
+    step = client.capture(_train_step(model, opt, nn.MSELoss()),
+                          client.from_numpy(x0), client.from_numpy(y0))
+    eager = [eager_step(client.from_numpy(x), client.from_numpy(y)).item() for x, y in batches]
+    calls = []
+    session = client._session
+    real_call = session.call
+    monkeypatch.setattr(session, "call",
+                        lambda name, *a, **k: calls.append(name) or real_call(name, *a, **k))
+    # numpy arrays go inline: one RPC a step, the batch included.
+    replayed = [eager[0]] + [step(x, y).item() for x, y in batches[1:]]
+    monkeypatch.undo()
+    # Batches of 16, 5, 16, 5: a program for each size, registered once.
+    assert calls == ["RegisterProgram", "RunProgram", "RegisterProgram", "RunProgram",
+                     "RunProgram", "RunProgram"]
+    assert step.programs == 2  # [16, 3] and the smaller last batch's [5, 3]
+    np.testing.assert_allclose(replayed, eager, rtol=1e-5)
+    np.testing.assert_allclose(model[0].weight.detach().numpy(),
+                               eager_model[0].weight.detach().numpy(), rtol=1e-5)
+
+
+def test_a_dropped_program_is_registered_again(client):
+    step = client.capture(lambda a: a * 2, client.zeros(2))
+    assert step(client.tensor([1.0, 2.0])).tolist() == [2.0, 4.0]
+    listed = client._session.call("ListPrograms", pb.ListProgramsRequest())
+    for p in listed.programs:  # as the server drops one past its bound
+        client._session.call("ReleaseProgram", pb.ReleaseProgramRequest(
+            program=p.program), mutating=True)
+    assert step(client.tensor([3.0, 4.0])).tolist() == [6.0, 8.0]
+
+
+def test_a_signature_the_ops_refuse_fails_at_registration_naming_the_op(client):
+    w = client.tensor([[1.0, 2.0], [3.0, 4.0]])
+    step = client.capture(lambda a: a @ w, client.ones(2, 2))
+    with pytest.raises(tensord.TensordError, match=r"op #0 \(matmul; operands: input #0"):
+        step(np.ones((3, 3), np.float32))
+    assert step(np.eye(2, dtype=np.float32)).tolist() == [[1.0, 2.0], [3.0, 4.0]]

@@ -1,4 +1,5 @@
-"""client.capture(fn, *inputs): a step recorded once and replayed as one Execute.
+"""client.capture(fn, *inputs): a step recorded once, registered as a
+program (planned once on the server) and replayed with one RunProgram.
 
 Contract:
   * capture(client, fn, *inputs) runs fn(*inputs) once, eagerly (its effects
@@ -7,26 +8,41 @@ Contract:
     CapturedStep. fn returns a Tensor, a tuple/list of Tensors, or None:
     those are the step's outputs, each the result of a recorded op
     (ValueError otherwise).
-  * step(*new_inputs) sends the recorded ops as one Execute, with each of the
-    capture's `inputs` replaced by the new input at its position (same
-    count; shapes and dtypes are the server's to check, its error naming
-    the op), and returns the outputs in fn's structure as new Tensors. Ops
-    read every other tensor by handle: parameters, optimizer state and
+  * step(*new_inputs) runs the recorded ops as a program (RegisterProgram /
+    RunProgram, docs/training.md) with each of the capture's `inputs`
+    replaced by the new input at its position (same count, TypeError
+    otherwise), and returns the outputs in fn's structure as new Tensors.
+    An input is a Tensor, or a numpy array (or nested list) sent inline in
+    the run's request, converted to the capture input's dtype for its
+    device: a batch then costs no upload of its own. The step registers one
+    program per input signature (each input's dtype, shape and device, and
+    whether torch.no_grad() is on) the first time it sees it and reuses it
+    (the last, smaller batch of an epoch gets its own); an op that cannot
+    run on a signature fails its registration with the server's "op #i
+    (...)" error. A program the server dropped (the session's least
+    recently run, past Limits.max_session_programs) is registered again.
+  * Ops read every other tensor by handle: parameters, optimizer state and
     tensors fn made during the capture (zeros, from_numpy, ...; made once,
-    shared by every replay) stay the ones of the capture. In-place updates
-    (sub_, optimizer steps, grads) apply to them at each replay, as eager
-    code would; each replay of an optimizer step counts as a step of its
-    optimizer (Adam's bias correction sees 2, 3, ...).
+    shared by every replay) stay the ones of the capture, held by the step.
+    In-place updates (sub_, optimizer steps, grads) apply to them at each
+    replay, as eager code would; each replay of an optimizer step counts as
+    a step of its optimizer (Adam's bias correction sees 2, 3, ...) and uses
+    its current learning rate (optimizer.defaults["lr"]): both are the
+    run's arguments, not the program's.
   * Recorded is what goes through the Dispatcher's run(); while capturing, a
     fetch (numpy(), item(), repr, bool()) or a move (to(), cuda(), cpu())
     raises RuntimeError, because a replay could not repeat it (make and move
     tensors before capturing; creating tensors is allowed, see above).
-    Intermediates are not kept: the server frees them when the Execute ends.
+    Intermediates are not kept: the server frees them when the run ends.
 Thread-safety: while one thread captures, no other thread may use the
-client; a CapturedStep may be replayed from any thread.
+client; a CapturedStep may be replayed from one thread at a time.
 """
 import copy
 
+import grpc
+
+from tensord import _dtypes, _grad_mode
+from tensord._errors import TensordError
 from tensord._tensor import Tensor
 from tensord.v1 import tensord_pb2 as pb
 
@@ -84,17 +100,15 @@ class Recorder:
         self.optimizers.append((len(self.ops) - 1, optimizer))
 
     def refuse(self, what):
-        raise RuntimeError(f"{what} inside a captured step: a replay (one Execute) could not "
+        raise RuntimeError(f"{what} inside a captured step: a replay (one RunProgram) could not "
                            "repeat it; do it before capturing or after a replay")
 
 
 class CapturedStep:
     def __init__(self, client, recorder, inputs, outputs, single):
         self._client = client
-        self._ops = recorder.ops
         self._input_slot = recorder.input_slot
         self._optimizers = recorder.optimizers
-        self._inputs = list(inputs)  # held, so their handles stay the capture's
         self._held = recorder.held   # what the ops read by handle, kept alive
         self._single = single
         self._keep = []
@@ -103,26 +117,93 @@ class CapturedStep:
                 raise ValueError("a captured step's outputs must be results of its ops "
                                  "(not its inputs or tensors made outside it)")
             self._keep.append(recorder.index_of_result[t.handle])
-
-    @property
-    def ops(self):
-        """How many ops one replay sends."""
-        return len(self._ops)
-
-    def __call__(self, *inputs):
-        if len(inputs) != len(self._input_slot):
-            raise TypeError(f"the step was captured with {len(self._input_slot)} inputs, "
-                            f"got {len(inputs)}")
-        ops = [copy.deepcopy(op) for op in self._ops]
-        for op in ops:
+        # The program's ops: each operand that was a capture input names the
+        # input by position (Operand.input); the others stay handles (the
+        # program's bound tensors) or earlier results.
+        self._ops = recorder.ops
+        for op in self._ops:
             for operand in _operands(op):
                 if operand.WhichOneof("source") == "handle" and \
                         operand.handle in self._input_slot:
-                    operand.handle = inputs[self._input_slot[operand.handle]].handle
+                    operand.input = self._input_slot[operand.handle]
+        # The capture's inputs as placeholders: their dtypes and devices
+        # stay each input's, whatever the shape a later batch has.
+        self._placeholders = [(t._info.dtype, t._info.device) for t in inputs]
+        self._programs = {}  # input signature -> program id
+
+    @property
+    def ops(self):
+        """How many ops one replay runs."""
+        return len(self._ops)
+
+    @property
+    def programs(self):
+        """How many programs the step has registered (one per input
+        signature: dtype, shape and device of each input)."""
+        return len(self._programs)
+
+    def _register(self, signature):
+        no_grad = signature[-1]
+        ops = self._ops
+        if no_grad:
+            ops = [copy.deepcopy(op) for op in ops]
+            for op in ops:
+                op.no_grad = True
+        placeholders = [pb.ProgramInput(dtype=dtype, shape=shape, device=device)
+                        for dtype, shape, device in signature[:-1]]
+        program = self._client._session.call("RegisterProgram", pb.RegisterProgramRequest(
+            inputs=placeholders, ops=ops, keep=self._keep, tag="capture"),
+            mutating=True).program.program
+        self._programs[signature] = program
+        return program
+
+    def _arguments(self, inputs, uploaded):
+        """The RunProgram inputs and the signature of `inputs`: tensors by
+        handle; numpy arrays (or nested lists) inline, converted to the
+        capture input's dtype for its device (uploaded first, into
+        `uploaded`, when over Limits.max_inline_bytes)."""
+        args, signature = [], []
+        max_inline = self._client._session.limits.max_inline_bytes
+        for x, (dtype, device) in zip(inputs, self._placeholders):
+            if isinstance(x, Tensor):
+                info = x._info
+                args.append(pb.ProgramArg(handle=info.handle))
+                signature.append((info.dtype, tuple(info.shape), info.device))
+                continue
+            array = _dtypes.host_array(x, _dtypes.from_wire(dtype))
+            if max_inline and array.nbytes > max_inline:
+                t = self._client._from_array(array, _dtypes.from_wire(dtype), device)
+                args.append(pb.ProgramArg(handle=t._info.handle))
+                uploaded.append(t)  # alive until the run
+            else:
+                args.append(pb.ProgramArg(data=memoryview(array).cast("B").tobytes()))
+            signature.append((dtype, tuple(array.shape), device))
+        signature.append(_grad_mode.no_grad_active())
+        return args, tuple(signature)
+
+    def __call__(self, *inputs):
+        if len(inputs) != len(self._placeholders):
+            raise TypeError(f"the step was captured with {len(self._placeholders)} inputs, "
+                            f"got {len(inputs)}")
+        uploaded = []
+        args, signature = self._arguments(inputs, uploaded)
+        program = self._programs.get(signature)
+        if program is None:
+            program = self._register(signature)
+        steps = []
         for index, optimizer in self._optimizers:
             optimizer._step += 1
-            ops[index].optimizer_step.step = optimizer._step
-        kept = self._client._dispatcher.execute(ops, self._keep)
+            steps.append(pb.ProgramStepArgs(op=index, step=optimizer._step,
+                                            lr=optimizer.defaults["lr"]))
+        request = pb.RunProgramRequest(program=program, inputs=args, steps=steps)
+        try:
+            kept = self._client._session.call("RunProgram", request, mutating=True).kept
+        except TensordError as e:
+            if e.code != grpc.StatusCode.NOT_FOUND or "unknown program" not in e.details:
+                raise
+            # Dropped as the session's least recently run program: again.
+            request.program = self._register(signature)
+            kept = self._client._session.call("RunProgram", request, mutating=True).kept
         outputs = [Tensor._adopt(self._client, info) for info in kept]
         if self._single is None:
             return None

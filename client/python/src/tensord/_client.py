@@ -18,7 +18,7 @@ Contract:
     tensord.save/load(..., progress=True) one line for the whole file,
     _safetensors.py); manual_seed(s) makes the following rand/randn
     reproducible (seeds s, s+1, ...; not torch's values).
-  * capture(fn, *inputs): a step recorded once, replayed as one Execute
+  * capture(fn, *inputs): a step recorded once, replayed as one RunProgram
     (_capture.py).
   * tensors() lists what the session holds (after the releases of dropped
     tensors are answered); held() the memory it holds without a handle,
@@ -114,14 +114,6 @@ def _size_arg(size):
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = size[0]
     return [int(n) for n in size]
-
-
-def _bfloat16_bits(values):
-    """float32 values -> bfloat16 bit patterns, rounded to nearest even."""
-    bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    nan = np.isnan(np.asarray(values, dtype=np.float32))
-    return np.where(nan, 0x7FC0, rounded).astype(np.uint16)
 
 
 def _record(info):
@@ -301,7 +293,8 @@ class Client:
 
     def capture(self, fn, *inputs):
         """fn(*inputs) run once and recorded; the CapturedStep replays it as one
-        Execute with new inputs (see _capture.py)."""
+        RunProgram of a program planned once on the server, with new inputs
+        (tensors or numpy arrays; see _capture.py)."""
         return _capture.capture(self, fn, *inputs)
 
     # --- making tensors ----------------------------------------------------
@@ -316,12 +309,7 @@ class Client:
 
     def _from_array(self, array, dtype, device, requires_grad=False, progress=False):
         """A tensor of `dtype` holding `array`'s values (converted)."""
-        if dtype is _dtypes.bfloat16:
-            array = _bfloat16_bits(array)
-        else:
-            array = np.asarray(array).astype(dtype.numpy_storage, copy=False)
-        if not array.flags.c_contiguous:
-            array = array.copy(order="C")  # (np.ascontiguousarray makes 0-d 1-d)
+        array = _dtypes.host_array(array, dtype)
         info = self._dispatcher.create_data(dtype, array.shape, memoryview(array).cast("B"),
                                             name_of(device), progress=progress)
         return self._finish(info, requires_grad)

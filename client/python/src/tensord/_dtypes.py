@@ -113,3 +113,23 @@ def of_scalar(value):
     if isinstance(value, (int, np.integer)):
         return int64
     return float32
+
+
+def host_array(array, dtype):
+    """`array`'s values as a C-contiguous numpy array of `dtype`'s host
+    representation (bfloat16: bit patterns), ready to send as bytes."""
+    if dtype is bfloat16:
+        array = _bfloat16_bits(array)
+    else:
+        array = np.asarray(array).astype(dtype.numpy_storage, copy=False)
+    if not array.flags.c_contiguous:
+        array = array.copy(order="C")  # (np.ascontiguousarray makes 0-d 1-d)
+    return array
+
+
+def _bfloat16_bits(values):
+    """float32 values -> bfloat16 bit patterns, rounded to nearest even."""
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    nan = np.isnan(np.asarray(values, dtype=np.float32))
+    return np.where(nan, 0x7FC0, rounded).astype(np.uint16)
