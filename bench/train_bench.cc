@@ -3,7 +3,10 @@
 // beside the same step in local PyTorch (Debian's python3-torch, in its own
 // process, on as many threads as the daemon's OpenBLAS uses), interleaved:
 // tensord, torch, tensord, torch... at each batch size. The best time per
-// step of --repeats runs counts; the ratio is tensord / torch. Also conv2d's
+// step of --repeats runs counts; the ratio is tensord / torch. The
+// train_step_compiled row is the same step compiled once (a Batch registered
+// as a program, tensord/program.h) and run with one RunProgram a step,
+// measured in the same rounds beside the same torch time. Also conv2d's
 // GFLOP/s at seed 001's two convolutions at batch 64 through the service
 // and in PyTorch: forward (conv and sum, eight per .item()) and forward with
 // both gradients (conv, sum and backward, eight per .item(): three times
@@ -370,6 +373,37 @@ struct Settings {
   bool block = true;
 };
 
+// The same step compiled once (a Batch registered as a program: every op
+// planned once on the server) and run with one RunProgram per step.
+double TensordCompiledStep(const tensord::Client& client,
+                           const std::string& device, int batch, int steps) {
+  tensord::nn::manual_seed(1);
+  tensord::examples::Net net(client);
+  net.to(device);
+  tensord::optim::SGD optimizer(net.parameters(),
+                                {.lr = 0.001, .momentum = 0.9});
+  auto inputs = client.randn({batch, 3, 32, 32}, device, 2);
+  std::vector<int64_t> labels(batch);
+  for (int i = 0; i < batch; ++i) labels[i] = i % 10;
+  auto target = client.tensor<int64_t>(labels).to(device);
+  tensord::Batch b = client.batch();
+  optimizer.zero_grad(b);
+  const tensord::Batch::Value loss =
+      b.cross_entropy(net.forward(b, inputs), target);
+  b.backward(loss);
+  optimizer.step(b);
+  b.keep(loss);
+  tensord::Program program = b.compile({inputs, target});
+  double running = 0;
+  auto step = [&] {
+    running += program.run({inputs, target}).item<float>(loss);
+  };
+  for (int i = 0; i < 3; ++i) step();  // warm-up
+  const auto t0 = Clock::now();
+  for (int i = 0; i < steps; ++i) step();
+  return Seconds(t0, Clock::now()) * 1e3 / steps;
+}
+
 // One round: every row, each side's best of --repeats runs, interleaved.
 // Prints the rows as they come; `blas` gets torch's BLAS.
 std::vector<Row> MeasureRound(const tensord::Client& client, const Settings& s,
@@ -380,15 +414,18 @@ std::vector<Row> MeasureRound(const tensord::Client& client, const Settings& s,
     rows.push_back(std::move(row));
   };
   for (int batch : s.batches) {
-    double best_ours = 1e30, best_torch = 1e30;
+    double best_ours = 1e30, best_compiled = 1e30, best_torch = 1e30;
     for (int r = 0; r < s.repeats; ++r) {
       best_ours =
           std::min(best_ours, TensordStep(client, s.device, batch, s.steps));
       TorchResult t = TorchStep(s.device, batch, s.steps, s.threads, 1);
       if (t.ms > 0) best_torch = std::min(best_torch, t.ms);
       blas = t.blas;
+      best_compiled = std::min(
+          best_compiled, TensordCompiledStep(client, s.device, batch, s.steps));
     }
     add({"train_step", batch, best_ours, best_torch});
+    add({"train_step_compiled", batch, best_compiled, best_torch});
   }
   double ours[2][2] = {}, theirs[2][2] = {};
   double block_ours = 1e30, block_theirs = 1e30;

@@ -26,6 +26,17 @@ struct TensorAccess {
   }
 };
 
+// A batch's recorded request and the tensors it reads (kept alive until
+// run() so that their handles stay valid), with the optimizer steps it
+// recorded (op index, optimizer), which a Program counts at each run.
+struct BatchState {
+  std::shared_ptr<const Session> session;
+  v1::ExecuteRequest request;
+  std::vector<Tensor> inputs;
+  std::vector<std::pair<uint32_t, optim::Optimizer*>> optimizer_steps;
+  bool ran = false;
+};
+
 v1::Operand HandleOperand(const Tensor& t);
 v1::Scalar ToProto(const Scalar& s);
 

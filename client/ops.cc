@@ -415,15 +415,6 @@ void RunOnTarget(const Tensor& target, v1::Op op) {
   }
 }
 
-// A batch's recorded request and the tensors it reads (kept alive until
-// run() so that their handles stay valid).
-struct BatchState {
-  std::shared_ptr<const Session> session;
-  v1::ExecuteRequest request;
-  std::vector<Tensor> inputs;
-  bool ran = false;
-};
-
 }  // namespace internal
 
 using internal::HandleOperand;

@@ -38,7 +38,14 @@ void Optimizer::step(Batch& batch) {
   if (params_.empty()) return;
   v1::Op op;
   Message(&op);
-  batch.Record(&op);
+  const Batch::Value v = batch.Record(&op);
+  batch.state_->optimizer_steps.emplace_back(v.index(), this);
+}
+
+double Optimizer::learning_rate() const {
+  v1::OptimizerStepArgs args;
+  Fill(&args);
+  return args.lr();
 }
 
 void Optimizer::zero_grad() { client::zero_grad(params_); }

@@ -5,6 +5,7 @@
 #define TENSORD_EXAMPLES_CIFAR_NET_H_
 
 #include <memory>
+#include <vector>
 
 #include "tensord/client.h"
 
@@ -29,6 +30,19 @@ class Net : public nn::Module {
     x = (*fc1)(x).relu();
     x = (*fc2)(x).relu();
     return (*fc3)(x);
+  }
+
+  // forward()'s ops recorded into `b` on the same parameters (a step the
+  // server plans once when the batch compiles: train_bench's compiled
+  // row, train_cifar_net --compile).
+  Batch::Value forward(Batch& b, Batch::Input input) {
+    const std::vector<Tensor> p = parameters();  // registration order
+    auto x = b.max_pool2d(b.relu(b.conv2d(input, p[0], p[1])), {2, 2});
+    x = b.max_pool2d(b.relu(b.conv2d(x, p[2], p[3])), {2, 2});
+    x = b.reshape(x, {-1, 16 * 5 * 5});  // flatten all dimensions but batch
+    x = b.relu(b.linear(x, p[4], p[5]));
+    x = b.relu(b.linear(x, p[6], p[7]));
+    return b.linear(x, p[8], p[9]);
   }
 
  private:

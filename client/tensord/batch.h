@@ -41,6 +41,7 @@ namespace optim {
 class Optimizer;
 }  // namespace optim
 class BatchResults;
+class Program;  // tensord/program.h
 
 class Batch {
  public:
@@ -166,6 +167,11 @@ class Batch {
   size_t size() const;
   // Runs the list in one Execute RPC. Throws Error.
   BatchResults run();
+  // Registers the list as a program whose inputs are `inputs` (see
+  // tensord/program.h) instead of running it: nothing runs. Throws the
+  // server's planning Error ("op #<i> (...)"). A batch compiles once, and
+  // is not run after.
+  Program compile(const std::vector<Tensor>& inputs);
 
  private:
   friend class Client;
@@ -199,6 +205,7 @@ class BatchResults {
 
  private:
   friend class Batch;
+  friend class Program;
   std::map<uint32_t, Tensor> tensors_;
   std::map<uint32_t, std::string> values_;  // one-element results' bytes
 };

@@ -28,7 +28,8 @@
 //
 // The library's headers, one concept each, all included here: errors.h
 // (tensord::Error), types.h (Device, DType, metadata, op selectors,
-// Scalar), tensor.h (Tensor), batch.h (Batch), shared_memory.h
+// Scalar), tensor.h (Tensor), batch.h (Batch), program.h (Program: a
+// Batch planned once on the server, run many times), shared_memory.h
 // (SharedMemoryRegion), and this one (Client, tensor files). Many servers
 // as one: tensord/cluster.h (Cluster), which includes this one.
 #ifndef TENSORD_CLIENT_TENSORD_CLIENT_H_
@@ -61,6 +62,7 @@
 #include "tensord/data.h"
 #include "tensord/nn.h"
 #include "tensord/optim.h"
+#include "tensord/program.h"
 #include "tensord/errors.h"
 #include "tensord/shared_memory.h"
 #include "tensord/tensor.h"
@@ -323,6 +325,7 @@ using client::min;
 using client::mse_loss;
 using client::nll_loss;
 using client::Pool2dOptions;
+using client::Program;
 using client::ReduceOp;
 using client::Reduction;
 using client::Scalar;

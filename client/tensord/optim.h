@@ -57,6 +57,8 @@ class Optimizer {
   void zero_grad(Batch& batch);
   const std::vector<Tensor>& parameters() const { return params_; }
   int64_t steps() const { return steps_; }
+  // The learning rate its next step uses (its options').
+  double learning_rate() const;
 
  protected:
   // kind: 1 SGD, 2 Adam, 3 AdamW (tensord.v1.OptimizerKind).
@@ -66,6 +68,8 @@ class Optimizer {
   virtual void Fill(void* args) const = 0;
 
  private:
+  friend class client::Program;  // counts the runs of a compiled step
+  friend class client::Batch;    // a compiled step counts when it runs
   // The step's message, making the state on the first step.
   void Message(void* op);
   std::vector<Tensor> params_;
