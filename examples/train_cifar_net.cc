@@ -12,7 +12,12 @@
 //                   [--batch-size 4] [--lr 0.001] [--train 5000] [--test 1000]
 //                   [--log-every 500] [--out cifar_net.safetensors]
 //                   [--load WEIGHTS.safetensors] [--min-accuracy 0]
+//                   [--compile 1]
 //
+// --compile 1 records the step once in a Batch (the same ops: Net's
+// forward(Batch&)) and compiles it into a program the server plans once
+// (tensord/program.h); each batch is then one RunProgram, with the loss's
+// value in its reply. The losses are the eager loop's.
 // The defaults are the seed's (batch 4, lr 0.001, momentum 0.9), which need
 // the seed's 25,000 steps; on the synthetic set --batch-size 8 --lr 0.01
 // reaches over 90% in 1,000 steps.
@@ -20,6 +25,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cifar_net.h"
@@ -28,7 +34,7 @@
 
 int main(int argc, char** argv) {
   int64_t epochs = 2, batch_size = 4, train_n = 5000, test_n = 1000;
-  int64_t log_every = 500, min_accuracy = 0, seed = 1;
+  int64_t log_every = 500, min_accuracy = 0, seed = 1, compile = 0;
   std::string data_dir, lr_text = "0.001", out = "cifar_net.safetensors";
   std::string load;
   const std::string address = tensord::examples::ParseArgs(
@@ -39,7 +45,8 @@ int main(int argc, char** argv) {
        {"--test", &test_n, "synthetic held-out images"},
        {"--log-every", &log_every, "print the mean loss every N batches"},
        {"--min-accuracy", &min_accuracy, "exit 1 below this accuracy (%)"},
-       {"--seed", &seed, "initial weights and shuffling"}},
+       {"--seed", &seed, "initial weights and shuffling"},
+       {"--compile", &compile, "1: run the step as a program compiled once"}},
       {{"--data", &data_dir, "CIFAR-10 binary batches (else synthetic)"},
        {"--lr", &lr_text, "SGD learning rate (momentum 0.9)"},
        {"--out", &out, "where to save the weights"},
@@ -76,6 +83,8 @@ int main(int argc, char** argv) {
            data.images.size() * sizeof(float)},
           device);
     };
+    std::optional<tensord::Program> step;  // --compile
+    std::optional<tensord::Batch::Value> step_loss;
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {  // loop over the dataset
       double running_loss = 0.0;
       int64_t i = 0;
@@ -84,17 +93,33 @@ int main(int argc, char** argv) {
         auto inputs = upload(data);
         auto labels = client.tensor<int64_t>(data.labels, device);
 
-        // zero the parameter gradients
-        optimizer.zero_grad();
+        if (compile != 0) {
+          // The step recorded at the first batch and compiled (planned once
+          // on the server); a smaller last batch gets its own program.
+          if (!step.has_value()) {
+            tensord::Batch b = client.batch();
+            optimizer.zero_grad(b);
+            step_loss.emplace(
+                b.cross_entropy(net.forward(b, inputs), labels));
+            b.backward(*step_loss);
+            optimizer.step(b);
+            b.keep(*step_loss);
+            step.emplace(b.compile({inputs, labels}));
+          }
+          running_loss += step->run({inputs, labels}).item<float>(*step_loss);
+        } else {
+          // zero the parameter gradients
+          optimizer.zero_grad();
 
-        // forward + backward + optimize
-        auto outputs = net(inputs);
-        auto loss = tensord::cross_entropy(outputs, labels);
-        loss.backward();
-        optimizer.step();
+          // forward + backward + optimize
+          auto outputs = net(inputs);
+          auto loss = tensord::cross_entropy(outputs, labels);
+          loss.backward();
+          optimizer.step();
 
-        // print statistics
-        running_loss += loss.item<float>();
+          // print statistics
+          running_loss += loss.item<float>();
+        }
         if (i % log_every == log_every - 1) {
           std::printf("[%lld, %5lld] loss: %.3f\n",
                       static_cast<long long>(epoch + 1),
