@@ -44,6 +44,7 @@ inline constexpr const char* kRpcs[] = {
     "GetStats",    "KeepAlive",   "Read",         "RegisterSharedMemory",
     "UnregisterSharedMemory", "UploadFromSharedMemory", "FetchToSharedMemory",
     "GetLimits",   "Stream",      "GrantTransfer", "Import",
+    "RegisterProgram", "RunProgram", "ListPrograms", "ReleaseProgram",
     "PullChunk",  // NodeService
 };
 

@@ -209,6 +209,84 @@ void AddMovesBetweenNodes() {
   }
 }
 
+// Programs: registrations valid and not (an input past the placeholders, a
+// bound handle slot, a keep past the list, a bad placeholder), runs of the
+// harness's preset programs (slot 0: x [2, 3] + a preset; slot 1: a [2, 3]
+// @ b [3, 2], summed) by handle and inline, with optimizer-step arguments
+// that name no step, listings and releases.
+v1::Operand In(uint32_t i) {
+  v1::Operand o;
+  o.set_input(i);
+  return o;
+}
+
+void AddPrograms() {
+  v1::RegisterProgramRequest r;
+  v1::ProgramInput* x = r.add_inputs();
+  x->set_dtype(v1::FLOAT32);
+  x->add_shape(2);
+  x->add_shape(3);
+  x->set_device("cpu:0");
+  v1::Op add;
+  add.mutable_binary()->set_op(v1::ADD);
+  *add.mutable_binary()->mutable_lhs() = In(0);
+  *add.mutable_binary()->mutable_rhs() = H(0);
+  *r.add_ops() = add;
+  v1::Op n;
+  n.mutable_reduce()->set_op(v1::NORM);
+  *n.mutable_reduce()->mutable_x() = R(0);
+  *r.add_ops() = n;
+  r.add_keep(1);
+  r.set_tag("fuzz");
+  Add("RegisterProgram", r);
+  AddRaw("RegisterProgram", r);
+  v1::RegisterProgramRequest past = r;
+  *past.mutable_ops(0)->mutable_binary()->mutable_lhs() = In(3);
+  Add("RegisterProgram", past);
+  v1::RegisterProgramRequest keep = r;
+  keep.add_keep(9);
+  Add("RegisterProgram", keep);
+  v1::RegisterProgramRequest cross = r;  // preset 2 lives on cpu:1
+  *cross.mutable_ops(0)->mutable_binary()->mutable_rhs() = H(2);
+  Add("RegisterProgram", cross);
+  v1::RegisterProgramRequest placeholder = r;
+  placeholder.mutable_inputs(0)->add_shape(-1);
+  placeholder.mutable_inputs(0)->set_dtype(static_cast<v1::DType>(77));
+  Add("RegisterProgram", placeholder);
+
+  v1::RunProgramRequest run;
+  run.set_program(0);
+  run.add_inputs()->set_handle(0);
+  Add("RunProgram", run);
+  AddRaw("RunProgram", run);
+  v1::RunProgramRequest inline_run;
+  inline_run.set_program(0);
+  inline_run.add_inputs()->set_data(std::string(24, '\1'));
+  Add("RunProgram", inline_run);
+  inline_run.mutable_inputs(0)->set_data(std::string(5, '\1'));  // short
+  Add("RunProgram", inline_run);
+  v1::RunProgramRequest two;
+  two.set_program(1);
+  two.add_inputs()->set_handle(0);
+  two.add_inputs()->set_handle(1);
+  Add("RunProgram", two);
+  v1::ProgramStepArgs* step = two.add_steps();
+  step->set_op(0);
+  step->set_step(2);
+  step->set_lr(-1);
+  Add("RunProgram", two);
+  v1::RunProgramRequest none;
+  none.set_program(1);
+  Add("RunProgram", none);
+
+  Add("ListPrograms", v1::ListProgramsRequest());
+  v1::ReleaseProgramRequest release;
+  release.set_program(1);
+  Add("ReleaseProgram", release);
+  release.set_program(2);  // the unknown one
+  Add("ReleaseProgram", release);
+}
+
 void Build() {
   AddCommandStream();
   Add("ListDevices", v1::ListDevicesRequest());
@@ -543,6 +621,7 @@ void Build() {
     Add("FetchToSharedMemory", f);
   }
   AddMovesBetweenNodes();
+  AddPrograms();
 }
 
 }  // namespace

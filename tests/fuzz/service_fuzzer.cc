@@ -4,15 +4,15 @@
 // One binary serves every RPC: TENSORD_FUZZ_RPC=<method> (e.g. Create,
 // Upload, Execute, PullChunk) picks the target. At start-up it starts a
 // Server with no listening socket (two host devices, small budgets), opens a
-// session and pre-creates a few tensors (several dtypes, both devices) plus
-// one tensor in a second, "foreign" session. Each input (layout in
-// fuzz_common.h) is sent through grpc::GenericStub, so the server parses the
-// bytes itself; the structured mode points session, handle and grant fields
-// at the live objects so the fuzzer reaches the runtime, not only the
-// NOT_FOUND checks. After each input the live session is put back as it was
-// (extra tensors released, missing ones re-created, a closed session
-// re-opened), and so are the live grants (a redeemed or finished one issued
-// anew).
+// session and pre-creates a few tensors (several dtypes, both devices) and
+// two programs (RestorePrograms) plus one tensor in a second, "foreign"
+// session. Each input (layout in fuzz_common.h) is sent through
+// grpc::GenericStub, so the server parses the bytes itself; the structured
+// mode points session, handle, program and grant fields at the live objects
+// so the fuzzer reaches the runtime, not only the NOT_FOUND checks. After
+// each input the live session is put back as it was (extra tensors and
+// programs released, missing ones re-created, a closed session re-opened),
+// and so are the live grants (a redeemed or finished one issued anew).
 //
 // Moves between nodes (GrantTransfer, Import, PullChunk). The fuzzed server
 // is a node (kSelfNode) with a node token file (written to a temporary
@@ -334,6 +334,15 @@ class Harness {
           }
           break;
         case pb::FieldDescriptor::CPPTYPE_UINT64:
+          if (f->name() == "program") {
+            const uint64_t v = r->GetUInt64(*m, f);
+            if (v < kHandleSlots) {
+              const uint64_t slot = v % (programs_.size() + 1);
+              r->SetUInt64(m, f,
+                           slot < programs_.size() ? programs_[slot]
+                                                   : foreign_handle_);
+            }
+          }
           if (f->name() == "handle" || f->name() == "lhs" ||
               f->name() == "rhs") {
             const uint64_t v = r->GetUInt64(*m, f);
@@ -669,7 +678,77 @@ class Harness {
             CreatePreset(*stub_, session_, Presets()[i], static_cast<int>(i)));
       }
     }
+    RestorePrograms(!complete);
     RefreshGrants();
+  }
+
+  // The session's programs back to exactly the preset ones (made anew
+  // when the presets they bind were): `kProgramSlots` slots of the
+  // program ids RunProgram and ReleaseProgram are rewritten to.
+  void RestorePrograms(bool presets_made) {
+    grpc::ClientContext ctx;
+    v1::ListProgramsRequest req;
+    req.set_session(session_);
+    v1::ListProgramsResponse resp;
+    Check(stub_->ListPrograms(&ctx, req, &resp), "ListPrograms");
+    std::set<uint64_t> live;
+    for (const v1::ProgramInfo& p : resp.programs()) live.insert(p.program());
+    bool complete = !presets_made && !programs_.empty();
+    for (uint64_t id : programs_) complete = complete && live.count(id) > 0;
+    for (uint64_t id : live) {
+      bool preset = false;
+      for (uint64_t p : programs_) preset = preset || p == id;
+      if (!preset || !complete) ReleaseProgram(id);
+    }
+    if (complete) return;
+    programs_.clear();
+    // Slot 0: input #0 float32 [2, 3] on cpu:0 plus preset 0 (bound).
+    v1::RegisterProgramRequest add;
+    add.set_session(session_);
+    v1::ProgramInput* in = add.add_inputs();
+    in->set_dtype(v1::FLOAT32);
+    in->add_shape(2);
+    in->add_shape(3);
+    in->set_device("cpu:0");
+    v1::BinaryArgs* sum = add.add_ops()->mutable_binary();
+    sum->set_op(v1::ADD);
+    sum->mutable_lhs()->set_input(0);
+    sum->mutable_rhs()->set_handle(handles_[0]);
+    add.add_keep(0);
+    programs_.push_back(RegisterProgram(add));
+    // Slot 1: input #0 [2, 3] @ input #1 [3, 2], then its sum (0-d, its
+    // value in the reply).
+    v1::RegisterProgramRequest mm;
+    mm.set_session(session_);
+    *mm.add_inputs() = *in;
+    v1::ProgramInput* in1 = mm.add_inputs();
+    *in1 = *in;
+    in1->set_shape(0, 3);
+    in1->set_shape(1, 2);
+    v1::MatMulArgs* product = mm.add_ops()->mutable_matmul();
+    product->mutable_lhs()->set_input(0);
+    product->mutable_rhs()->set_input(1);
+    v1::ReduceArgs* reduce = mm.add_ops()->mutable_reduce();
+    reduce->set_op(v1::SUM);
+    reduce->mutable_x()->set_result_of(0);
+    mm.add_keep(1);
+    programs_.push_back(RegisterProgram(mm));
+  }
+
+  uint64_t RegisterProgram(const v1::RegisterProgramRequest& req) {
+    grpc::ClientContext ctx;
+    v1::RegisterProgramResponse resp;
+    Check(stub_->RegisterProgram(&ctx, req, &resp), "RegisterProgram");
+    return resp.program().program();
+  }
+
+  void ReleaseProgram(uint64_t id) {
+    grpc::ClientContext ctx;
+    v1::ReleaseProgramRequest req;
+    req.set_session(session_);
+    req.set_program(id);
+    v1::ReleaseProgramResponse resp;
+    Check(stub_->ReleaseProgram(&ctx, req, &resp), "ReleaseProgram");
   }
 
   void Release(uint64_t handle) {
@@ -712,6 +791,7 @@ class Harness {
   std::unique_ptr<grpc::GenericStub> generic_;
   std::string session_;
   std::vector<uint64_t> handles_;
+  std::vector<uint64_t> programs_;  // RestorePrograms' preset programs
   std::string foreign_session_;
   uint64_t foreign_handle_ = 0;
   // The live grants (PullChunk, Import; else none): issued by the server
