@@ -15,6 +15,12 @@ over TCP loopback, each a median over --rounds interleaved rounds:
   * execute + encode: the same call with Python protobuf encoding the
     request each time (what a Python caller building the message pays on
     top: the client's cost, not the server's);
+  * program: the same chain registered once as a program (RegisterProgram:
+    x is its input, y bound; planned once on the server) and run with one
+    RunProgram, its request encoded once: execute minus this is what
+    receiving, parsing and planning the ops cost per op;
+  * program100 call: one RunProgram of a 100-add program, per call (not
+    per op), beside the unary floor's call: issue 34 asks for <= 1.3x;
   * stream: the same adds through the Python client's pipelined command
     stream (`z = z + y`, then one sync): the client's and the server's
     per-op cost together;
@@ -85,6 +91,21 @@ def main():
         execute_bytes = channel.unary_unary("/tensord.v1.TensorService/Execute",
                                             response_deserializer=pb.ExecuteResponse.FromString)
 
+        def register(n):
+            chain = [pb.Op(binary=pb.BinaryArgs(
+                op=pb.ADD, lhs=pb.Operand(input=0) if i == 0 else pb.Operand(result_of=i - 1),
+                rhs=pb.Operand(handle=y))) for i in range(n)]
+            info = stub.RegisterProgram(pb.RegisterProgramRequest(
+                session=session, ops=chain, keep=[n - 1],
+                inputs=[pb.ProgramInput(dtype=pb.FLOAT32, shape=[4], device="cpu")])).program
+            return pb.RunProgramRequest(session=session, program=info.program,
+                                        inputs=[pb.ProgramArg(handle=x)])
+
+        program_encoded = register(args.ops).SerializeToString()
+        program100_request = register(100)
+        run_bytes = channel.unary_unary("/tensord.v1.TensorService/RunProgram",
+                                        response_deserializer=pb.RunProgramResponse.FromString)
+
         client = tensord.connect(daemon.address)
         check(client.pipelined, "the client did not open the command stream")
         cx, cy = client.zeros(4), client.ones(4)
@@ -94,6 +115,24 @@ def main():
             kept = execute_bytes(encoded).kept[0]
             check(kept.shape == [4], "execute result")
             stub.Release(pb.ReleaseRequest(session=session, handle=kept.handle))
+
+        def program():
+            kept = run_bytes(program_encoded).kept[0]
+            check(kept.shape == [4], "program result")
+            stub.Release(pb.ReleaseRequest(session=session, handle=kept.handle))
+
+        def program100():
+            # Each call's result rides the next call's `release`, as a
+            # client lets go of a step's loss: one RPC a call.
+            previous = []
+            for _ in range(args.ops // 10 or 1):
+                request = program100_request
+                if previous:
+                    request = pb.RunProgramRequest()
+                    request.CopyFrom(program100_request)
+                    request.release.extend(previous)
+                previous = [run_bytes(request.SerializeToString()).kept[0].handle]
+            stub.Release(pb.ReleaseRequest(session=session, release=previous))
 
         def execute_encoded():
             kept = stub.Execute(request).kept[0]
@@ -125,10 +164,12 @@ def main():
 
         bodies = {"execute": (execute, args.ops),
                   "execute + encode": (execute_encoded, args.ops),
+                  "program": (program, args.ops),
                   "stream": (stream, args.ops),
                   "stream unplanned": (stream_unplanned, args.ops),
                   "torch eager": (torch_eager, args.ops),
-                  "unary floor": (unary, args.ops // 10 or 1)}
+                  "unary floor": (unary, args.ops // 10 or 1),
+                  "program100 call": (program100, args.ops // 10 or 1)}
         for body, _ in bodies.values():  # warm-up
             body()
         samples = {name: [] for name in bodies}
