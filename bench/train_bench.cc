@@ -120,9 +120,11 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Milliseconds per training step through tensord at `batch`.
+// Milliseconds per training step through tensord at `batch`: eager, or
+// `compiled` (the step recorded once in a Batch and compiled into a
+// program: every op planned once on the server, one RunProgram a step).
 double TensordStep(const tensord::Client& client, const std::string& device,
-                   int batch, int steps) {
+                   int batch, int steps, bool compiled = false) {
   tensord::nn::manual_seed(1);
   tensord::examples::Net net(client);
   net.to(device);
@@ -132,8 +134,23 @@ double TensordStep(const tensord::Client& client, const std::string& device,
   std::vector<int64_t> labels(batch);
   for (int i = 0; i < batch; ++i) labels[i] = i % 10;
   auto target = client.tensor<int64_t>(labels).to(device);
+  std::optional<tensord::Program> program;
+  std::optional<tensord::Batch::Value> compiled_loss;
+  if (compiled) {
+    tensord::Batch b = client.batch();
+    optimizer.zero_grad(b);
+    compiled_loss.emplace(b.cross_entropy(net.forward(b, inputs), target));
+    b.backward(*compiled_loss);
+    optimizer.step(b);
+    b.keep(*compiled_loss);
+    program.emplace(b.compile({inputs, target}));
+  }
   double running = 0;
   auto step = [&] {
+    if (program.has_value()) {
+      running += program->run({inputs, target}).item<float>(*compiled_loss);
+      return;
+    }
     optimizer.zero_grad();
     auto loss = tensord::cross_entropy(net(inputs), target);
     loss.backward();
@@ -373,37 +390,6 @@ struct Settings {
   bool block = true;
 };
 
-// The same step compiled once (a Batch registered as a program: every op
-// planned once on the server) and run with one RunProgram per step.
-double TensordCompiledStep(const tensord::Client& client,
-                           const std::string& device, int batch, int steps) {
-  tensord::nn::manual_seed(1);
-  tensord::examples::Net net(client);
-  net.to(device);
-  tensord::optim::SGD optimizer(net.parameters(),
-                                {.lr = 0.001, .momentum = 0.9});
-  auto inputs = client.randn({batch, 3, 32, 32}, device, 2);
-  std::vector<int64_t> labels(batch);
-  for (int i = 0; i < batch; ++i) labels[i] = i % 10;
-  auto target = client.tensor<int64_t>(labels).to(device);
-  tensord::Batch b = client.batch();
-  optimizer.zero_grad(b);
-  const tensord::Batch::Value loss =
-      b.cross_entropy(net.forward(b, inputs), target);
-  b.backward(loss);
-  optimizer.step(b);
-  b.keep(loss);
-  tensord::Program program = b.compile({inputs, target});
-  double running = 0;
-  auto step = [&] {
-    running += program.run({inputs, target}).item<float>(loss);
-  };
-  for (int i = 0; i < 3; ++i) step();  // warm-up
-  const auto t0 = Clock::now();
-  for (int i = 0; i < steps; ++i) step();
-  return Seconds(t0, Clock::now()) * 1e3 / steps;
-}
-
 // One round: every row, each side's best of --repeats runs, interleaved.
 // Prints the rows as they come; `blas` gets torch's BLAS.
 std::vector<Row> MeasureRound(const tensord::Client& client, const Settings& s,
@@ -422,7 +408,7 @@ std::vector<Row> MeasureRound(const tensord::Client& client, const Settings& s,
       if (t.ms > 0) best_torch = std::min(best_torch, t.ms);
       blas = t.blas;
       best_compiled = std::min(
-          best_compiled, TensordCompiledStep(client, s.device, batch, s.steps));
+          best_compiled, TensordStep(client, s.device, batch, s.steps, true));
     }
     add({"train_step", batch, best_ours, best_torch});
     add({"train_step_compiled", batch, best_compiled, best_torch});
