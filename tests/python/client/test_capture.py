@@ -165,3 +165,15 @@ def test_a_signature_the_ops_refuse_fails_at_registration_naming_the_op(client):
     with pytest.raises(tensord.TensordError, match=r"op #0 \(matmul; operands: input #0"):
         step(np.ones((3, 3), np.float32))
     assert step(np.eye(2, dtype=np.float32)).tolist() == [[1.0, 2.0], [3.0, 4.0]]
+
+
+def test_numpy_inputs_of_a_bfloat16_or_0d_step_and_over_the_inline_limit(client, monkeypatch):
+    """Inline inputs are converted to the captured input's dtype (bfloat16:
+    its bit patterns, once), 0-d ones too; one over Limits.max_inline_bytes
+    is uploaded first, converted once as well."""
+    step = client.capture(lambda a: a * 2, client.zeros(3, dtype=tensord.bfloat16))
+    assert step(np.array([1.5, -2.0, 3.0], np.float32)).float().tolist() == [3.0, -4.0, 6.0]
+    scalar = client.capture(lambda a: a + 1, client.zeros(()))
+    assert scalar(np.float32(2.5)).item() == 3.5
+    monkeypatch.setattr(client._session.limits, "max_inline_bytes", 4)
+    assert step(np.array([0.5, 1.0, -1.0], np.float32)).float().tolist() == [1.0, 2.0, -2.0]

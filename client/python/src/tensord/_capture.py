@@ -170,13 +170,14 @@ class CapturedStep:
                 args.append(pb.ProgramArg(handle=info.handle))
                 signature.append((info.dtype, tuple(info.shape), info.device))
                 continue
-            array = _dtypes.host_array(x, _dtypes.from_wire(dtype))
+            host_dtype = _dtypes.from_wire(dtype)
+            array = _dtypes.host_array(x, host_dtype)
             if max_inline and array.nbytes > max_inline:
-                t = self._client._from_array(array, _dtypes.from_wire(dtype), device)
+                t = self._client._from_array(x, host_dtype, device)
                 args.append(pb.ProgramArg(handle=t._info.handle))
                 uploaded.append(t)  # alive until the run
             else:
-                args.append(pb.ProgramArg(data=memoryview(array).cast("B").tobytes()))
+                args.append(pb.ProgramArg(data=array.tobytes()))
             signature.append((dtype, tuple(array.shape), device))
         signature.append(_grad_mode.no_grad_active())
         return args, tuple(signature)
