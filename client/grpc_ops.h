@@ -6,6 +6,8 @@
 #define TENSORD_CLIENT_GRPC_OPS_H_
 
 #include <memory>
+#include <type_traits>
+#include <vector>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -36,6 +38,43 @@ struct BatchState {
   std::vector<std::pair<uint32_t, optim::Optimizer*>> optimizer_steps;
   bool ran = false;
 };
+
+// Calls `f(operand)` for each tensordv1.Operand inside `message` (an Op or
+// a part of one, const or not), depth first, until `f` returns true;
+// returns whether it did. The one walk over an op's operands, for the
+// same-session check and a compiled batch's inputs.
+template <typename Message, typename F>
+bool AnyOperand(Message& message, const F& f) {
+  constexpr bool kConst = std::is_const_v<Message>;
+  using Operand = std::conditional_t<kConst, const v1::Operand, v1::Operand>;
+  if (auto* operand = dynamic_cast<Operand*>(&message)) return f(*operand);
+  const google::protobuf::Reflection* r = message.GetReflection();
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  r->ListFields(message, &fields);
+  for (const google::protobuf::FieldDescriptor* field : fields) {
+    if (field->cpp_type() !=
+        google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+      continue;
+    }
+    const int n = field->is_repeated() ? r->FieldSize(message, field) : 1;
+    for (int i = 0; i < n; ++i) {
+      bool found;
+      if constexpr (kConst) {
+        found = AnyOperand(field->is_repeated()
+                               ? r->GetRepeatedMessage(message, field, i)
+                               : r->GetMessage(message, field),
+                           f);
+      } else {
+        found = AnyOperand(field->is_repeated()
+                               ? *r->MutableRepeatedMessage(&message, field, i)
+                               : *r->MutableMessage(&message, field),
+                           f);
+      }
+      if (found) return true;
+    }
+  }
+  return false;
+}
 
 v1::Operand HandleOperand(const Tensor& t);
 v1::Scalar ToProto(const Scalar& s);

@@ -23,33 +23,6 @@ struct OperandOrigin {
 thread_local std::vector<OperandOrigin> t_operand_origins;
 constexpr size_t kMaxOperandOrigins = 1024;  // left by ops that never ran
 
-// Whether `message` (an Op, or a part of one) names `handle` as an operand.
-bool NamesHandle(const google::protobuf::Message& message, uint64_t handle) {
-  if (const auto* operand = dynamic_cast<const v1::Operand*>(&message)) {
-    return operand->has_handle() && operand->handle() == handle;
-  }
-  const google::protobuf::Reflection* reflection = message.GetReflection();
-  std::vector<const google::protobuf::FieldDescriptor*> fields;
-  reflection->ListFields(message, &fields);
-  for (const google::protobuf::FieldDescriptor* field : fields) {
-    if (field->cpp_type() !=
-        google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
-      continue;
-    }
-    if (field->is_repeated()) {
-      for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
-        if (NamesHandle(reflection->GetRepeatedMessage(message, field, i),
-                        handle)) {
-          return true;
-        }
-      }
-    } else if (NamesHandle(reflection->GetMessage(message, field), handle)) {
-      return true;
-    }
-  }
-  return false;
-}
-
 // Throws when `op`, about to run in `first`'s session, names a tensor of
 // another session: PyTorch's same-device error with both devices when the
 // two are nodes of one cluster (their devices are named by node),
@@ -61,7 +34,10 @@ void CheckOneSession(const TensorState& first, const v1::Op& op) {
   for (const OperandOrigin& origin : t_operand_origins) {
     std::shared_ptr<const TensorState> other = origin.state.lock();
     if (other == nullptr || other->session == first.session) continue;
-    if (!NamesHandle(op, origin.handle)) continue;  // an earlier op's
+    const bool named = AnyOperand(op, [&](const v1::Operand& o) {
+      return o.has_handle() && o.handle() == origin.handle;
+    });
+    if (!named) continue;  // an earlier op's
     if (!first.session->node_prefix().empty() &&
         !other->session->node_prefix().empty()) {
       throw Error(StatusCode::FAILED_PRECONDITION,

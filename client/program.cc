@@ -33,34 +33,6 @@ InputSignature SignatureOf(const Tensor& t) {
   return {static_cast<int>(t.dtype()), t.shape(), t.device().str()};
 }
 
-// Every Operand of `message`'s fields, recursively.
-template <typename F>
-void ForEachOperand(google::protobuf::Message& message, const F& f) {
-  const google::protobuf::Reflection* r = message.GetReflection();
-  std::vector<const google::protobuf::FieldDescriptor*> fields;
-  r->ListFields(message, &fields);
-  for (const google::protobuf::FieldDescriptor* field : fields) {
-    if (field->cpp_type() !=
-        google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
-      continue;
-    }
-    auto visit = [&](google::protobuf::Message* m) {
-      if (auto* operand = dynamic_cast<v1::Operand*>(m)) {
-        f(*operand);
-      } else {
-        ForEachOperand(*m, f);
-      }
-    };
-    if (field->is_repeated()) {
-      for (int i = 0; i < r->FieldSize(message, field); ++i) {
-        visit(r->MutableRepeatedMessage(&message, field, i));
-      }
-    } else {
-      visit(r->MutableMessage(&message, field));
-    }
-  }
-}
-
 // The program of `signature`: registered the first time (or again after
 // the server dropped it).
 uint64_t Registered(ProgramState& s,
@@ -106,10 +78,12 @@ Program Batch::compile(const std::vector<Tensor>& inputs) {
     signature.push_back(internal::SignatureOf(inputs[i]));
   }
   for (v1::Op& op : *state_->request.mutable_ops()) {
-    internal::ForEachOperand(op, [&](v1::Operand& operand) {
-      if (operand.source_case() != v1::Operand::kHandle) return;
-      auto it = slot.find(operand.handle());
-      if (it != slot.end()) operand.set_input(it->second);
+    internal::AnyOperand(op, [&](v1::Operand& operand) {
+      if (operand.source_case() == v1::Operand::kHandle) {
+        auto it = slot.find(operand.handle());
+        if (it != slot.end()) operand.set_input(it->second);
+      }
+      return false;  // every operand
     });
   }
   *program->request.mutable_ops() = std::move(*state_->request.mutable_ops());

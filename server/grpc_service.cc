@@ -741,11 +741,9 @@ absl::Status TensorServiceImpl::RegisterProgramImpl(
     grpc::CallbackServerContext* ctx, const v1::RegisterProgramRequest& req,
     v1::RegisterProgramResponse* resp) {
   // The bounds first: a list past them is refused before it is converted.
-  if (req.ops_size() > static_cast<int>(core::kMaxProgramOps)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the program has ", req.ops_size(), " ops; the server's limit is ",
-        core::kMaxProgramOps, " (Limits.max_program_ops)"));
-  }
+  RETURN_IF_ERROR(core::CheckProgramBounds(
+      static_cast<size_t>(req.ops_size()),
+      static_cast<size_t>(req.inputs_size())));
   std::vector<core::Runtime::ProgramInput> inputs(
       static_cast<size_t>(req.inputs_size()));
   for (int i = 0; i < req.inputs_size(); ++i) {

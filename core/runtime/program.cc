@@ -19,19 +19,24 @@ std::string ProgramValue::ToString() const {
                       device == nullptr ? "?" : device->name());
 }
 
+absl::Status CheckProgramBounds(size_t ops, size_t inputs) {
+  if (ops > kMaxProgramOps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the program has ", ops, " ops; the server's limit is ",
+                     kMaxProgramOps, " (Limits.max_program_ops)"));
+  }
+  if (inputs > kMaxProgramInputs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the program has ", inputs, " inputs; the server's limit is ",
+        kMaxProgramInputs, " (Limits.max_program_inputs)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<Program>> Program::Compile(
     std::vector<ProgramValue> inputs, std::vector<OpSpec> ops,
     std::vector<uint32_t> keep, std::string tag, const Lookup& lookup) {
-  if (ops.size() > kMaxProgramOps) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the program has ", ops.size(), " ops; the server's limit "
-                     "is ", kMaxProgramOps, " (Limits.max_program_ops)"));
-  }
-  if (inputs.size() > kMaxProgramInputs) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the program has ", inputs.size(), " inputs; the server's limit is ",
-        kMaxProgramInputs, " (Limits.max_program_inputs)"));
-  }
+  RETURN_IF_ERROR(CheckProgramBounds(ops.size(), inputs.size()));
   for (uint32_t k : keep) {
     if (k >= ops.size()) {
       return absl::InvalidArgumentError(absl::StrCat(

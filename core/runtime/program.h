@@ -43,6 +43,12 @@ inline constexpr size_t kMaxProgramInputs = 256;
 // least recently used is dropped.
 inline constexpr size_t kMaxSessionPrograms = 16;
 
+// INVALID_ARGUMENT naming the limit when a program of `ops` ops and
+// `inputs` inputs is past kMaxProgramOps or kMaxProgramInputs: the one
+// check, which the server makes before converting a request and Compile
+// makes for every caller.
+absl::Status CheckProgramBounds(size_t ops, size_t inputs);
+
 // A tensor's metadata as a program plans it: an input placeholder, a bound
 // tensor or an op's result.
 struct ProgramValue {

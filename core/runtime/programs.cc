@@ -47,11 +47,7 @@ absl::StatusOr<Runtime::ProgramMeta> Runtime::RegisterProgram(
   ASSIGN_OR_RETURN(std::unique_ptr<HandleTable::SessionPin> pin,
                    impl_->table().Pin(session));
   RETURN_IF_ERROR(CheckTag(tag));
-  if (inputs.size() > kMaxProgramInputs) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the program has ", inputs.size(), " inputs; the server's limit is ",
-        kMaxProgramInputs, " (Limits.max_program_inputs)"));
-  }
+  RETURN_IF_ERROR(CheckProgramBounds(ops.size(), inputs.size()));
   std::vector<ProgramValue> placeholders;
   placeholders.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
