@@ -570,19 +570,16 @@ absl::Status HandleTable::RemoveRegion(std::string_view session,
 }
 
 absl::StatusOr<uint64_t> HandleTable::AddProgram(
-    std::string_view session, std::shared_ptr<const Program> program,
-    uint64_t* dropped) {
+    std::string_view session, std::shared_ptr<const Program> program) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> s, FindSession(session));
   std::shared_ptr<const Program> evicted;  // destroyed after the lock
   absl::MutexLock lock(&s->mu);
   if (s->closed) return UnknownSession(session);
-  *dropped = 0;
   if (s->programs.size() >= std::max<size_t>(options_.session_max_programs, 1)) {
     auto oldest = s->programs.begin();
     for (auto it = s->programs.begin(); it != s->programs.end(); ++it) {
       if (it->second.used < oldest->second.used) oldest = it;
     }
-    *dropped = oldest->first;
     evicted = std::move(oldest->second.program);
     s->programs.erase(oldest);
   }

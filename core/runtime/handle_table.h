@@ -259,14 +259,14 @@ class HandleTable {
   // Programs of a session (core/runtime/program.h), as regions are: ids from
   // the handle counter, dropped when the session ends. AddProgram returns
   // the new id; past session_max_programs it first drops the program least
-  // recently added or found (its id in `*dropped`, else 0 there): a
-  // training loop never fails for registering one more. NOT_FOUND for an
+  // recently added or found: a training loop never fails for registering
+  // one more (a client meets the dropped one's NOT_FOUND and registers it
+  // again). NOT_FOUND for an
   // unknown session. FindProgram marks the program used; NOT_FOUND
   // "unknown program <id> in this session" for one never added, removed
   // or dropped.
   absl::StatusOr<uint64_t> AddProgram(std::string_view session,
-                                      std::shared_ptr<const Program> program,
-                                      uint64_t* dropped);
+                                      std::shared_ptr<const Program> program);
   absl::StatusOr<std::shared_ptr<const Program>> FindProgram(
       std::string_view session, uint64_t program);
   absl::Status RemoveProgram(std::string_view session, uint64_t program);

@@ -77,9 +77,8 @@ absl::StatusOr<Runtime::ProgramMeta> Runtime::RegisterProgram(
                              impl_->table().Lookup(session, handle));
                          return ValueOf(*entry.tensor);
                        }));
-  uint64_t dropped = 0;
   ASSIGN_OR_RETURN(const uint64_t id,
-                   impl_->table().AddProgram(session, program, &dropped));
+                   impl_->table().AddProgram(session, program));
   return MetaOfProgram(id, *program);
 }
 
