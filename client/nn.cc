@@ -63,6 +63,22 @@ Error FileError(const std::filesystem::path& path, std::string_view why) {
 
 void manual_seed(uint64_t seed) { next_seed = seed; }
 
+}  // namespace tensord::client::nn
+
+namespace tensord::client {
+
+uint64_t internal::TakeSeeds(uint64_t n) {
+  const uint64_t first = nn::next_seed;
+  nn::next_seed += n;
+  return first;
+}
+
+}  // namespace tensord::client
+
+namespace tensord::client::nn {
+
+
+
 void Module::register_parameter(std::string name, Tensor* t) {
   t->requires_grad_();
   // Parameters before buffers, as PyTorch's state_dict lists them.

@@ -2,6 +2,7 @@
 // input signature, run with RunProgram.
 #include "tensord/program.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <tuple>
@@ -11,6 +12,7 @@
 #include "client/grpc_enums.h"
 #include "client/grpc_ops.h"
 #include "client/grpc_session.h"
+#include "tensord/nn.h"
 
 namespace tensord::client {
 namespace internal {
@@ -25,6 +27,10 @@ struct ProgramState {
   std::vector<Tensor> bound;  // what the ops read by handle, kept alive
   std::vector<std::pair<uint32_t, optim::Optimizer*>> optimizer_steps;
   std::map<std::vector<InputSignature>, uint64_t> programs;
+  // The seeded dropouts: how many, and the least of the seeds recorded.
+  uint64_t seeds = 0;
+  uint64_t first_seed = 0;
+  uint64_t runs = 0;
 };
 
 namespace {
@@ -86,6 +92,13 @@ Program Batch::compile(const std::vector<Tensor>& inputs) {
       return false;  // every operand
     });
   }
+  for (const v1::Op& op : state_->request.ops()) {
+    if (!op.has_dropout() || !op.dropout().has_seed()) continue;
+    const uint64_t seed = op.dropout().seed();
+    program->first_seed =
+        program->seeds == 0 ? seed : std::min(program->first_seed, seed);
+    ++program->seeds;
+  }
   *program->request.mutable_ops() = std::move(*state_->request.mutable_ops());
   *program->request.mutable_keep() = state_->request.keep();
   program->request.set_tag("batch");
@@ -129,11 +142,21 @@ BatchResults Program::run(const std::vector<Tensor>& inputs) {
   }
   request.set_program(internal::Registered(s, signature));
   for (const auto& [index, optimizer] : s.optimizer_steps) {
+    v1::OptimizerStepArgs now;
+    optimizer->Fill(&now);
     v1::ProgramStepArgs* step = request.add_steps();
     step->set_op(index);
     step->set_step(++optimizer->steps_);
-    step->set_lr(optimizer->learning_rate());
+    step->set_lr(now.lr());
+    step->set_weight_decay(now.weight_decay());
+    if (now.kind() == v1::SGD) step->set_momentum(now.momentum());
   }
+  // The first run draws the recorded seeds; each later one the next seeds
+  // of the thread's sequence, as the eager step would.
+  if (s.seeds > 0 && s.runs > 0) {
+    request.set_seed_offset(internal::TakeSeeds(s.seeds) - s.first_seed);
+  }
+  ++s.runs;
   v1::RunProgramResponse response;
   try {
     response = s.session->Call(&v1::TensorService::Stub::RunProgram, request);

@@ -775,9 +775,9 @@ absl::Status TensorServiceImpl::RegisterProgramImpl(
   return absl::OkStatus();
 }
 
-absl::Status TensorServiceImpl::RunProgramImpl(
-    grpc::CallbackServerContext* ctx, const v1::RunProgramRequest& req,
-    v1::RunProgramResponse* resp) {
+absl::Status TensorServiceImpl::RunProgramIn(
+    grpc::CallbackServerContext* ctx, std::string_view session,
+    const v1::RunProgramRequest& req, v1::RunProgramResponse* resp) {
   std::vector<core::Runtime::ProgramArg> args(
       static_cast<size_t>(req.inputs_size()));
   for (int i = 0; i < req.inputs_size(); ++i) {
@@ -805,17 +805,22 @@ absl::Status TensorServiceImpl::RunProgramImpl(
   std::vector<core::Runtime::ProgramStepArgs> steps;
   steps.reserve(static_cast<size_t>(req.steps_size()));
   for (const v1::ProgramStepArgs& s : req.steps()) {
-    steps.push_back({s.op(), s.step(),
-                     s.has_lr() ? std::optional<double>(s.lr()) : std::nullopt});
+    auto given = [](bool has, double v) {
+      return has ? std::optional<double>(v) : std::nullopt;
+    };
+    steps.push_back({s.op(), s.step(), given(s.has_lr(), s.lr()),
+                     given(s.has_momentum(), s.momentum()),
+                     given(s.has_weight_decay(), s.weight_decay())});
   }
   size_t polls = 0;
   ASSIGN_OR_RETURN(std::vector<core::TensorMeta> kept,
-                   runtime_->RunProgram(req.session(), req.program(), args,
+                   runtime_->RunProgram(session, req.program(), args,
                                         steps, [ctx, &polls] {
                                           return polls++ % 32 == 0 &&
                                                  ctx->IsCancelled();
-                                        }));
-  return FillKept(req.session(), kept, resp->mutable_kept());
+                                        },
+                                        req.seed_offset()));
+  return FillKept(session, kept, resp->mutable_kept());
 }
 
 absl::Status TensorServiceImpl::ListProgramsImpl(

@@ -255,7 +255,15 @@ class TensorServiceImpl final : public TensorServiceBase, public StreamService {
                                    v1::RegisterProgramResponse* resp);
   absl::Status RunProgramImpl(grpc::CallbackServerContext* ctx,
                               const v1::RunProgramRequest& req,
-                              v1::RunProgramResponse* resp);
+                              v1::RunProgramResponse* resp) {
+    return RunProgramIn(ctx, req.session(), req, resp);
+  }
+  // RunProgram in `session` (the request's own is not read): the RPC's and
+  // the stream's run_program command.
+  absl::Status RunProgramIn(grpc::CallbackServerContext* ctx,
+                            std::string_view session,
+                            const v1::RunProgramRequest& req,
+                            v1::RunProgramResponse* resp);
   absl::Status ListProgramsImpl(grpc::CallbackServerContext* ctx,
                                 const v1::ListProgramsRequest& req,
                                 v1::ListProgramsResponse* resp);
@@ -333,6 +341,9 @@ class TensorServiceImpl final : public TensorServiceBase, public StreamService {
   absl::Status ReleaseListedOf(const v1::ExecuteRequest& req) override {
     return ReleaseListed(req);
   }
+  absl::Status ReleaseListedOf(const v1::RunProgramRequest& req) override {
+    return ReleaseListed(req);
+  }
   absl::Status CreateCommand(grpc::CallbackServerContext* ctx,
                              const v1::CreateRequest& req,
                              v1::TensorResponse* resp) override {
@@ -353,6 +364,12 @@ class TensorServiceImpl final : public TensorServiceBase, public StreamService {
                               const v1::ExecuteRequest& req,
                               v1::ExecuteResponse* resp) override {
     return ExecuteList(ctx, session, req, resp);
+  }
+  absl::Status RunProgramCommand(grpc::CallbackServerContext* ctx,
+                                 std::string_view session,
+                                 const v1::RunProgramRequest& req,
+                                 v1::RunProgramResponse* resp) override {
+    return RunProgramIn(ctx, session, req, resp);
   }
   absl::Status ReadCommand(grpc::CallbackServerContext* ctx,
                            const v1::ReadRequest& req,

@@ -223,10 +223,9 @@ class StreamReactor final
     if (cmd.has_create()) in_session(cmd.create());
     if (cmd.has_to()) in_session(cmd.to());
     if (cmd.has_run()) in_session(cmd.run());
-    if (cmd.has_execute()) {  // its release list, not its ops
-      v1::ExecuteRequest listed;
-      *listed.mutable_release() = cmd.execute().release();
-      in_session(std::move(listed));
+    if (cmd.has_execute()) (void)s.ReleaseListedOf(ListedOnly(cmd.execute()));
+    if (cmd.has_run_program()) {
+      (void)s.ReleaseListedOf(ListedOnly(cmd.run_program()));
     }
   }
 
@@ -262,21 +261,21 @@ class StreamReactor final
         RETURN_IF_ERROR(s.RunCommand(ctx_, req, &resp));
         return Name(cmd.result(), resp.tensor(), reply);
       }
-      case v1::Command::kExecute: {
-        if (cmd.result() != 0) {
-          return absl::InvalidArgumentError(
-              "an execute's results are its kept list, under the server's "
-              "handles: leave `result` 0");
-        }
-        v1::ExecuteRequest listed;  // its release list, not its ops
-        listed.set_session(session_);
-        *listed.mutable_release() = cmd.execute().release();
-        RETURN_IF_ERROR(s.ReleaseListedOf(listed));
-        v1::ExecuteResponse resp;
-        RETURN_IF_ERROR(s.ExecuteCommand(ctx_, session_, cmd.execute(), &resp));
-        reply->mutable_kept()->Swap(resp.mutable_kept());
-        return absl::OkStatus();
-      }
+      case v1::Command::kExecute:
+        return KeptListCommand<v1::ExecuteResponse>(
+            cmd, "an execute", cmd.execute(),
+            [&](v1::ExecuteResponse* resp) {
+              return s.ExecuteCommand(ctx_, session_, cmd.execute(), resp);
+            },
+            reply);
+      case v1::Command::kRunProgram:
+        return KeptListCommand<v1::RunProgramResponse>(
+            cmd, "a run_program", cmd.run_program(),
+            [&](v1::RunProgramResponse* resp) {
+              return s.RunProgramCommand(ctx_, session_, cmd.run_program(),
+                                         resp);
+            },
+            reply);
       case v1::Command::kRead: {
         v1::ReadRequest req = cmd.read();
         req.set_session(session_);
@@ -294,9 +293,39 @@ class StreamReactor final
       default:
         return absl::InvalidArgumentError(absl::StrCat(
             "command ", cmd.seq(),
-            " names nothing to do (create, to, run, execute, read, release, "
-            "sync or clear_error)"));
+            " names nothing to do (create, to, run, execute, run_program, "
+            "read, release, sync or clear_error)"));
     }
+  }
+
+  // An execute or run_program command (`what`, for the message): `req`'s
+  // release list honoured, then `run` fills the response whose kept
+  // results (under the server's handles) go in `reply`.
+  template <typename Resp, typename Req, typename Run>
+  absl::Status KeptListCommand(const v1::Command& cmd, const char* what,
+                               const Req& req, Run run,
+                               v1::CommandReply* reply) {
+    if (cmd.result() != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what,
+                       "'s results are its kept list, under the server's "
+                       "handles: leave `result` 0"));
+    }
+    RETURN_IF_ERROR(service_->ReleaseListedOf(ListedOnly(req)));
+    Resp resp;
+    RETURN_IF_ERROR(run(&resp));
+    reply->mutable_kept()->Swap(resp.mutable_kept());
+    return absl::OkStatus();
+  }
+
+  // A request of `req`'s type with its release list only (not its ops or
+  // inputs), in the stream's session.
+  template <typename Req>
+  Req ListedOnly(const Req& req) const {
+    Req listed;
+    listed.set_session(session_);
+    *listed.mutable_release() = req.release();
+    return listed;
   }
 
   // Gives the new tensor `info` the client's handle `result` (0: keep the

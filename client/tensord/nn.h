@@ -39,6 +39,15 @@ namespace tensord::client {
 class Client;
 }  // namespace tensord::client
 
+namespace tensord::client {
+namespace internal {
+// The first of `n` consecutive seeds of this thread's nn sequence (the one
+// nn::manual_seed sets), taken: a compiled step's dropouts take the seeds
+// their eager step would have (tensord/program.h).
+uint64_t TakeSeeds(uint64_t n);
+}  // namespace internal
+}  // namespace tensord::client
+
 namespace tensord::client::nn {
 
 // Seeds the draws that initialise the parameters of modules made after it

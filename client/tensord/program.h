@@ -26,8 +26,12 @@
 // dropped (its session's least recently run, past
 // Limits.max_session_programs) is registered again. An optimizer step the
 // batch recorded counts as one step of its optimizer at each run, with its
-// current learning rate (both are the run's arguments, not the program's):
-// the optimizer must outlive the Program.
+// current learning rate, weight decay and (SGD's) momentum (all are the
+// run's arguments, not the program's): the optimizer must outlive the
+// Program. A seeded dropout (nn::Dropout's) draws a new mask at each run:
+// the first run's are the recorded seeds, each later run takes the next
+// seeds of the thread's nn::manual_seed sequence, as the eager step would,
+// so a compiled training run equals the eager one.
 //
 // Thread-safety: a Program may be run from one thread at a time.
 #ifndef TENSORD_CLIENT_TENSORD_PROGRAM_H_

@@ -85,7 +85,7 @@ absl::StatusOr<Runtime::ProgramMeta> Runtime::RegisterProgram(
 absl::StatusOr<std::vector<TensorMeta>> Runtime::RunProgram(
     std::string_view session, uint64_t id, std::span<const ProgramArg> args,
     std::span<const ProgramStepArgs> steps,
-    const std::function<bool()>& cancelled) {
+    const std::function<bool()>& cancelled, uint64_t seed_offset) {
   ASSIGN_OR_RETURN(std::unique_ptr<HandleTable::SessionPin> pin,
                    impl_->table().Pin(session));
   ASSIGN_OR_RETURN(std::shared_ptr<const Program> program,
@@ -107,12 +107,42 @@ absl::StatusOr<std::vector<TensorMeta>> Runtime::RunProgram(
           ", which is not an optimizer step"));
     }
     OpSpec op = ops[step.op];
-    if (step.step != 0) op.optimizer.step = step.step;
-    if (step.lr.has_value()) op.optimizer.lr = *step.lr;
-    RETURN_IF_ERROR(CheckOptimizerArgs(op.optimizer));
+    OptimizerArgs& a = op.optimizer;
+    if (step.step != 0) a.step = step.step;
+    if (step.lr.has_value()) a.lr = *step.lr;
+    if (step.weight_decay.has_value()) a.weight_decay = *step.weight_decay;
+    if (step.momentum.has_value()) {
+      if (a.kind != OptimizerKind::kSgd) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "steps gives op #", step.op, " of program ", id,
+            " a momentum, but it is not an SGD step"));
+      }
+      if ((*step.momentum != 0) != (a.momentum != 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "steps gives op #", step.op, " of program ", id, " momentum ",
+            *step.momentum, ", but it was registered ",
+            a.momentum != 0 ? "with momentum buffers: momentum must stay > 0"
+                            : "without momentum buffers: momentum must stay 0",
+            " (register the step again to change that)"));
+      }
+      a.momentum = *step.momentum;
+    }
+    RETURN_IF_ERROR(CheckOptimizerArgs(a));
     if (!replaced.emplace(step.op, std::move(op)).second) {
       return absl::InvalidArgumentError(absl::StrCat(
           "steps names op #", step.op, " twice"));
+    }
+  }
+  // This run's seeds of the seeded random ops.
+  if (seed_offset != 0) {
+    const std::vector<OpSpec>& ops = program->ops();
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].kind != OpSpec::Kind::kDropout || !ops[i].seed.has_value()) {
+        continue;
+      }
+      OpSpec op = ops[i];
+      op.seed = *op.seed + seed_offset;  // unsigned: wraps
+      replaced.emplace(static_cast<uint32_t>(i), std::move(op));
     }
   }
   // Inline inputs are admitted for the session like any buffer.

@@ -377,20 +377,27 @@ class Runtime {
   // replaced (Program::CheckBound); an op's failure as Execute's.
   // This run's arguments of optimizer step `op` of the program (its
   // hyperparameters are the run's, so a scheduler needs no new program):
-  // step 0 and no lr keep the registered ones.
+  // step 0 and unset values keep the registered ones. SGD's momentum may
+  // not cross zero (the step's operands hold a momentum buffer per
+  // parameter or none).
   struct ProgramStepArgs {
     uint32_t op = 0;
     int64_t step = 0;
     std::optional<double> lr;
+    std::optional<double> momentum;
+    std::optional<double> weight_decay;
   };
   // `steps`: at most one per optimizer step of the program; one naming
   // another op, an op twice, or arguments the step refuses
   // (CheckOptimizerArgs) is INVALID_ARGUMENT before anything runs.
+  // `seed_offset` is added (mod 2^64) to the seed of each seeded random op
+  // (dropout) for this run, so replays draw new masks reproducibly.
   absl::StatusOr<std::vector<TensorMeta>> RunProgram(
       std::string_view session, uint64_t program,
       std::span<const ProgramArg> args,
       std::span<const ProgramStepArgs> steps = {},
-      const std::function<bool()>& cancelled = nullptr);
+      const std::function<bool()>& cancelled = nullptr,
+      uint64_t seed_offset = 0);
   // The session's programs by id.
   absl::StatusOr<std::vector<ProgramMeta>> ListPrograms(
       std::string_view session);

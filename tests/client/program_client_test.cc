@@ -1,8 +1,9 @@
 // tensord::Program (issue 34 item 6): a Batch compiled into a program and
 // run with new inputs equals the same step run as a Batch each time (SGD
 // with momentum and Adam: the optimizer's step counts per run), one program
-// per input signature, a dropped program registered again, and the
-// planning error of a signature the ops refuse.
+// per input signature, a dropped program registered again, a seeded
+// dropout's masks run for run, and the planning error of a signature the
+// ops refuse.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -118,6 +119,27 @@ TEST_F(ProgramClientTest, SeedOnesCompiledStepEqualsItsEagerStep) {
   for (size_t k = 0; k < net.parameters().size(); ++k) {
     EXPECT_EQ(net.parameters()[k].fetch<float>(),
               eager_net.parameters()[k].fetch<float>());
+  }
+}
+
+// A seeded dropout draws a new mask at each run: the masks nn::Dropout
+// draws eagerly after the same nn::manual_seed, run for run.
+TEST_F(ProgramClientTest, EachRunDrawsTheMaskTheEagerStepWould) {
+  Client& c = *client_;
+  const Tensor x = c.ones({256});
+  nn::Dropout drop(0.5);
+  nn::manual_seed(40);
+  std::vector<std::vector<float>> eager;
+  for (int i = 0; i < 3; ++i) eager.push_back(drop.forward(x).fetch<float>());
+  EXPECT_NE(eager[0], eager[1]);
+  nn::manual_seed(40);
+  Batch b = c.batch();
+  const Batch::Value dropped =
+      b.dropout(x, 0.5, true, client::internal::TakeSeeds(1));
+  b.keep(dropped);
+  Program step = b.compile({x});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(step.run({x})[dropped].fetch<float>(), eager[i]) << "run " << i;
   }
 }
 

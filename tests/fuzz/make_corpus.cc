@@ -89,6 +89,16 @@ void AddCommandStream() {
   huge->add_shape(1 << 30);
   huge->mutable_fill()->set_kind(v1::Fill::ZEROS);
   command(second, 7, 0)->mutable_clear_error()->set_seq(6);
+  // A program's run (program 1: none registered, or a fuzzed one).
+  v1::RunProgramRequest* run = command(second, 8, 0)->mutable_run_program();
+  run->set_program(1);
+  run->add_inputs()->set_data(std::string(12, '\0'));
+  run->add_inputs()->set_handle(kMine + 1);
+  run->set_seed_offset(3);
+  v1::ProgramStepArgs* step = run->add_steps();
+  step->set_op(0);
+  step->set_momentum(0.5);
+  step->set_weight_decay(0.01);
   AddStream("Stream", {first, second}, false);
   AddStream("Stream", {first, second}, true);
   AddStream("Stream", {second}, false);

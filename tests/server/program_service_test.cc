@@ -353,6 +353,150 @@ TEST_F(ProgramServiceTest, AnOptimizerStepsArgumentsArePerRun) {
   EXPECT_NE(FetchFloats(w), kW);
 }
 
+// SGD's momentum and weight decay are a run's arguments, as lr is: a run
+// with them equals the step executed with them, bit for bit; momentum may
+// not cross zero (the step's operands hold a momentum buffer or none).
+TEST_F(ProgramServiceTest, MomentumAndWeightDecayArePerRun) {
+  const uint64_t w_program = CreateFloat(kW, {3, 1}, true);
+  const uint64_t w_execute = CreateFloat(kW, {3, 1}, true);
+  const uint64_t buf_program = CreateFloat({0, 0, 0}, {3, 1});
+  const uint64_t buf_execute = CreateFloat({0, 0, 0}, {3, 1});
+  auto with_momentum = [](std::vector<v1::Op> ops, uint64_t buf,
+                          double momentum, double weight_decay, int step) {
+    v1::OptimizerStepArgs* sgd = ops[5].mutable_optimizer_step();
+    *sgd->add_state() = Handle(buf);
+    sgd->set_momentum(momentum);
+    sgd->set_weight_decay(weight_decay);
+    sgd->set_step(step);
+    return ops;
+  };
+  v1::RegisterProgramRequest req;
+  AddInput(req, {4, 3});
+  AddInput(req, {4, 1});
+  for (v1::Op& op : with_momentum(StepOps(Input(0), Input(1), w_program),
+                                  buf_program, 0.9, 0, 1)) {
+    *req.add_ops() = op;
+  }
+  req.add_keep(3);
+  v1::ProgramInfo info;
+  grpc::Status s = Register(req, &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  auto run_with = [&](int step, double momentum, double weight_decay) {
+    grpc::ClientContext ctx;
+    v1::RunProgramRequest run;
+    run.set_session(session_);
+    run.set_program(info.program());
+    *run.add_inputs() = Data(BatchX(step));
+    *run.add_inputs() = Data(BatchY(step));
+    v1::ProgramStepArgs* args = run.add_steps();
+    args->set_op(5);
+    args->set_step(step + 1);
+    args->set_momentum(momentum);
+    args->set_weight_decay(weight_decay);
+    v1::RunProgramResponse resp;
+    return stub_->RunProgram(&ctx, run, &resp);
+  };
+  for (int step = 0; step < 3; ++step) {
+    const double momentum = 0.5 + 0.1 * step, weight_decay = 0.01 * step;
+    s = run_with(step, momentum, weight_decay);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    const uint64_t x = CreateFloat(BatchX(step), {4, 3});
+    const uint64_t y = CreateFloat(BatchY(step), {4, 1});
+    grpc::ClientContext ctx;
+    v1::ExecuteRequest ex;
+    ex.set_session(session_);
+    for (v1::Op& op :
+         with_momentum(StepOps(Handle(x), Handle(y), w_execute), buf_execute,
+                       momentum, weight_decay, step + 1)) {
+      *ex.add_ops() = op;
+    }
+    v1::ExecuteResponse ex_resp;
+    ASSERT_TRUE(stub_->Execute(&ctx, ex, &ex_resp).ok());
+    EXPECT_EQ(FetchFloats(w_program), FetchFloats(w_execute))
+        << "step " << step;
+    EXPECT_EQ(FetchFloats(buf_program), FetchFloats(buf_execute));
+  }
+  const std::vector<float> trained = FetchFloats(w_program);
+  s = run_with(3, 0, 0);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("op #5 of program " + std::to_string(info.program()) +
+                        " momentum 0, but it was registered with momentum "
+                        "buffers: momentum must stay > 0"));
+  s = run_with(3, 0.9, -1);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("Invalid weight_decay value: -1"));
+  EXPECT_EQ(FetchFloats(w_program), trained);  // nothing ran
+  // A step registered without momentum keeps none.
+  const v1::ProgramInfo plain = RegisterStep(CreateFloat(kW, {3, 1}, true));
+  grpc::ClientContext ctx;
+  v1::RunProgramRequest run;
+  run.set_session(session_);
+  run.set_program(plain.program());
+  *run.add_inputs() = Data(BatchX(0));
+  *run.add_inputs() = Data(BatchY(0));
+  run.add_steps()->set_op(5);
+  run.mutable_steps(0)->set_momentum(0.9);
+  v1::RunProgramResponse resp;
+  s = stub_->RunProgram(&ctx, run, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("registered without momentum buffers: momentum must "
+                        "stay 0"));
+}
+
+// RunProgramRequest.seed_offset: a seeded dropout draws the mask of its
+// seed plus the offset, so replays differ from each other and each equals
+// the eager op with that seed; unseeded, every run draws afresh.
+TEST_F(ProgramServiceTest, ASeedOffsetGivesEachRunItsOwnMaskReproducibly) {
+  const std::vector<float> ones(256, 1.0f);
+  v1::RegisterProgramRequest req;
+  AddInput(req, {256});
+  v1::DropoutArgs* seeded = req.add_ops()->mutable_dropout();
+  *seeded->mutable_x() = Input(0);
+  seeded->set_seed(7);
+  v1::DropoutArgs* unseeded = req.add_ops()->mutable_dropout();
+  *unseeded->mutable_x() = Input(0);
+  req.add_keep(0);
+  req.add_keep(1);
+  v1::ProgramInfo info;
+  grpc::Status s = Register(req, &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  auto run_at = [&](uint64_t offset) {
+    grpc::ClientContext ctx;
+    v1::RunProgramRequest run;
+    run.set_session(session_);
+    run.set_program(info.program());
+    *run.add_inputs() = Data(ones);
+    run.set_seed_offset(offset);
+    v1::RunProgramResponse resp;
+    grpc::Status rs = stub_->RunProgram(&ctx, run, &resp);
+    EXPECT_TRUE(rs.ok()) << rs.error_message();
+    return std::make_pair(FetchFloats(resp.kept(0).handle()),
+                          FetchFloats(resp.kept(1).handle()));
+  };
+  auto eager = [&](uint64_t seed) {
+    grpc::ClientContext ctx;
+    v1::RunRequest run;
+    run.set_session(session_);
+    v1::DropoutArgs* d = run.mutable_op()->mutable_dropout();
+    *d->mutable_x() = Handle(CreateFloat(ones, {256}));
+    d->set_seed(seed);
+    v1::TensorResponse resp;
+    EXPECT_TRUE(stub_->Run(&ctx, run, &resp).ok());
+    return FetchFloats(resp.tensor().handle());
+  };
+  const auto [first, first_unseeded] = run_at(0);
+  const auto [again, again_unseeded] = run_at(0);
+  const auto [next, next_unseeded] = run_at(1);
+  EXPECT_EQ(first, again);
+  EXPECT_EQ(first, eager(7));
+  EXPECT_NE(next, first);
+  EXPECT_EQ(next, eager(8));
+  EXPECT_EQ(run_at(~uint64_t{0}).first, eager(6));  // wraps
+  EXPECT_NE(first_unseeded, again_unseeded);
+}
+
 TEST_F(ProgramServiceTest, AReleasedBoundTensorIsAFailedPreconditionNamingIt) {
   const uint64_t w = CreateFloat(kW, {3, 1}, true);
   const v1::ProgramInfo info = RegisterStep(w);

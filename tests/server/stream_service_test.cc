@@ -331,6 +331,88 @@ TEST_F(StreamServiceTest, AnExecuteIsOneCommand) {
   Close(*c);
 }
 
+// A program's run as one command: in order with the commands before it
+// (the tensor it binds is one of theirs, under the client's handle), its
+// release list honoured, its kept results under the server's handles in the
+// reply, with the value of a one-element one; a failing run fails the
+// command and stops the stream; `result` is refused.
+TEST_F(StreamServiceTest, ARunProgramIsOneCommand) {
+  auto c = Connect();
+  auto replies = Send(*c, {Create(1, kMine + 1, {10, 20})}, /*open=*/true);
+  ASSERT_EQ(replies.size(), 1u);
+  ASSERT_EQ(replies[0].code(), 0) << replies[0].message();
+  // sum(input #0 + kMine + 1), and the sum itself kept.
+  v1::RegisterProgramRequest reg;
+  reg.set_session(session_);
+  v1::ProgramInput* in = reg.add_inputs();
+  in->set_dtype(v1::FLOAT32);
+  in->add_shape(2);
+  v1::BinaryArgs* add = reg.add_ops()->mutable_binary();
+  add->set_op(v1::ADD);
+  add->mutable_lhs()->set_input(0);
+  add->mutable_rhs()->set_handle(kMine + 1);
+  v1::ReduceArgs* sum = reg.add_ops()->mutable_reduce();
+  sum->set_op(v1::SUM);
+  sum->mutable_x()->set_result_of(0);
+  reg.add_keep(0);
+  reg.add_keep(1);
+  v1::RegisterProgramResponse registered;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->RegisterProgram(&ctx, reg, &registered);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  v1::Command run;
+  run.set_seq(3);
+  v1::RunProgramRequest* r = run.mutable_run_program();
+  r->set_program(registered.program().program());
+  const std::vector<float> x = {1, 2};
+  r->add_inputs()->set_data(std::string(
+      reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float)));
+  r->add_release(kMine + 3);  // made by the command before it
+  replies = Send(*c, {Create(2, kMine + 3, {7}), run, Read(4, kMine + 3)});
+  ASSERT_EQ(replies.size(), 3u);
+  ASSERT_EQ(replies[1].code(), 0) << replies[1].message();
+  ASSERT_EQ(replies[1].kept_size(), 2);
+  EXPECT_LT(replies[1].kept(0).handle(), kMine);  // the server's handles
+  float total = 0;
+  ASSERT_EQ(replies[1].kept(1).value().size(), sizeof(float));
+  std::memcpy(&total, replies[1].kept(1).value().data(), sizeof(float));
+  EXPECT_EQ(total, 33.0f);
+  EXPECT_EQ(replies[2].code(), grpc::StatusCode::NOT_FOUND);  // released
+  v1::Command clear;
+  clear.set_seq(5);
+  clear.mutable_clear_error()->set_seq(4);
+  replies = Send(*c, {clear, Read(6, replies[1].kept(0).handle())});
+  ASSERT_EQ(replies.size(), 2u);
+  EXPECT_EQ(Floats(replies[1]), (std::vector<float>{11, 22}));
+
+  // A run that fails (one byte short): RunProgram's status, and the stream
+  // stops there.
+  v1::Command bad = run;
+  bad.set_seq(7);
+  bad.mutable_run_program()->clear_release();
+  bad.mutable_run_program()->mutable_inputs(0)->mutable_data()->pop_back();
+  replies = Send(*c, {bad, Read(8, kMine + 1)});
+  ASSERT_EQ(replies.size(), 2u);
+  EXPECT_EQ(replies[0].code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(replies[0].message(), HasSubstr("data is 7 bytes"));
+  EXPECT_EQ(replies[0].kept_size(), 0);
+  EXPECT_THAT(replies[1].message(),
+              HasSubstr("command 7 (run_program) failed"));
+  clear.set_seq(9);
+  clear.mutable_clear_error()->set_seq(7);
+  v1::Command named = run;
+  named.set_seq(10);
+  named.mutable_run_program()->clear_release();
+  named.set_result(kMine + 5);
+  replies = Send(*c, {clear, named});
+  ASSERT_EQ(replies.size(), 2u);
+  EXPECT_EQ(replies[1].code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(replies[1].message(), HasSubstr("leave `result` 0"));
+  Close(*c);
+}
+
 // ExecuteRequest.results: the kept results under the client's handles, so
 // that a client that planned the list uses them before the reply; refused
 // before anything runs when they do not fit the keep list, and in the RPC.

@@ -36,6 +36,28 @@ def _train_step(model, opt, loss_fn):
     return step
 
 
+def _record_calls(client, monkeypatch):
+    """The unary calls made from now on, by method name, and the stream's
+    run_program commands as "run_program"; and the name a replay has: a
+    command on the stream when the client pipelines, else the RPC."""
+    calls = []
+    session = client._session
+    real_call = session.call
+    monkeypatch.setattr(session, "call",
+                        lambda name, *a, **k: calls.append(name) or real_call(name, *a, **k))
+    stream = client._dispatcher._stream
+    if stream is None:
+        return calls, "RunProgram"
+    real_send = stream.send
+
+    def send(kind, *a, **k):
+        if kind == "run_program":
+            calls.append(kind)
+        return real_send(kind, *a, **k)
+    monkeypatch.setattr(stream, "send", send)
+    return calls, "run_program"
+
+
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_replays_equal_eager_steps(client, optimizer):
     batches = [_data(client, seed) for seed in range(6)]
@@ -58,15 +80,12 @@ def test_a_replay_is_one_run_program_and_keeps_only_the_outputs(client, monkeypa
     step = client.capture(_train_step(model, opt, nn.MSELoss()), x, y)
     step(x, y)  # the momentum buffers exist now; the held set is settled
     held = client.held_bytes()
-    calls = []
-    session = client._session
-    real_call = session.call
-    monkeypatch.setattr(session, "call",
-                        lambda name, *a, **k: calls.append(name) or real_call(name, *a, **k))
+    calls, replay = _record_calls(client, monkeypatch)
     loss = step(x, y)
     monkeypatch.undo()
-    # zero_grad, Linear's addmm, mse_loss, backward, the optimizer step: one RPC.
-    assert calls == ["RunProgram"] and step.ops == 5 and step.programs == 1
+    # zero_grad, Linear's addmm, mse_loss, backward, the optimizer step: one
+    # RPC, or one command on the stream (no drain before it).
+    assert calls == [replay] and step.ops == 5 and step.programs == 1
     assert loss.shape == () and loss.item() > 0
     del loss
     assert client.held_bytes() == held
@@ -132,17 +151,12 @@ def test_one_program_per_input_signature_reused_and_numpy_inputs_inline(client, 
     step = client.capture(_train_step(model, opt, nn.MSELoss()),
                           client.from_numpy(x0), client.from_numpy(y0))
     eager = [eager_step(client.from_numpy(x), client.from_numpy(y)).item() for x, y in batches]
-    calls = []
-    session = client._session
-    real_call = session.call
-    monkeypatch.setattr(session, "call",
-                        lambda name, *a, **k: calls.append(name) or real_call(name, *a, **k))
-    # numpy arrays go inline: one RPC a step, the batch included.
+    calls, replay = _record_calls(client, monkeypatch)
+    # numpy arrays go inline: one RPC (or command) a step, the batch included.
     replayed = [eager[0]] + [step(x, y).item() for x, y in batches[1:]]
     monkeypatch.undo()
     # Batches of 16, 5, 16, 5: a program for each size, registered once.
-    assert calls == ["RegisterProgram", "RunProgram", "RegisterProgram", "RunProgram",
-                     "RunProgram", "RunProgram"]
+    assert calls == ["RegisterProgram", replay, "RegisterProgram", replay, replay, replay]
     assert step.programs == 2  # [16, 3] and the smaller last batch's [5, 3]
     np.testing.assert_allclose(replayed, eager, rtol=1e-5)
     np.testing.assert_allclose(model[0].weight.detach().numpy(),
@@ -177,3 +191,36 @@ def test_numpy_inputs_of_a_bfloat16_or_0d_step_and_over_the_inline_limit(client,
     assert scalar(np.float32(2.5)).item() == 3.5
     monkeypatch.setattr(client._session.limits, "max_inline_bytes", 4)
     assert step(np.array([0.5, 1.0, -1.0], np.float32)).float().tolist() == [1.0, 2.0, -2.0]
+
+
+def test_dropout_draws_new_masks_each_replay_as_the_eager_steps_do(client):
+    """After manual_seed, a replay's dropout takes the seeds the eager step
+    would (RunProgramRequest.seed_offset): replays differ from each other
+    and equal the eager steps, mask for mask."""
+    x = client.ones(256)
+    client.manual_seed(11)
+    eager = [nn.functional.dropout(x, 0.5).tolist() for _ in range(4)]
+    assert eager[0] != eager[1]
+    client.manual_seed(11)
+    step = client.capture(lambda a: nn.functional.dropout(a, 0.5), x)  # eager[0]
+    assert [step(x).tolist() for _ in range(3)] == eager[1:]
+
+
+def test_momentum_and_weight_decay_are_each_replays(client):
+    """A scheduler's change of SGD's momentum or weight decay needs no new
+    program: the replay equals the eager step with the new values."""
+    results = []
+    for captured in (False, True):
+        model, opt = _model_and_optimizer(client, "sgd")
+        train = _train_step(model, opt, nn.MSELoss())
+        batches = [_data(client, seed) for seed in range(3)]
+        step = client.capture(train, *batches[0]) if captured else train
+        if not captured:
+            train(*batches[0])
+        for i, (x, y) in enumerate(batches[1:]):
+            opt.defaults["momentum"] = 0.5 + 0.2 * i
+            opt.defaults["weight_decay"] = 0.01 * (i + 1)
+            step(x, y)
+        results.append(model[0].weight.detach().numpy())
+    assert step.programs == 1
+    np.testing.assert_array_equal(results[1], results[0])

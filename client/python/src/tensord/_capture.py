@@ -1,5 +1,6 @@
 """client.capture(fn, *inputs): a step recorded once, registered as a
-program (planned once on the server) and replayed with one RunProgram.
+program (planned once on the server) and replayed with one RunProgram (a
+run_program command on the command stream).
 
 Contract:
   * capture(client, fn, *inputs) runs fn(*inputs) once, eagerly (its effects
@@ -27,8 +28,15 @@ Contract:
     In-place updates (sub_, optimizer steps, grads) apply to them at each
     replay, as eager code would; each replay of an optimizer step counts as
     a step of its optimizer (Adam's bias correction sees 2, 3, ...) and uses
-    its current learning rate (optimizer.defaults["lr"]): both are the
-    run's arguments, not the program's.
+    its current learning rate, weight decay and (SGD's) momentum
+    (optimizer.defaults): all are the run's arguments, not the program's
+    (momentum may not cross zero: the server refuses it). A dropout draws a
+    new mask at each replay: after manual_seed, the seeds the eager step
+    would have taken (RunProgramRequest.seed_offset), so a captured
+    training run equals the eager one.
+  * A replay is one command on the client's command stream when it is open
+    (pipelined clients), in order with what was sent before it, else one
+    RunProgram call.
   * Recorded is what goes through the Dispatcher's run(); while capturing, a
     fetch (numpy(), item(), repr, bool()) or a move (to(), cuda(), cpu())
     raises RuntimeError, because a replay could not repeat it (make and move
@@ -79,9 +87,12 @@ class Recorder:
         self.index_of_result = {}   # handle of a new result -> its op's index
         self.input_slot = {h: i for i, h in enumerate(input_handles)}
         self.optimizers = []        # (op index, optimizer) of optimizer steps
+        self.seeds = []             # the seeds of the seeded dropouts
 
     def record(self, op, result):
         op = copy.deepcopy(op)
+        if op.WhichOneof("kind") == "dropout" and op.dropout.HasField("seed"):
+            self.seeds.append(op.dropout.seed)
         read = set()
         for operand in _operands(op):
             handle = operand.handle
@@ -109,6 +120,11 @@ class CapturedStep:
         self._client = client
         self._input_slot = recorder.input_slot
         self._optimizers = recorder.optimizers
+        # Seeded dropouts draw new masks at each replay: the run's seed
+        # offset moves their seeds to those the eager step would take next.
+        self._seeds = len(recorder.seeds)
+        self._first_seed = min(recorder.seeds, default=0)
+        self._replays = 0
         self._held = recorder.held   # what the ops read by handle, kept alive
         self._single = single
         self._keep = []
@@ -182,6 +198,17 @@ class CapturedStep:
         signature.append(_grad_mode.no_grad_active())
         return args, tuple(signature)
 
+    def _seed_offset(self):
+        """This replay's RunProgramRequest.seed_offset: the seeded dropouts
+        take the client's next seeds (manual_seed's sequence), as the eager
+        step would; without one, each replay shifts them by their count."""
+        if not self._seeds:
+            return 0
+        base = self._client._take_seeds(self._seeds)
+        if base is None:
+            base = self._first_seed + self._replays * self._seeds
+        return (base - self._first_seed) % (1 << 64)
+
     def __call__(self, *inputs):
         if len(inputs) != len(self._placeholders):
             raise TypeError(f"the step was captured with {len(self._placeholders)} inputs, "
@@ -194,17 +221,24 @@ class CapturedStep:
         steps = []
         for index, optimizer in self._optimizers:
             optimizer._step += 1
-            steps.append(pb.ProgramStepArgs(op=index, step=optimizer._step,
-                                            lr=optimizer.defaults["lr"]))
-        request = pb.RunProgramRequest(program=program, inputs=args, steps=steps)
+            d = optimizer.defaults
+            step = pb.ProgramStepArgs(op=index, step=optimizer._step, lr=d["lr"],
+                                      weight_decay=d["weight_decay"])
+            if "momentum" in d:  # SGD's
+                step.momentum = d["momentum"]
+            steps.append(step)
+        self._replays += 1
+        request = pb.RunProgramRequest(program=program, inputs=args, steps=steps,
+                                       seed_offset=self._seed_offset())
+        dispatcher = self._client._dispatcher
         try:
-            kept = self._client._session.call("RunProgram", request, mutating=True).kept
+            kept = dispatcher.run_program(request)
         except TensordError as e:
             if e.code != grpc.StatusCode.NOT_FOUND or "unknown program" not in e.details:
                 raise
             # Dropped as the session's least recently run program: again.
             request.program = self._register(signature)
-            kept = self._client._session.call("RunProgram", request, mutating=True).kept
+            kept = dispatcher.run_program(request)
         outputs = [Tensor._adopt(self._client, info) for info in kept]
         if self._single is None:
             return None

@@ -16,8 +16,9 @@ Contract:
     progress=True), x.numpy(progress=True) and x.torch(progress=True) show
     a large transfer's progress on stderr, _progress.py, and
     tensord.save/load(..., progress=True) one line for the whole file,
-    _safetensors.py); manual_seed(s) makes the following rand/randn
-    reproducible (seeds s, s+1, ...; not torch's values).
+    _safetensors.py); manual_seed(s) makes the following rand/randn and
+    training-mode dropout reproducible (seeds s, s+1, ...; not torch's
+    values).
   * capture(fn, *inputs): a step recorded once, replayed as one RunProgram
     (_capture.py).
   * tensors() lists what the session holds (after the releases of dropped
@@ -290,6 +291,15 @@ class Client:
                 return None
             self._next_seed += 1
             return self._next_seed - 1
+
+    def _take_seeds(self, n):
+        """The first of n consecutive seeds taken from the manual_seed
+        sequence, or None when manual_seed was never called."""
+        with self._seed_lock:
+            if self._next_seed is None:
+                return None
+            self._next_seed += n
+            return self._next_seed - n
 
     def capture(self, fn, *inputs):
         """fn(*inputs) run once and recorded; the CapturedStep replays it as one

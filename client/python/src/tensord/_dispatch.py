@@ -76,7 +76,7 @@ import grpc
 
 from tensord import _capture, _grad_mode, _planner, _progress, _wire
 from tensord._errors import TensordError
-from tensord._stream import PendingInfo
+from tensord._stream import PendingInfo, _Reply
 from tensord.v1 import tensord_pb2 as pb
 
 INLINE_CREATE_BYTES = 64 << 10
@@ -446,6 +446,17 @@ class Dispatcher:
         if wait:
             pending.resolved()
         return pending
+
+    def run_program(self, request):
+        """The kept TensorInfos of a RunProgram: a command on the stream
+        when one is open (in order with the commands before it, no drain),
+        else the unary call."""
+        stream = self._streaming()
+        if stream is None:
+            return list(self.session.call("RunProgram", request, mutating=True).kept)
+        reply = _Reply()
+        self._send_carrying(stream, "run_program", request, 0, reply)
+        return list(stream.wait(reply).kept)
 
     def execute(self, ops, keep):
         if _grad_mode.no_grad_active():

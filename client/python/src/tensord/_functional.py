@@ -187,6 +187,8 @@ def dropout(input, p=0.5, training=True, inplace=False, seed=None):
         raise NotImplementedError("tensord's dropout is not in place")
     p, training = float(p), bool(training)
     fields = {"x": operand(input), "p": p, "training": training}
+    if training:  # after manual_seed(s), the client's next seed
+        seed = input._client._seed(seed)
     if seed is not None:
         fields["seed"] = int(seed)
     planned = input._client._dispatcher.plan_dropout(input._info, p, training)
