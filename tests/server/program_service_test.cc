@@ -680,5 +680,37 @@ TEST_F(ProgramServiceTest, ProgramsAreTheSessionsOwn) {
             grpc::StatusCode::NOT_FOUND);
 }
 
+// A client that re-attaches (a new connection naming the session, as after
+// a dropped one or a restarted process) finds its programs: listed, and run
+// on the tensors they bind, which go on training.
+TEST_F(ProgramServiceTest, ProgramsSurviveAClientsReattach) {
+  const uint64_t w = CreateFloat(kW, {3, 1}, true);
+  const v1::ProgramInfo info = RegisterStep(w);
+  ASSERT_TRUE(
+      RunProgram(info.program(), {Data(BatchX(0)), Data(BatchY(0))}).ok());
+  const std::vector<float> once = FetchFloats(w);
+  stub_.reset();  // the first connection goes
+  stub_ = v1::TensorService::NewStub(grpc::CreateChannel(
+      server_->address(), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext ctx;
+    v1::KeepAliveRequest req;
+    req.set_session(session_);
+    v1::KeepAliveResponse resp;
+    ASSERT_TRUE(stub_->KeepAlive(&ctx, req, &resp).ok());
+  }
+  const std::vector<v1::ProgramInfo> listed = List();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].program(), info.program());
+  EXPECT_EQ(listed[0].runs(), 1u);
+  EXPECT_EQ(listed[0].tag(), "step");
+  v1::RunProgramResponse run;
+  grpc::Status s =
+      RunProgram(info.program(), {Data(BatchX(1)), Data(BatchY(1))}, &run);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(run.kept(0).value().size(), sizeof(float));
+  EXPECT_NE(FetchFloats(w), once);  // it trained on
+}
+
 }  // namespace
 }  // namespace tensord::server
