@@ -119,6 +119,9 @@ class Session : public std::enable_shared_from_this<Session> {
         std::is_same_v<Request, v1::RegisterProgramRequest> ||
         std::is_same_v<Request, v1::RunProgramRequest> ||
         std::is_same_v<Request, v1::ReleaseProgramRequest> ||
+        std::is_same_v<Request, v1::CreateGroupRequest> ||
+        std::is_same_v<Request, v1::CollectiveRequest> ||
+        std::is_same_v<Request, v1::DestroyGroupRequest> ||
         std::is_same_v<Request, v1::ReleaseRequest> ||
         std::is_same_v<Request, v1::RegisterSharedMemoryRequest> ||
         std::is_same_v<Request, v1::UnregisterSharedMemoryRequest> ||

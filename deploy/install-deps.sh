@@ -40,6 +40,8 @@ case "${ID}:${VERSION_ID:-}" in
       # oneDNN 2.x: the CPU device's convolutions and pooling (Ubuntu 24.04 ships 3.x,
       # whose API the build does not use: conv2d stays im2col there).
       libdnnl2
+      # Gloo: collectives over host devices (core/collectives).
+      libgloo0
     ) ;;
 esac
 build_pkgs=(
@@ -54,6 +56,9 @@ build_pkgs=(
   # OpenCL (Debian builds it with the OpenCL GPU runtime): the ICD loader's
   # headers, which libdnnl-dev only recommends.
   libdnnl-dev ocl-icd-opencl-dev
+  # Gloo: collectives over host devices (core/collectives/gloo_communicator.cc;
+  # optional to the build, which says whether it found it).
+  libgloo-dev
   # The cross-language test generates Python stubs from our proto.
   python3 python3-grpcio python3-protobuf python3-numpy
   # The window ops (conv2d, pooling) are checked against PyTorch through the

@@ -23,7 +23,8 @@ const std::vector<std::string>& ConfigurableFlags() {
       "insecure",         "session_ttl",   "max_sessions",
       "session_max_bytes", "session_max_tensors", "max_message_bytes",
       "max_inline_bytes", "max_tensor_bytes", "blas_threads", "kernel_libraries",
-      "node_name", "node_token_file", "peers", "peer_address_pattern"};
+      "node_name", "node_token_file", "peers", "peer_address_pattern",
+      "collective_timeout", "session_max_groups"};
   return kFlags;
 }
 

@@ -89,6 +89,14 @@ const TensorServiceImpl::UnaryRpc TensorServiceImpl::kUnaryRpcs[] = {
      &TensorServiceImpl::UnaryOf<&TensorServiceImpl::ListProgramsImpl>},
     {"ReleaseProgram",
      &TensorServiceImpl::MutatingOf<&TensorServiceImpl::ReleaseProgramImpl>},
+    {"CreateGroup",
+     &TensorServiceImpl::MutatingOf<&TensorServiceImpl::CreateGroupImpl>},
+    {"Collective",
+     &TensorServiceImpl::MutatingOf<&TensorServiceImpl::CollectiveImpl>},
+    {"ListGroups",
+     &TensorServiceImpl::UnaryOf<&TensorServiceImpl::ListGroupsImpl>},
+    {"DestroyGroup",
+     &TensorServiceImpl::MutatingOf<&TensorServiceImpl::DestroyGroupImpl>},
     {"Read", &TensorServiceImpl::UnaryOf<&TensorServiceImpl::ReadImpl>},
     {"Release",
      &TensorServiceImpl::MutatingOf<&TensorServiceImpl::ReleaseImpl>},
@@ -344,6 +352,9 @@ v1::Limits TensorServiceImpl::Limits() const {
   limits.set_max_session_programs(core.session_max_programs);
   limits.set_max_program_ops(core::kMaxProgramOps);
   limits.set_max_program_inputs(core::kMaxProgramInputs);
+  limits.set_max_session_groups(core.session_max_groups);
+  limits.set_max_group_devices(core::kMaxGroupDevices);
+  limits.set_collective_timeout_ms(core.collective_timeout.count());
   return limits;
 }
 
@@ -838,6 +849,112 @@ absl::Status TensorServiceImpl::ReleaseProgramImpl(
     grpc::CallbackServerContext* ctx, const v1::ReleaseProgramRequest& req,
     v1::ReleaseProgramResponse* resp) {
   return runtime_->ReleaseProgram(req.session(), req.program());
+}
+
+namespace {
+
+void FillGroupInfo(const core::Runtime::GroupMeta& meta, v1::GroupInfo* out) {
+  out->set_group(meta.id);
+  for (const std::string& d : meta.devices) out->add_devices(d);
+  out->set_engine(meta.engine);
+  out->set_tag(meta.tag);
+  out->set_collectives(meta.collectives);
+}
+
+absl::StatusOr<core::CollectiveKind> CollectiveKindOf(v1::CollectiveKind k) {
+  switch (k) {
+    case v1::ALL_REDUCE:
+      return core::CollectiveKind::kAllReduce;
+    case v1::BROADCAST:
+      return core::CollectiveKind::kBroadcast;
+    case v1::ALL_GATHER:
+      return core::CollectiveKind::kAllGather;
+    case v1::REDUCE_SCATTER:
+      return core::CollectiveKind::kReduceScatter;
+    case v1::BARRIER:
+      return core::CollectiveKind::kBarrier;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "kind is ", static_cast<int>(k),
+          "; expected ALL_REDUCE, BROADCAST, ALL_GATHER, REDUCE_SCATTER or "
+          "BARRIER"));
+  }
+}
+
+absl::StatusOr<core::Reduction> ReductionOf(v1::CollectiveReduceOp op) {
+  switch (op) {
+    case v1::REDUCE_SUM:
+      return core::Reduction::kSum;
+    case v1::REDUCE_AVG:
+      return core::Reduction::kAvg;
+    case v1::REDUCE_PRODUCT:
+      return core::Reduction::kProduct;
+    case v1::REDUCE_MIN:
+      return core::Reduction::kMin;
+    case v1::REDUCE_MAX:
+      return core::Reduction::kMax;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "op is ", static_cast<int>(op),
+          "; expected REDUCE_SUM, REDUCE_AVG, REDUCE_PRODUCT, REDUCE_MIN or "
+          "REDUCE_MAX"));
+  }
+}
+
+}  // namespace
+
+absl::Status TensorServiceImpl::CreateGroupImpl(
+    grpc::CallbackServerContext* ctx, const v1::CreateGroupRequest& req,
+    v1::CreateGroupResponse* resp) {
+  if (static_cast<size_t>(req.devices_size()) > core::kMaxGroupDevices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a group has 1 to ", core::kMaxGroupDevices,
+                     " devices, not ", req.devices_size()));
+  }
+  const std::vector<std::string> devices(req.devices().begin(),
+                                         req.devices().end());
+  ASSIGN_OR_RETURN(core::Runtime::GroupMeta meta,
+                   runtime_->CreateGroup(req.session(), devices, req.tag()));
+  FillGroupInfo(meta, resp->mutable_group());
+  return absl::OkStatus();
+}
+
+absl::Status TensorServiceImpl::CollectiveImpl(
+    grpc::CallbackServerContext* ctx, const v1::CollectiveRequest& req,
+    v1::CollectiveResponse* resp) {
+  core::Runtime::CollectiveArgs args;
+  ASSIGN_OR_RETURN(args.kind, CollectiveKindOf(req.kind()));
+  ASSIGN_OR_RETURN(args.op, ReductionOf(req.op()));
+  args.root = req.root();
+  if (static_cast<size_t>(req.tensors_size()) > core::kMaxGroupDevices) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a collective names one tensor per member device, at most ",
+        core::kMaxGroupDevices, ", not ", req.tensors_size()));
+  }
+  const std::vector<uint64_t> handles(req.tensors().begin(),
+                                      req.tensors().end());
+  ASSIGN_OR_RETURN(std::vector<core::TensorMeta> tensors,
+                   runtime_->Collective(req.session(), req.group(), args,
+                                        handles));
+  for (const core::TensorMeta& t : tensors) ToProto(t, resp->add_tensors());
+  return absl::OkStatus();
+}
+
+absl::Status TensorServiceImpl::ListGroupsImpl(
+    grpc::CallbackServerContext* ctx, const v1::ListGroupsRequest& req,
+    v1::ListGroupsResponse* resp) {
+  ASSIGN_OR_RETURN(std::vector<core::Runtime::GroupMeta> groups,
+                   runtime_->ListGroups(req.session()));
+  for (const core::Runtime::GroupMeta& g : groups) {
+    FillGroupInfo(g, resp->add_groups());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TensorServiceImpl::DestroyGroupImpl(
+    grpc::CallbackServerContext* ctx, const v1::DestroyGroupRequest& req,
+    v1::DestroyGroupResponse* resp) {
+  return runtime_->DestroyGroup(req.session(), req.group());
 }
 
 namespace {

@@ -270,6 +270,20 @@ class TensorServiceImpl final : public TensorServiceBase, public StreamService {
   absl::Status ReleaseProgramImpl(grpc::CallbackServerContext* ctx,
                                   const v1::ReleaseProgramRequest& req,
                                   v1::ReleaseProgramResponse* resp);
+  // Collectives (tensord.proto's CreateGroup): thin conversions around the
+  // Runtime's groups (core/runtime/collectives.cc).
+  absl::Status CreateGroupImpl(grpc::CallbackServerContext* ctx,
+                               const v1::CreateGroupRequest& req,
+                               v1::CreateGroupResponse* resp);
+  absl::Status CollectiveImpl(grpc::CallbackServerContext* ctx,
+                              const v1::CollectiveRequest& req,
+                              v1::CollectiveResponse* resp);
+  absl::Status ListGroupsImpl(grpc::CallbackServerContext* ctx,
+                              const v1::ListGroupsRequest& req,
+                              v1::ListGroupsResponse* resp);
+  absl::Status DestroyGroupImpl(grpc::CallbackServerContext* ctx,
+                                const v1::DestroyGroupRequest& req,
+                                v1::DestroyGroupResponse* resp);
   // Fills `out` with the kept results `kept` (one-element ones with their
   // value, so a step's loss needs no fetch): Execute's and RunProgram's.
   absl::Status FillKept(std::string_view session,

@@ -28,6 +28,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/collectives/host_communicator.h"
 #include "core/runtime/device_registry.h"
 #include "server/byte_size.h"
 #include "server/config.h"
@@ -81,6 +82,11 @@ ABSL_FLAG(std::string, session_max_bytes, "",
           "(empty or 0 = unlimited)");
 ABSL_FLAG(int64_t, session_max_tensors, 0,
           "most tensors one session may hold (0 = unlimited)");
+ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(30),
+          "how long one collective waits for every member of its group "
+          "before it fails UNAVAILABLE (and breaks the group), e.g. 30s");
+ABSL_FLAG(int64_t, session_max_groups, 16,
+          "most process groups (CreateGroup) one session may hold at once");
 ABSL_FLAG(std::string, max_message_bytes, "64MiB",
           "largest gRPC message received or sent");
 ABSL_FLAG(std::string, max_inline_bytes, "4MiB",
@@ -239,6 +245,18 @@ int main(int argc, char** argv) {
   }
   options.runtime.max_sessions =
       static_cast<size_t>(absl::GetFlag(FLAGS_max_sessions));
+  const absl::Duration collective_timeout =
+      absl::GetFlag(FLAGS_collective_timeout);
+  if (collective_timeout <= absl::ZeroDuration()) {
+    return Fail("--collective-timeout must be > 0");
+  }
+  options.runtime.collective_timeout =
+      absl::ToChronoMilliseconds(collective_timeout);
+  if (absl::GetFlag(FLAGS_session_max_groups) < 1) {
+    return Fail("--session-max-groups must be >= 1");
+  }
+  options.runtime.session_max_groups =
+      static_cast<size_t>(absl::GetFlag(FLAGS_session_max_groups));
   options.runtime.session_max_tensors =
       static_cast<uint64_t>(absl::GetFlag(FLAGS_session_max_tensors));
   uint64_t max_message_bytes = 0;
@@ -299,6 +317,10 @@ int main(int argc, char** argv) {
     names.push_back(d.name + " (" + d.properties.model +
                     (library.empty() ? "" : "; " + library) + ")");
   }
+  spdlog::info("collectives: {}",
+               tensord::core::HostCollectivesBuilt()
+                   ? "host devices on " + tensord::core::HostCollectivesEngine()
+                   : std::string("off (built without Gloo)"));
   spdlog::info("security: bearer tokens {}, TLS {}",
                absl::GetFlag(FLAGS_auth_token_file).empty() ? "off" : "required",
                absl::GetFlag(FLAGS_tls_cert).empty()

@@ -29,7 +29,8 @@
 // The library's headers, one concept each, all included here: errors.h
 // (tensord::Error), types.h (Device, DType, metadata, op selectors,
 // Scalar), tensor.h (Tensor), batch.h (Batch), program.h (Program: a
-// Batch planned once on the server, run many times), shared_memory.h
+// Batch planned once on the server, run many times), distributed.h
+// (ProcessGroup: collectives over the server's devices), shared_memory.h
 // (SharedMemoryRegion), and this one (Client, tensor files). Many servers
 // as one: tensord/cluster.h (Cluster), which includes this one.
 #ifndef TENSORD_CLIENT_TENSORD_CLIENT_H_
@@ -60,6 +61,7 @@
 #include "tensord/autograd.h"
 #include "tensord/batch.h"
 #include "tensord/data.h"
+#include "tensord/distributed.h"
 #include "tensord/nn.h"
 #include "tensord/optim.h"
 #include "tensord/program.h"
@@ -264,6 +266,11 @@ class Client {
   // A new, empty recorded op list (see Batch).
   Batch batch() const;
 
+  // A process group over devices of this server, one rank each in the
+  // order given (tensord/distributed.h). FAILED_PRECONDITION for a CUDA
+  // device (NCCL is not wired yet) or a server built without Gloo.
+  ProcessGroup new_group(const std::vector<Device>& devices) const;
+
   // Reads a NumPy .npy file (format 1.x/2.x; '<f4', '<f8', '<f2', '<i4',
   // '<i8', '|b1'/'|u1'-as-bool; C order) onto `device`. INVALID_ARGUMENT
   // for another dtype, Fortran order or a malformed file; NOT_FOUND when
@@ -326,6 +333,8 @@ using client::mse_loss;
 using client::nll_loss;
 using client::Pool2dOptions;
 using client::Program;
+using client::ProcessGroup;
+using client::DistReduceOp;
 using client::ReduceOp;
 using client::Reduction;
 using client::Scalar;

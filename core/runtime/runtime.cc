@@ -64,6 +64,9 @@ absl::Status Runtime::Impl::Init(RuntimeOptions options) {
     return absl::InvalidArgumentError(
         "session TTLs must be >= 0 and the reap interval > 0");
   }
+  if (options.collective_timeout.count() <= 0) {
+    return absl::InvalidArgumentError("the collective timeout must be > 0");
+  }
   if (!options.node_name.empty())
     RETURN_IF_ERROR(CheckNodeName(options.node_name));
   node_name_ = options.node_name;
@@ -83,6 +86,8 @@ absl::Status Runtime::Impl::Init(RuntimeOptions options) {
   limits_.max_tensor_bytes = max_tensor_bytes_;
   limits_.session_max_regions = table.session_max_regions;
   limits_.session_max_programs = table.session_max_programs;
+  limits_.session_max_groups = groups_.max_per_session();
+  limits_.collective_timeout = collective_timeout_;
   limits_.max_request_id_bytes = kMaxRequestIdBytes;
   const int n = options.host_devices;
   for (int i = 0; i < n; ++i) {

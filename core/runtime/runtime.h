@@ -39,6 +39,7 @@
 #include "core/base/ops.h"
 #include "core/runtime/session_bound.h"
 #include "core/base/shape.h"
+#include "core/collectives/collective.h"
 
 namespace tensord::core {
 
@@ -51,6 +52,8 @@ inline constexpr size_t kMaxDeviceNameBytes = 128;
 inline constexpr size_t kMaxNodeNameBytes = 63;
 inline constexpr size_t kMaxTagBytes = 256;
 inline constexpr size_t kMaxClientNameBytes = 256;
+// Devices in one process group.
+inline constexpr size_t kMaxGroupDevices = 64;
 
 // Metadata of a live tensor as clients see it.
 struct TensorMeta {
@@ -149,6 +152,12 @@ struct RuntimeOptions {
   uint64_t session_max_bytes = 0;
   uint64_t session_max_tensors = 0;
   uint64_t max_tensor_bytes = 0;
+
+  // Collectives (core/collectives/host_communicator.h): process groups a
+  // session may hold at once, and how long one collective waits for every
+  // member before it fails UNAVAILABLE (and breaks its group).
+  size_t session_max_groups = 16;
+  std::chrono::milliseconds collective_timeout = std::chrono::seconds(30);
 };
 
 // The limits the Runtime enforces, for clients to discover (GetLimits).
@@ -162,6 +171,8 @@ struct RuntimeLimits {
   uint64_t max_tensor_bytes = 0;     // 0 = only the device budget
   uint64_t session_max_regions = 0;  // shared-memory regions per session
   uint64_t session_max_programs = 0;  // programs per session (then LRU)
+  uint64_t session_max_groups = 0;    // process groups per session
+  std::chrono::milliseconds collective_timeout{0};
   uint64_t max_request_id_bytes = 0;
 };
 
@@ -403,6 +414,56 @@ class Runtime {
       std::string_view session);
   // NOT_FOUND for an unknown program (or session).
   absl::Status ReleaseProgram(std::string_view session, uint64_t program);
+
+  // --- Collectives (core/collectives/) ---------------------------------------
+  // A process group: devices of this node, one rank each in the order
+  // given, connected once by the engine (Gloo for host devices) and held by
+  // the session until DestroyGroup or the session's end.
+  struct GroupMeta {
+    uint64_t id = 0;
+    std::vector<std::string> devices;  // canonical names, in rank order
+    std::string engine;                // "gloo 0.5.0, tcp on 127.0.0.1"
+    std::string tag;
+    uint64_t collectives = 0;  // that succeeded
+  };
+  // INVALID_ARGUMENT for no devices, a device named twice, more than
+  // kMaxGroupDevices or a tag over kMaxTagBytes; FindDevice's codes for a
+  // name; FAILED_PRECONDITION for a device with no engine (a CUDA device:
+  // NCCL is not wired yet) or a build without Gloo; RESOURCE_EXHAUSTED
+  // past the session's groups; UNAVAILABLE when the ranks cannot connect.
+  absl::StatusOr<GroupMeta> CreateGroup(std::string_view session,
+                                        std::span<const std::string> devices,
+                                        std::string_view tag);
+  // One collective on group `group` (torch.distributed's, one tensor per
+  // member device, in any order): `handles` name exactly one tensor on each
+  // member device (FAILED_PRECONDITION naming the devices otherwise, as
+  // the same-device rule would), all of one dtype and shape
+  // (INVALID_ARGUMENT naming both devices and shapes otherwise); a barrier
+  // names none. all_reduce and broadcast write the tensors in place (their
+  // memory's version moves on, so a tensor saved for backward is then
+  // refused by backward, as PyTorch's in-place ops are) and return them;
+  // all_gather returns, per input, a new tensor on its device of the
+  // inputs concatenated along dim 0 in rank order (0-d inputs: 1-D);
+  // reduce_scatter returns, per input, a new tensor on its device holding
+  // that rank's slice along dim 0 of the reduction (dim 0 must divide by
+  // the member count: INVALID_ARGUMENT). Results come in the order of
+  // `handles`; collectives are not recorded by autograd (as
+  // torch.distributed's are not). `root` (broadcast) is a rank. New
+  // tensors and temporaries are admitted against the session's quotas.
+  // NOT_FOUND for an unknown group or handle; FAILED_PRECONDITION for
+  // CheckReduceOp's refusals and a broken group; UNAVAILABLE when a member
+  // fails or times out (the group is then broken).
+  struct CollectiveArgs {
+    CollectiveKind kind = CollectiveKind::kAllReduce;
+    Reduction op = Reduction::kSum;
+    uint32_t root = 0;
+  };
+  absl::StatusOr<std::vector<TensorMeta>> Collective(
+      std::string_view session, uint64_t group, const CollectiveArgs& args,
+      std::span<const uint64_t> handles);
+  absl::StatusOr<std::vector<GroupMeta>> ListGroups(std::string_view session);
+  // NOT_FOUND for an unknown group (or session).
+  absl::Status DestroyGroup(std::string_view session, uint64_t group);
 
   // --- Handles --------------------------------------------------------------
   absl::StatusOr<TensorMeta> GetTensor(std::string_view session,

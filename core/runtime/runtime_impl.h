@@ -6,6 +6,7 @@
 //   transfers.cc  tensors in and out: creates, uploads, moves, readers,
 //                 shared memory, and the session holds of open streams
 //   programs.cc   programs (core/runtime/program.h): registered, run
+//   collectives.cc  process groups and their collectives (core/collectives/)
 // Ops, autograd and optimizer steps are the executor's (core/executor/executor.h),
 // which the Impl owns and lends its slots, table and admitter; executor.cc
 // also holds the facade's Run and Execute, and the op-list loop (RunList)
@@ -38,6 +39,7 @@
 #include "core/autograd/autograd.h"
 #include "core/cpu/cpu_device.h"
 #include "core/executor/executor.h"
+#include "core/runtime/group_table.h"
 #include "core/runtime/handle_table.h"
 #include "core/base/op_checks.h"
 #include "core/planner/op_plan.h"
@@ -117,7 +119,9 @@ class Runtime::Impl {
  public:
   explicit Impl(const RuntimeOptions& options)
       : table_(TableOptions(options)),
-        admitter_(table_, options.max_tensor_bytes) {}
+        admitter_(table_, options.max_tensor_bytes),
+        groups_(std::max<size_t>(options.session_max_groups, 1)),
+        collective_timeout_(options.collective_timeout) {}
   // The reaper stops first; then sessions go: their buffers give bytes back
   // to the slots.
   ~Impl() {
@@ -181,6 +185,12 @@ class Runtime::Impl {
 
   Executor& executor() { return executor_; }
 
+  // Process groups (collectives.cc).
+  GroupTable& groups() { return groups_; }
+  std::chrono::milliseconds collective_timeout() const {
+    return collective_timeout_;
+  }
+
   class UploadImpl;
   class ReaderImpl;
 
@@ -194,6 +204,8 @@ class Runtime::Impl {
   HandleTable table_;  // after slots_: destroyed before them
   Admitter admitter_;  // borrows table_
   Executor executor_{slots_, table_, admitter_};
+  GroupTable groups_;  // its sessions' holders are tied to table_'s
+  std::chrono::milliseconds collective_timeout_;
   uint64_t max_tensor_bytes_ = 0;
   std::string node_name_;
   RuntimeLimits limits_;

@@ -45,6 +45,7 @@ inline constexpr const char* kRpcs[] = {
     "UnregisterSharedMemory", "UploadFromSharedMemory", "FetchToSharedMemory",
     "GetLimits",   "Stream",      "GrantTransfer", "Import",
     "RegisterProgram", "RunProgram", "ListPrograms", "ReleaseProgram",
+    "CreateGroup", "Collective", "ListGroups", "DestroyGroup",
     "PullChunk",  // NodeService
 };
 

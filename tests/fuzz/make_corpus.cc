@@ -297,6 +297,60 @@ void AddPrograms() {
   Add("ReleaseProgram", release);
 }
 
+// Collectives: the preset group (cpu:0, cpu:1) on presets 0 (cpu:0) and 2
+// (cpu:1), both float32 [2, 3]; and each refusal's shape.
+void AddCollectives() {
+  v1::CreateGroupRequest create;
+  create.add_devices("cpu:0");
+  create.add_devices("cpu:1");
+  Add("CreateGroup", create);
+  AddRaw("CreateGroup", create);
+  create.add_devices("cpu:0");  // twice
+  Add("CreateGroup", create);
+  v1::CreateGroupRequest cuda;
+  cuda.add_devices("cuda:0");
+  cuda.set_tag("t");
+  Add("CreateGroup", cuda);
+
+  v1::CollectiveRequest all;
+  all.set_group(0);
+  all.set_kind(v1::ALL_REDUCE);
+  all.add_tensors(0);
+  all.add_tensors(2);
+  Add("Collective", all);
+  AddRaw("Collective", all);
+  all.set_op(v1::REDUCE_AVG);
+  Add("Collective", all);
+  v1::CollectiveRequest gather = all;
+  gather.set_kind(v1::ALL_GATHER);
+  Add("Collective", gather);
+  v1::CollectiveRequest scatter = all;
+  scatter.set_kind(v1::REDUCE_SCATTER);
+  scatter.set_op(v1::REDUCE_MAX);
+  Add("Collective", scatter);
+  v1::CollectiveRequest bcast = all;
+  bcast.set_kind(v1::BROADCAST);
+  bcast.set_root(1);
+  Add("Collective", bcast);
+  bcast.set_root(9);
+  Add("Collective", bcast);
+  v1::CollectiveRequest barrier;
+  barrier.set_kind(v1::BARRIER);
+  Add("Collective", barrier);
+  v1::CollectiveRequest mixed = all;  // preset 3 is int64 [3] on cpu:0
+  mixed.set_tensors(0, 3);
+  Add("Collective", mixed);
+  mixed.add_tensors(1);  // two on cpu:0
+  Add("Collective", mixed);
+
+  Add("ListGroups", v1::ListGroupsRequest());
+  v1::DestroyGroupRequest destroy;
+  destroy.set_group(0);
+  Add("DestroyGroup", destroy);
+  destroy.set_group(1000);  // unknown: past the rewritten slots
+  Add("DestroyGroup", destroy);
+}
+
 void Build() {
   AddCommandStream();
   Add("ListDevices", v1::ListDevicesRequest());
@@ -632,6 +686,7 @@ void Build() {
   }
   AddMovesBetweenNodes();
   AddPrograms();
+  AddCollectives();
 }
 
 }  // namespace

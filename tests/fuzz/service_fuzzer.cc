@@ -315,6 +315,18 @@ class Harness {
             Rewrite(r->MutableRepeatedMessage(m, f, j));
           }
         }
+        // A collective's tensors: handles, as single handle fields are.
+        if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_UINT64 &&
+            f->name() == "tensors") {
+          for (int j = 0; j < r->FieldSize(*m, f); ++j) {
+            const uint64_t v = r->GetRepeatedUInt64(*m, f, j);
+            if (v >= kHandleSlots) continue;
+            const uint64_t slot = v % (handles_.size() + 1);
+            r->SetRepeatedUInt64(
+                m, f, j,
+                slot < handles_.size() ? handles_[slot] : foreign_handle_);
+          }
+        }
         continue;
       }
       if (f->containing_oneof() != nullptr && !r->HasField(*m, f)) continue;
@@ -342,6 +354,10 @@ class Harness {
                            slot < programs_.size() ? programs_[slot]
                                                    : foreign_handle_);
             }
+          }
+          if (f->name() == "group" && !groups_.empty()) {
+            const uint64_t v = r->GetUInt64(*m, f);
+            if (v < kHandleSlots) r->SetUInt64(m, f, groups_[v % groups_.size()]);
           }
           if (f->name() == "handle" || f->name() == "lhs" ||
               f->name() == "rhs") {
@@ -679,6 +695,7 @@ class Harness {
       }
     }
     RestorePrograms(!complete);
+    RestoreGroups();
     RefreshGrants();
   }
 
@@ -733,6 +750,41 @@ class Harness {
     reduce->mutable_x()->set_result_of(0);
     mm.add_keep(1);
     programs_.push_back(RegisterProgram(mm));
+  }
+
+  // The session's process groups back to the one preset group (cpu:0,
+  // cpu:1) that `group` ids are rewritten to; made anew with the session.
+  void RestoreGroups() {
+    grpc::ClientContext ctx;
+    v1::ListGroupsRequest req;
+    req.set_session(session_);
+    v1::ListGroupsResponse resp;
+    Check(stub_->ListGroups(&ctx, req, &resp), "ListGroups");
+    bool kept = false;
+    for (const v1::GroupInfo& g : resp.groups()) {
+      if (!groups_.empty() && g.group() == groups_[0]) {
+        kept = true;
+        continue;
+      }
+      grpc::ClientContext destroy_ctx;
+      v1::DestroyGroupRequest destroy;
+      destroy.set_session(session_);
+      destroy.set_group(g.group());
+      v1::DestroyGroupResponse destroyed;
+      Check(stub_->DestroyGroup(&destroy_ctx, destroy, &destroyed),
+            "DestroyGroup");
+    }
+    if (kept) return;
+    groups_.clear();
+    grpc::ClientContext create_ctx;
+    v1::CreateGroupRequest create;
+    create.set_session(session_);
+    create.add_devices("cpu:0");
+    create.add_devices("cpu:1");
+    v1::CreateGroupResponse created;
+    const grpc::Status s = stub_->CreateGroup(&create_ctx, create, &created);
+    // A build without Gloo has no groups: its collectives are refused.
+    if (s.ok()) groups_.push_back(created.group().group());
   }
 
   uint64_t RegisterProgram(const v1::RegisterProgramRequest& req) {
@@ -792,6 +844,7 @@ class Harness {
   std::string session_;
   std::vector<uint64_t> handles_;
   std::vector<uint64_t> programs_;  // RestorePrograms' preset programs
+  std::vector<uint64_t> groups_;    // RestoreGroups' preset group
   std::string foreign_session_;
   uint64_t foreign_handle_ = 0;
   // The live grants (PullChunk, Import; else none): issued by the server
