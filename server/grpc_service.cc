@@ -919,9 +919,9 @@ absl::Status TensorServiceImpl::CreateGroupImpl(
   return absl::OkStatus();
 }
 
-absl::Status TensorServiceImpl::CollectiveImpl(
-    grpc::CallbackServerContext* ctx, const v1::CollectiveRequest& req,
-    v1::CollectiveResponse* resp) {
+absl::Status TensorServiceImpl::CollectiveIn(
+    grpc::CallbackServerContext* ctx, std::string_view session,
+    const v1::CollectiveRequest& req, v1::CollectiveResponse* resp) {
   core::Runtime::CollectiveArgs args;
   ASSIGN_OR_RETURN(args.kind, CollectiveKindOf(req.kind()));
   ASSIGN_OR_RETURN(args.op, ReductionOf(req.op()));
@@ -934,7 +934,7 @@ absl::Status TensorServiceImpl::CollectiveImpl(
   const std::vector<uint64_t> handles(req.tensors().begin(),
                                       req.tensors().end());
   ASSIGN_OR_RETURN(std::vector<core::TensorMeta> tensors,
-                   runtime_->Collective(req.session(), req.group(), args,
+                   runtime_->Collective(session, req.group(), args,
                                         handles));
   for (const core::TensorMeta& t : tensors) ToProto(t, resp->add_tensors());
   return absl::OkStatus();

@@ -277,7 +277,15 @@ class TensorServiceImpl final : public TensorServiceBase, public StreamService {
                                v1::CreateGroupResponse* resp);
   absl::Status CollectiveImpl(grpc::CallbackServerContext* ctx,
                               const v1::CollectiveRequest& req,
-                              v1::CollectiveResponse* resp);
+                              v1::CollectiveResponse* resp) {
+    return CollectiveIn(ctx, req.session(), req, resp);
+  }
+  // Collective in `session` (the request's own is not read): the RPC's
+  // and the stream's collective command.
+  absl::Status CollectiveIn(grpc::CallbackServerContext* ctx,
+                            std::string_view session,
+                            const v1::CollectiveRequest& req,
+                            v1::CollectiveResponse* resp);
   absl::Status ListGroupsImpl(grpc::CallbackServerContext* ctx,
                               const v1::ListGroupsRequest& req,
                               v1::ListGroupsResponse* resp);
@@ -358,6 +366,9 @@ class TensorServiceImpl final : public TensorServiceBase, public StreamService {
   absl::Status ReleaseListedOf(const v1::RunProgramRequest& req) override {
     return ReleaseListed(req);
   }
+  absl::Status ReleaseListedOf(const v1::CollectiveRequest& req) override {
+    return ReleaseListed(req);
+  }
   absl::Status CreateCommand(grpc::CallbackServerContext* ctx,
                              const v1::CreateRequest& req,
                              v1::TensorResponse* resp) override {
@@ -384,6 +395,12 @@ class TensorServiceImpl final : public TensorServiceBase, public StreamService {
                                  const v1::RunProgramRequest& req,
                                  v1::RunProgramResponse* resp) override {
     return RunProgramIn(ctx, session, req, resp);
+  }
+  absl::Status CollectiveCommand(grpc::CallbackServerContext* ctx,
+                                 std::string_view session,
+                                 const v1::CollectiveRequest& req,
+                                 v1::CollectiveResponse* resp) override {
+    return CollectiveIn(ctx, session, req, resp);
   }
   absl::Status ReadCommand(grpc::CallbackServerContext* ctx,
                            const v1::ReadRequest& req,

@@ -227,6 +227,9 @@ class StreamReactor final
     if (cmd.has_run_program()) {
       (void)s.ReleaseListedOf(ListedOnly(cmd.run_program()));
     }
+    if (cmd.has_collective()) {
+      (void)s.ReleaseListedOf(ListedOnly(cmd.collective()));
+    }
   }
 
   absl::Status Execute(const v1::Command& cmd, v1::CommandReply* reply) {
@@ -276,6 +279,14 @@ class StreamReactor final
                                          resp);
             },
             reply);
+      case v1::Command::kCollective:
+        return KeptListCommand<v1::CollectiveResponse>(
+            cmd, "a collective", cmd.collective(),
+            [&](v1::CollectiveResponse* resp) {
+              return s.CollectiveCommand(ctx_, session_, cmd.collective(),
+                                         resp);
+            },
+            reply);
       case v1::Command::kRead: {
         v1::ReadRequest req = cmd.read();
         req.set_session(session_);
@@ -294,11 +305,12 @@ class StreamReactor final
         return absl::InvalidArgumentError(absl::StrCat(
             "command ", cmd.seq(),
             " names nothing to do (create, to, run, execute, run_program, "
-            "read, release, sync or clear_error)"));
+            "collective, read, release, sync or clear_error)"));
     }
   }
 
-  // An execute or run_program command (`what`, for the message): `req`'s
+  // An execute, run_program or collective command (`what`, for the
+  // message): `req`'s
   // release list honoured, then `run` fills the response whose kept
   // results (under the server's handles) go in `reply`.
   template <typename Resp, typename Req, typename Run>
@@ -314,8 +326,17 @@ class StreamReactor final
     RETURN_IF_ERROR(service_->ReleaseListedOf(ListedOnly(req)));
     Resp resp;
     RETURN_IF_ERROR(run(&resp));
-    reply->mutable_kept()->Swap(resp.mutable_kept());
+    reply->mutable_kept()->Swap(KeptOf(resp));
     return absl::OkStatus();
+  }
+
+  // The results a kept-list command's response carries.
+  template <typename Resp>
+  static auto* KeptOf(Resp& resp) {
+    return resp.mutable_kept();
+  }
+  static auto* KeptOf(v1::CollectiveResponse& resp) {
+    return resp.mutable_tensors();
   }
 
   // A request of `req`'s type with its release list only (not its ops or

@@ -139,6 +139,7 @@ class StreamService : public RpcHost {
   virtual absl::Status ReleaseListedOf(const v1::ReleaseRequest& req) = 0;
   virtual absl::Status ReleaseListedOf(const v1::ExecuteRequest& req) = 0;
   virtual absl::Status ReleaseListedOf(const v1::RunProgramRequest& req) = 0;
+  virtual absl::Status ReleaseListedOf(const v1::CollectiveRequest& req) = 0;
   virtual absl::Status CreateCommand(grpc::CallbackServerContext* ctx,
                                      const v1::CreateRequest& req,
                                      v1::TensorResponse* resp) = 0;
@@ -158,6 +159,11 @@ class StreamService : public RpcHost {
                                          std::string_view session,
                                          const v1::RunProgramRequest& req,
                                          v1::RunProgramResponse* resp) = 0;
+  // In `session`, as ExecuteCommand.
+  virtual absl::Status CollectiveCommand(grpc::CallbackServerContext* ctx,
+                                         std::string_view session,
+                                         const v1::CollectiveRequest& req,
+                                         v1::CollectiveResponse* resp) = 0;
   virtual absl::Status ReadCommand(grpc::CallbackServerContext* ctx,
                                    const v1::ReadRequest& req,
                                    v1::FetchChunk* resp) = 0;

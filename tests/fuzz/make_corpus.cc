@@ -59,7 +59,8 @@ v1::Operand R(uint32_t index) {
 }
 
 // The session's command stream: creates under client handles, an op on
-// them, a read, a release, a sync, a failure and its clear_error.
+// them, a read, a release, a sync, a failure and its clear_error, a
+// program's run and a collective.
 void AddCommandStream() {
   constexpr uint64_t kMine = uint64_t{1} << 63;
   v1::StreamRequest first;
@@ -99,6 +100,13 @@ void AddCommandStream() {
   step->set_op(0);
   step->set_momentum(0.5);
   step->set_weight_decay(0.01);
+  // A collective on the stream (group 1: the harness's preset group, or
+  // none): the command's result and a live tensor's slot.
+  v1::CollectiveRequest* all = command(second, 9, 0)->mutable_collective();
+  all->set_group(1);
+  all->set_kind(v1::ALL_REDUCE);
+  all->add_tensors(kMine + 2);
+  all->add_tensors(0);
   AddStream("Stream", {first, second}, false);
   AddStream("Stream", {first, second}, true);
   AddStream("Stream", {second}, false);

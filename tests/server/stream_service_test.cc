@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/collectives/host_communicator.h"
 #include "server/server.h"
 #include "tensord/v1/tensord.grpc.pb.h"
 
@@ -408,6 +409,70 @@ TEST_F(StreamServiceTest, ARunProgramIsOneCommand) {
   named.set_result(kMine + 5);
   replies = Send(*c, {clear, named});
   ASSERT_EQ(replies.size(), 2u);
+  EXPECT_EQ(replies[1].code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(replies[1].message(), HasSubstr("leave `result` 0"));
+  Close(*c);
+}
+
+// A collective as one command: in order with the creates before it (their
+// tensors under the client's handles), all_reduce in place with its inputs'
+// infos in the reply's kept list; a refused one stops the stream like any
+// failing command; `result` is refused.
+TEST_F(StreamServiceTest, ACollectiveIsOneCommand) {
+  if (!core::HostCollectivesBuilt()) {
+    GTEST_SKIP() << "built without Gloo (libgloo-dev): no collectives";
+  }
+  ServerOptions options;
+  options.runtime.host_devices = 2;
+  Start(std::move(options));
+  v1::CreateGroupRequest make;
+  make.set_session(session_);
+  make.add_devices("cpu:0");
+  make.add_devices("cpu:1");
+  v1::CreateGroupResponse made;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->CreateGroup(&ctx, make, &made);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  v1::Command on1 = Create(2, kMine + 2, {10, 20});
+  on1.mutable_create()->set_device("cpu:1");
+  v1::Command reduce;
+  reduce.set_seq(3);
+  v1::CollectiveRequest* r = reduce.mutable_collective();
+  r->set_group(made.group().group());
+  r->set_kind(v1::ALL_REDUCE);
+  r->add_tensors(kMine + 1);
+  r->add_tensors(kMine + 2);
+  auto c = Connect();
+  auto replies = Send(*c, {Create(1, kMine + 1, {1, 2}), on1, reduce,
+                           Read(4, kMine + 1), Read(5, kMine + 2)},
+                      /*open=*/true);
+  ASSERT_EQ(replies.size(), 5u);
+  ASSERT_EQ(replies[2].code(), 0) << replies[2].message();
+  ASSERT_EQ(replies[2].kept_size(), 2);
+  EXPECT_EQ(replies[2].kept(0).handle(), kMine + 1);
+  EXPECT_EQ(replies[2].kept(1).device(), "cpu:1");
+  EXPECT_EQ(Floats(replies[3]), (std::vector<float>{11, 22}));
+  EXPECT_EQ(Floats(replies[4]), (std::vector<float>{11, 22}));
+
+  v1::Command twice = reduce;  // two tensors on cpu:0: refused, stream stops
+  twice.set_seq(6);
+  twice.mutable_collective()->set_tensors(1, kMine + 1);
+  replies = Send(*c, {twice, Read(7, kMine + 1)});
+  ASSERT_EQ(replies.size(), 2u);
+  EXPECT_EQ(replies[0].code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(replies[0].message(), HasSubstr("found two on cpu:0"));
+  EXPECT_THAT(replies[1].message(),
+              HasSubstr("command 6 (collective) failed"));
+  v1::Command clear;
+  clear.set_seq(8);
+  clear.mutable_clear_error()->set_seq(6);
+  v1::Command named = reduce;
+  named.set_seq(9);
+  named.set_result(kMine + 9);
+  replies = Send(*c, {clear, named, Read(10, kMine + 2)});
+  ASSERT_EQ(replies.size(), 3u);
   EXPECT_EQ(replies[1].code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(replies[1].message(), HasSubstr("leave `result` 0"));
   Close(*c);

@@ -62,6 +62,32 @@ def test_the_collective_sees_the_pipelined_ops_before_it(client, group):
     assert (a + 0).tolist() == [7.0, 7.0, 7.0]
 
 
+def test_a_pipelined_collective_is_one_stream_command_with_no_drain(
+        client, group, monkeypatch):
+    a = client.ones(2, device="cpu:0") * 3
+    b = client.ones(2, device="cpu:1") * 5
+    calls, sent = [], []
+    real_call = client._session.call
+    monkeypatch.setattr(client._session, "call",
+                        lambda name, *x, **k: calls.append(name) or real_call(name, *x, **k))
+    stream = client._dispatcher._stream
+    if stream is not None:
+        real_send = stream.send
+        monkeypatch.setattr(stream, "send",
+                            lambda kind, *x, **k: sent.append(kind) or real_send(kind, *x, **k))
+    dist.all_reduce([a, b], group=group)
+    monkeypatch.undo()
+    if stream is None:
+        assert calls == ["Collective"] and not sent
+    else:  # in order after the two muls on the stream: no unary call, no sync
+        assert calls == [] and sent == ["collective"]
+    assert a.tolist() == [8.0, 8.0] and b.tolist() == [8.0, 8.0]
+    # a refusal on the stream raises at the call and leaves the stream usable
+    with pytest.raises(tensord.TensordError, match="found two on cpu:0"):
+        dist.all_reduce([a, client.ones(2, device="cpu:0")], group=group)
+    assert (a + 1).tolist() == [9.0, 9.0]
+
+
 def test_errors_name_the_devices_and_shapes(client, group, daemon):
     a = client.tensor([1.0, 2.0], device="cpu:0")
     a2 = client.tensor([1.0, 2.0], device="cpu:0")

@@ -458,6 +458,18 @@ class Dispatcher:
         self._send_carrying(stream, "run_program", request, 0, reply)
         return list(stream.wait(reply).kept)
 
+    def collective(self, request):
+        """The result TensorInfos of a Collective (tensord.distributed): a
+        command on the stream when one is open (in order with the commands
+        before it, no drain), else the unary call."""
+        self._refuse_while_capturing("a collective (tensord.distributed)")
+        stream = self._streaming()
+        if stream is None:
+            return list(self.session.call("Collective", request, mutating=True).tensors)
+        reply = _Reply()
+        self._send_carrying(stream, "collective", request, 0, reply)
+        return list(stream.wait(reply).kept)
+
     def execute(self, ops, keep):
         if _grad_mode.no_grad_active():
             for op in ops:

@@ -19,8 +19,9 @@ device outside the group raise FAILED_PRECONDITION naming them; tensors of
 different dtypes or shapes INVALID_ARGUMENT. all_reduce and broadcast write
 in place and return None (torch's async_op=False); all_gather_into_tensor
 and reduce_scatter_tensor return new tensors, one per input on its device,
-in the inputs' order. Collectives are not recorded by autograd. Each call
-is a sync point of the pipelined ops sent before it. A group is its
+in the inputs' order. Collectives are not recorded by autograd. On a
+pipelined client a collective is one command of the session's stream, in
+order with the ops before and after it (a refusal raises at the call). A group is its
 client's (the default client's unless `client=` says otherwise) and is
 destroyed on the server when the ProcessGroup object is collected or by
 destroy_process_group(group).
@@ -106,10 +107,9 @@ def _run(kind, tensors, group, op=ReduceOp.SUM, root=0):
                              f"tensor {t.handle} belongs to another Client's session: a "
                              "collective takes the tensors of its group's Client")
         handles.append(t.handle)
-    reply = group._client._session.call("Collective", pb.CollectiveRequest(
-        group=group.id, kind=kind, op=op.value, root=root, tensors=handles),
-        mutating=True)
-    return [Tensor._adopt(group._client, info) for info in reply.tensors]
+    infos = group._client._dispatcher.collective(pb.CollectiveRequest(
+        group=group.id, kind=kind, op=op.value, root=root, tensors=handles))
+    return [Tensor._adopt(group._client, info) for info in infos]
 
 
 def all_reduce(tensors, op=ReduceOp.SUM, group=None):
